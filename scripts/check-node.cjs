@@ -1,0 +1,9 @@
+// Fails fast, with a clear message, when Ordo is started on a Node.js older than 24.
+const major = Number(process.versions.node.split('.')[0]);
+if (major < 24) {
+  console.error(
+    `Ordo needs Node.js 24 or newer, found ${process.version} at ${process.execPath}.\n` +
+      'Run Ordo through npm (npm start, npm test, npx ordo): `npm ci` installs Node 24 for them (optionalDependencies node-<os>-<arch>).',
+  );
+  process.exit(1);
+}

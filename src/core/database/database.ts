@@ -1,0 +1,77 @@
+import { Kysely, PostgresDialect, sql, type Transaction } from 'kysely';
+import pg from 'pg';
+import type { DB } from './db.generated';
+import { brandTenantTx, type SystemDb, type SystemTx, type TenantTx } from './handles';
+
+// bigint (int8) and numeric come back as strings by default; counters and sequence numbers fit in a double.
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+
+export interface DatabaseUrls {
+  /** Non-owner role, no BYPASSRLS: every request transaction. */
+  app: string;
+  /** Non-owner role with BYPASSRLS: cross-tenant system work only. */
+  system: string;
+}
+
+export interface DatabaseOptions {
+  poolSize: number;
+  applicationName: string;
+}
+
+/**
+ * The process's connections. Request code gets tenant-scoped transactions; system work gets the
+ * clearly named system handle. Neither connects as the owner of any table.
+ */
+export class Database {
+  readonly appPool: pg.Pool;
+  readonly systemPool: pg.Pool;
+  private readonly app: Kysely<DB>;
+  readonly system: SystemDb;
+
+  constructor(
+    readonly urls: DatabaseUrls,
+    opts: DatabaseOptions,
+  ) {
+    const appSize = Math.max(2, Math.ceil(opts.poolSize * 0.6));
+    const sysSize = Math.max(2, opts.poolSize - appSize);
+    this.appPool = newPool(urls.app, appSize, `${opts.applicationName}:app`);
+    this.systemPool = newPool(urls.system, sysSize, `${opts.applicationName}:system`);
+    this.app = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.appPool }) });
+    this.system = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.systemPool }) }) as SystemDb;
+  }
+
+  /** Runs `fn` in a transaction bound to `tenantId`: RLS limits every statement to that tenant. */
+  async withTenant<T>(tenantId: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {
+    return this.app.transaction().execute(async (trx) => {
+      await sql`select set_config('app.tenant_id', ${tenantId}, true)`.execute(trx);
+      return fn(brandTenantTx(trx, tenantId));
+    });
+  }
+
+  /** Runs `fn` in a cross-tenant system transaction. */
+  async withSystem<T>(fn: (tx: SystemTx) => Promise<T>): Promise<T> {
+    return this.system.transaction().execute((trx: Transaction<DB>) => fn(trx as SystemTx));
+  }
+
+  async ping(): Promise<void> {
+    await sql`select 1`.execute(this.system);
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([this.app.destroy(), this.system.destroy()]);
+  }
+}
+
+function newPool(connectionString: string, max: number, applicationName: string): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString,
+    max,
+    application_name: applicationName,
+    idleTimeoutMillis: 30_000,
+    connectionTimeoutMillis: 10_000,
+    keepAlive: true,
+  });
+  // A dropped idle connection must not crash the process; the pool replaces it.
+  pool.on('error', () => undefined);
+  return pool;
+}

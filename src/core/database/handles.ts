@@ -1,0 +1,33 @@
+import type { Kysely, Transaction } from 'kysely';
+import type { DB } from './db.generated';
+
+declare const tenantBrand: unique symbol;
+declare const systemBrand: unique symbol;
+
+/**
+ * A transaction in which `app.tenant_id` is set (transaction-local) and row-level security
+ * restricts every table to that tenant. Repositories that serve requests accept only this type,
+ * so a tenant-less query does not compile.
+ */
+export type TenantTx = Transaction<DB> & { readonly [tenantBrand]: true };
+
+/**
+ * The cross-tenant handle for system work (scheduler scans, reaper, retention, queue claims).
+ * Connected as the system role; never handed to request code.
+ */
+export type SystemDb = Kysely<DB> & { readonly [systemBrand]: true };
+export type SystemTx = Transaction<DB> & { readonly [systemBrand]: true };
+
+const tenantOfTx = new WeakMap<object, string>();
+
+export function brandTenantTx(trx: Transaction<DB>, tenantId: string): TenantTx {
+  tenantOfTx.set(trx, tenantId);
+  return trx as TenantTx;
+}
+
+/** The tenant a scoped transaction is bound to; repositories repeat it in `where tenant_id = …`. */
+export function tenantOf(tx: TenantTx): string {
+  const t = tenantOfTx.get(tx);
+  if (!t) throw new Error('transaction is not tenant-scoped');
+  return t;
+}

@@ -1,0 +1,130 @@
+import { Injectable } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants';
+import { RequestMethod } from '@nestjs/common';
+import { z } from 'zod';
+import { errorEnvelopeSchema } from '../errors/error-envelope';
+import { ROUTE_SPEC, type RouteSpec } from './route-spec';
+
+export interface RouteEntry {
+  method: string;
+  /** OpenAPI path template, e.g. /api/v1/runs/{runId}. */
+  path: string;
+  spec: RouteSpec;
+}
+
+type JsonSchema = Record<string, unknown>;
+
+/** Enumerates the application's routes from Nest's own metadata, with their RouteSpec. */
+@Injectable()
+export class RouteTable {
+  private cached?: RouteEntry[];
+
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly reflector: Reflector,
+  ) {}
+
+  routes(): RouteEntry[] {
+    if (this.cached) return this.cached;
+    const out: RouteEntry[] = [];
+    for (const wrapper of this.discovery.getControllers()) {
+      const instance = wrapper.instance as Record<string, unknown> | undefined;
+      if (!instance || !wrapper.metatype) continue;
+      const base = normalize(this.reflector.get<string | string[]>(PATH_METADATA, wrapper.metatype) ?? '');
+      const proto = Object.getPrototypeOf(instance) as object;
+      for (const name of this.scanner.getAllMethodNames(proto)) {
+        const handler = (proto as Record<string, unknown>)[name] as (...a: unknown[]) => unknown;
+        const sub = this.reflector.get<string | string[] | undefined>(PATH_METADATA, handler);
+        const method = this.reflector.get<RequestMethod | undefined>(METHOD_METADATA, handler);
+        if (sub === undefined || method === undefined) continue;
+        const spec = this.reflector.get<RouteSpec | undefined>(ROUTE_SPEC, handler);
+        if (!spec) throw new Error(`route ${wrapper.metatype.name}.${name} has no @Route spec`);
+        const full = [base, normalize(Array.isArray(sub) ? sub[0] : sub)].filter(Boolean).join('/');
+        out.push({ method: RequestMethod[method].toLowerCase(), path: '/' + full.replace(/:([A-Za-z0-9_]+)/g, '{$1}'), spec });
+      }
+    }
+    this.cached = out.sort((a, b) => (a.path === b.path ? a.method.localeCompare(b.method) : a.path.localeCompare(b.path)));
+    return this.cached;
+  }
+}
+
+function normalize(p: string | string[]): string {
+  return (Array.isArray(p) ? p[0] : p).replace(/^\/+|\/+$/g, '');
+}
+
+/** Builds the OpenAPI 3.1 document from the same zod schemas that validate each route's input. */
+export function buildOpenApi(routes: RouteEntry[], info: { title: string; version: string }): JsonSchema {
+  const components: Record<string, JsonSchema> = {};
+  const toSchema = (s: z.ZodType, io: 'input' | 'output'): JsonSchema => {
+    const json = z.toJSONSchema(s, { target: 'draft-2020-12', io, unrepresentable: 'any', reused: 'inline' }) as JsonSchema;
+    delete json.$schema;
+    return json;
+  };
+  components.ErrorEnvelope = toSchema(errorEnvelopeSchema, 'output');
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    const s = r.spec;
+    const parameters: unknown[] = [];
+    for (const [where, obj] of [
+      ['path', s.params],
+      ['query', s.query],
+    ] as const) {
+      if (!obj) continue;
+      const js = toSchema(obj, 'input') as { properties?: Record<string, JsonSchema>; required?: string[] };
+      for (const [name, schema] of Object.entries(js.properties ?? {})) {
+        parameters.push({
+          name,
+          in: where,
+          required: where === 'path' || (js.required ?? []).includes(name),
+          schema,
+          ...(typeof schema.description === 'string' ? { description: schema.description } : {}),
+        });
+      }
+    }
+    if (s.access !== 'public' && s.access !== 'platform:admin') {
+      parameters.push({ name: 'X-Tenant-Id', in: 'header', required: true, schema: { type: 'string' } });
+    }
+    if (r.method === 'post' && s.idempotent !== false && s.access !== 'public' && s.access !== 'platform:admin') {
+      parameters.push({ name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 } });
+    }
+    const responses: Record<string, unknown> = {};
+    for (const [code, resp] of Object.entries(s.responses)) {
+      responses[code] = {
+        description: resp.description,
+        ...(resp.schema ? { content: { [resp.contentType ?? 'application/json']: { schema: toSchema(resp.schema, 'output') } } } : {}),
+        ...(!resp.schema && resp.contentType ? { content: { [resp.contentType]: {} } } : {}),
+      };
+    }
+    responses.default = {
+      description: 'Error (see code)',
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
+    };
+    const op: Record<string, unknown> = {
+      operationId: s.operationId,
+      summary: s.summary,
+      tags: s.tags,
+      'x-ordo-access': s.access,
+      security: s.access === 'public' ? [] : [{ bearer: [] }],
+      parameters,
+      responses,
+    };
+    if (s.body) {
+      const schema = toSchema(s.body, 'input');
+      const content: Record<string, unknown> = { 'application/json': { schema } };
+      for (const ct of s.bodyContentTypes ?? []) content[ct] = { schema: ct.includes('yaml') ? schema : {} };
+      op.requestBody = { required: true, content };
+    }
+    (paths[r.path] ??= {})[r.method] = op;
+  }
+  return {
+    openapi: '3.1.0',
+    info,
+    paths,
+    components: {
+      schemas: components,
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+    },
+  };
+}

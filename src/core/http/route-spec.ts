@@ -1,0 +1,37 @@
+import { SetMetadata } from '@nestjs/common';
+import type { z } from 'zod';
+
+export const SCOPES = ['orchestrator:read', 'orchestrator:write', 'orchestrator:admin'] as const;
+export type TenantScope = (typeof SCOPES)[number];
+export const PLATFORM_SCOPE = 'platform:admin';
+export type Access = TenantScope | typeof PLATFORM_SCOPE | 'public';
+
+export interface RouteResponse {
+  description: string;
+  /** Absent for bodiless responses (204) and non-JSON ones (see `contentType`). */
+  schema?: z.ZodType;
+  contentType?: string;
+}
+
+/**
+ * Everything the platform knows about a route: who may call it, how its input is validated and
+ * what it answers. Validation (ValidationGuard) and the OpenAPI document both read this one spec.
+ */
+export interface RouteSpec {
+  operationId: string;
+  summary: string;
+  tags: string[];
+  access: Access;
+  params?: z.ZodObject;
+  query?: z.ZodObject;
+  body?: z.ZodType;
+  /** Content types accepted for the body besides JSON (e.g. application/yaml, application/gzip). */
+  bodyContentTypes?: string[];
+  responses: Record<number, RouteResponse>;
+  /** Accepts `Idempotency-Key` (mutating tenant POSTs; default true for them). */
+  idempotent?: boolean;
+}
+
+export const ROUTE_SPEC = 'ordo:route-spec';
+
+export const Route = (spec: RouteSpec): MethodDecorator => SetMetadata(ROUTE_SPEC, spec);

@@ -1,0 +1,56 @@
+import 'reflect-metadata';
+import { ConfigError, loadConfig } from './core/config/config';
+import { createRootLogger } from './core/logging/logger';
+import { startOrdo } from './ordo';
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`ordo: ${e.message}\n`);
+      process.exit(2);
+    }
+    throw e;
+  }
+  const log = createRootLogger(config.LOG_LEVEL);
+  const ordo = await startOrdo(config, log);
+  const out = process.stdout;
+  out.write(`\nOrdo is running (roles: ${config.ORDO_ROLES.join(', ')})\n`);
+  out.write(`  API:      ${ordo.url}/api/v1   (OpenAPI: ${ordo.url}/api/v1/openapi.json)\n`);
+  out.write(`  Database: ${ordo.embedded ? `embedded PostgreSQL, data in ${config.home}/pg` : 'DATABASE_URL'}\n`);
+  if (ordo.firstStart?.created) {
+    const f = ordo.firstStart;
+    out.write(`\nFirst start: created tenant "${f.tenantId}". These tokens are shown once (also saved, mode 0600, in ${f.file}):\n`);
+    out.write(`  Tenant admin token (orchestrator:admin):\n    ${f.adminToken}\n`);
+    out.write(`  Platform operator token (platform:admin):\n    ${f.platformToken}\n`);
+    out.write(`\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken.slice(0, 12)}..." -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`);
+  } else if (ordo.firstStart) {
+    out.write(`  Auth:     tokens from the first start are in ${ordo.firstStart.file}; mint more with \`npx ordo tokens create\`\n`);
+  }
+  out.write('\n');
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    const force = setTimeout(() => process.exit(1), 10_000);
+    force.unref();
+    ordo.close().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.error({ err: e }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`ordo: failed to start: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});

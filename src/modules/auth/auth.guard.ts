@@ -1,0 +1,70 @@
+import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import type { FastifyRequest } from 'fastify';
+import { Database } from '../../core/database/database';
+import { badRequest, forbidden, unauthorized } from '../../core/errors/domain-error';
+import { requestState } from '../../core/http/request-context';
+import { ROUTE_SPEC, type RouteSpec } from '../../core/http/route-spec';
+import { AuthRepository } from './auth.repository';
+import { grants } from './scopes';
+import { TokenService } from './token.service';
+
+const TENANT_HEADER = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/**
+ * Authenticates every route that is not public: 401 for a missing, malformed, expired, unknown or
+ * revoked token (revocation is read from the database on each request, so it holds on every
+ * replica at once); 403 for a tenant header that is not the token's tenant, a missing scope or a
+ * disabled tenant.
+ */
+@Injectable()
+export class AuthGuard implements CanActivate {
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly tokens: TokenService,
+    private readonly repo: AuthRepository,
+    private readonly db: Database,
+  ) {}
+
+  async canActivate(ctx: ExecutionContext): Promise<boolean> {
+    if (ctx.getType() !== 'http') return true;
+    const spec = this.reflector.get<RouteSpec | undefined>(ROUTE_SPEC, ctx.getHandler());
+    const req = ctx.switchToHttp().getRequest<FastifyRequest>();
+    const state = requestState(req);
+    if (!spec || spec.access === 'public') {
+      state.principal = { kind: 'anonymous' };
+      return true;
+    }
+    const token = bearer(req.headers.authorization);
+    const verified = await this.tokens.verify(token);
+
+    if (spec.access === 'platform:admin') {
+      if (verified.kind !== 'platform') throw forbidden('this route needs scope platform:admin', 'INSUFFICIENT_SCOPE');
+      const revoked = await this.repo.platformTokenRevoked(this.db.system, verified.jti);
+      if (revoked === undefined) throw unauthorized('token unknown to this instance', 'INVALID_TOKEN');
+      if (revoked) throw unauthorized('token revoked', 'TOKEN_REVOKED');
+      state.principal = { kind: 'platform', subject: verified.sub, jti: verified.jti };
+      return true;
+    }
+
+    if (verified.kind !== 'tenant') throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
+    const status = await this.repo.tenantTokenStatus(this.db.system, verified.tid, verified.jti);
+    if (!status) throw unauthorized('token unknown to this instance', 'INVALID_TOKEN');
+    if (status.revoked) throw unauthorized('token revoked', 'TOKEN_REVOKED');
+    const header = req.headers['x-tenant-id'];
+    if (typeof header !== 'string' || header === '') throw badRequest('MISSING_TENANT', 'X-Tenant-Id header is required');
+    if (!TENANT_HEADER.test(header)) throw badRequest('INVALID_TENANT', 'X-Tenant-Id is not a tenant id');
+    if (header !== verified.tid) throw forbidden('token does not belong to this tenant', 'TENANT_MISMATCH');
+    if (!status.tenantActive) throw forbidden('tenant is disabled', 'TENANT_DISABLED');
+    if (!grants(verified.scopes, spec.access)) throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
+    state.principal = { kind: 'tenant', tenantId: verified.tid, subject: verified.sub, scopes: verified.scopes, jti: verified.jti };
+    return true;
+  }
+}
+
+function bearer(h: string | undefined): string {
+  if (!h) throw unauthorized('Authorization: Bearer <token> is required', 'UNAUTHENTICATED');
+  const m = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/.exec(h.trim());
+  if (!m) throw unauthorized('Authorization header is not a bearer JWT', 'INVALID_TOKEN');
+  return m[1];
+}

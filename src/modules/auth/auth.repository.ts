@@ -1,0 +1,100 @@
+import { Injectable } from '@nestjs/common';
+import { sql } from 'kysely';
+import type { SystemDb, TenantTx } from '../../core/database/handles';
+import { tenantOf } from '../../core/database/handles';
+import type { TenantScope } from '../../core/http/route-spec';
+
+export interface TokenStatus {
+  revoked: boolean;
+  tenantActive: boolean;
+}
+
+export interface TokenRecord {
+  jti: string;
+  subject: string;
+  scopes: TenantScope[];
+  description: string | null;
+  createdBy: string;
+  createdAt: Date;
+  expiresAt: Date;
+  revokedAt: Date | null;
+}
+
+@Injectable()
+export class AuthRepository {
+  /** Revocation and tenant status for a presented tenant token; undefined when this instance never minted it. */
+  async tenantTokenStatus(db: SystemDb, tenantId: string, jti: string): Promise<TokenStatus | undefined> {
+    const row = await db
+      .selectFrom('api_token')
+      .innerJoin('tenant', 'tenant.id', 'api_token.tenant_id')
+      .select(['api_token.revoked_at', 'tenant.status'])
+      .where('api_token.tenant_id', '=', tenantId)
+      .where('api_token.jti', '=', jti)
+      .executeTakeFirst();
+    return row && { revoked: row.revoked_at !== null, tenantActive: row.status === 'active' };
+  }
+
+  async platformTokenRevoked(db: SystemDb, jti: string): Promise<boolean | undefined> {
+    const row = await db.selectFrom('platform_token').select('revoked_at').where('jti', '=', jti).executeTakeFirst();
+    return row && row.revoked_at !== null;
+  }
+
+  async insertPlatformToken(db: SystemDb, t: { jti: string; subject: string; description: string | null; expiresAt: Date }) {
+    await db
+      .insertInto('platform_token')
+      .values({ jti: t.jti, subject: t.subject, description: t.description, expires_at: t.expiresAt })
+      .execute();
+  }
+
+  async insertToken(
+    tx: TenantTx,
+    t: { jti: string; subject: string; scopes: TenantScope[]; description: string | null; createdBy: string; expiresAt: Date },
+  ): Promise<void> {
+    await tx
+      .insertInto('api_token')
+      .values({
+        tenant_id: tenantOf(tx),
+        jti: t.jti,
+        subject: t.subject,
+        scopes: t.scopes,
+        description: t.description,
+        created_by: t.createdBy,
+        expires_at: t.expiresAt,
+      })
+      .execute();
+  }
+
+  async listTokens(tx: TenantTx, page: { limit: number; after?: { createdAt: Date; jti: string } }): Promise<TokenRecord[]> {
+    let q = tx
+      .selectFrom('api_token')
+      .select(['jti', 'subject', 'scopes', 'description', 'created_by', 'created_at', 'expires_at', 'revoked_at'])
+      .where('tenant_id', '=', tenantOf(tx));
+    if (page.after) {
+      const a = page.after;
+      q = q.where((eb) => eb.or([eb('created_at', '<', a.createdAt), eb.and([eb('created_at', '=', a.createdAt), eb('jti', '>', a.jti)])]));
+    }
+    const rows = await q.orderBy('created_at', 'desc').orderBy('jti', 'asc').limit(page.limit).execute();
+    return rows.map((r) => ({
+      jti: r.jti,
+      subject: r.subject,
+      scopes: r.scopes as TenantScope[],
+      description: r.description,
+      createdBy: r.created_by,
+      createdAt: r.created_at,
+      expiresAt: r.expires_at,
+      revokedAt: r.revoked_at,
+    }));
+  }
+
+  /** Marks a token revoked; returns false when the tenant has no such token. Revoking twice keeps the first time. */
+  async revokeToken(tx: TenantTx, jti: string, by: string): Promise<{ found: boolean; revokedAt: Date | null }> {
+    const row = await tx
+      .updateTable('api_token')
+      .set({ revoked_at: sql<Date>`coalesce(revoked_at, now())`, revoked_by: sql<string>`coalesce(revoked_by, ${by})` })
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('jti', '=', jti)
+      .returning('revoked_at')
+      .executeTakeFirst();
+    return { found: !!row, revokedAt: row?.revoked_at ?? null };
+  }
+}

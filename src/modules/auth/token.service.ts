@@ -1,0 +1,99 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
+import { ORDO_CONFIG } from '../../core/config/config.module';
+import type { OrdoConfig } from '../../core/config/config';
+import { PLATFORM_SCOPE, type TenantScope } from '../../core/http/route-spec';
+import { unauthorized } from '../../core/errors/domain-error';
+import { SigningKeys } from './signing-keys';
+import { isTenantScope } from './scopes';
+
+export const AUDIENCE = 'ordo-api';
+const KID = /^[A-Za-z0-9_-]{43}$/;
+
+export type VerifiedToken =
+  | { kind: 'tenant'; sub: string; tid: string; scopes: TenantScope[]; jti: string; exp: number }
+  | { kind: 'platform'; sub: string; jti: string; exp: number };
+
+export interface MintedToken {
+  token: string;
+  jti: string;
+  expiresAt: Date;
+}
+
+/** Signs and verifies the instance's JWTs: EdDSA only, known kid, issuer and audience checked. */
+@Injectable()
+export class TokenService {
+  constructor(
+    private readonly keys: SigningKeys,
+    @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
+  ) {}
+
+  async mintTenant(tid: string, sub: string, scopes: TenantScope[], ttlSeconds?: number): Promise<MintedToken> {
+    return this.mint({ tid, scope: scopes.join(' ') }, sub, ttlSeconds);
+  }
+
+  async mintPlatform(sub: string, ttlSeconds?: number): Promise<MintedToken> {
+    return this.mint({ scope: PLATFORM_SCOPE }, sub, ttlSeconds);
+  }
+
+  private async mint(claims: JWTPayload, sub: string, ttlSeconds?: number): Promise<MintedToken> {
+    const key = this.keys.active;
+    const jti = randomUUID();
+    const now = Math.floor(Date.now() / 1000);
+    const exp = now + (ttlSeconds ?? this.config.ORDO_TOKEN_TTL_SECONDS);
+    const token = await new SignJWT(claims)
+      .setProtectedHeader({ alg: 'EdDSA', kid: key.kid, typ: 'JWT' })
+      .setSubject(sub)
+      .setJti(jti)
+      .setIssuer(this.config.ORDO_ISSUER)
+      .setAudience(AUDIENCE)
+      .setIssuedAt(now)
+      .setExpirationTime(exp)
+      .sign(key.privateKey);
+    return { token, jti, expiresAt: new Date(exp * 1000) };
+  }
+
+  /** Verifies signature, algorithm, kid, issuer, audience, expiry and claim shapes; any failure is a 401. */
+  async verify(token: string): Promise<VerifiedToken> {
+    let header: ReturnType<typeof decodeProtectedHeader>;
+    try {
+      header = decodeProtectedHeader(token);
+    } catch {
+      throw unauthorized('malformed token', 'INVALID_TOKEN');
+    }
+    if (header.alg !== 'EdDSA') throw unauthorized('token algorithm not accepted', 'INVALID_TOKEN');
+    if (typeof header.kid !== 'string' || !KID.test(header.kid)) throw unauthorized('token has no valid kid', 'INVALID_TOKEN');
+    if (header.crit !== undefined || header.jku !== undefined || header.jwk !== undefined || header.x5u !== undefined) {
+      throw unauthorized('token header not accepted', 'INVALID_TOKEN');
+    }
+    const key = await this.keys.find(header.kid);
+    if (!key) throw unauthorized('token signed by an unknown key', 'INVALID_TOKEN');
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, key.publicKey, {
+        algorithms: ['EdDSA'],
+        issuer: this.config.ORDO_ISSUER,
+        audience: AUDIENCE,
+        requiredClaims: ['sub', 'jti', 'exp', 'iat'],
+        clockTolerance: 5,
+      }));
+    } catch (e) {
+      const code = (e as { code?: string }).code;
+      throw unauthorized(code === 'ERR_JWT_EXPIRED' ? 'token expired' : 'token rejected', code === 'ERR_JWT_EXPIRED' ? 'TOKEN_EXPIRED' : 'INVALID_TOKEN');
+    }
+    const { sub, jti, exp, scope, tid } = payload as JWTPayload & { scope?: unknown; tid?: unknown };
+    if (typeof sub !== 'string' || typeof jti !== 'string' || typeof exp !== 'number' || typeof scope !== 'string') {
+      throw unauthorized('token claims malformed', 'INVALID_TOKEN');
+    }
+    const scopes = scope.split(' ').filter(Boolean);
+    if (tid === undefined) {
+      if (scopes.length !== 1 || scopes[0] !== PLATFORM_SCOPE) throw unauthorized('token claims malformed', 'INVALID_TOKEN');
+      return { kind: 'platform', sub, jti, exp };
+    }
+    if (typeof tid !== 'string' || scopes.length === 0 || !scopes.every(isTenantScope)) {
+      throw unauthorized('token claims malformed', 'INVALID_TOKEN');
+    }
+    return { kind: 'tenant', sub, tid, scopes: scopes, jti, exp };
+  }
+}

@@ -1,0 +1,76 @@
+import { Injectable } from '@nestjs/common';
+import { Database } from '../../core/database/database';
+import { forbidden, notFound } from '../../core/errors/domain-error';
+import { decodePageToken, encodePageToken } from '../../core/http/page-token';
+import type { TenantPrincipalT } from '../../core/http/request-context';
+import type { TenantScope } from '../../core/http/route-spec';
+import { AuthRepository } from './auth.repository';
+import { covers } from './scopes';
+import { TokenService } from './token.service';
+import type { CreateTokenBody, MintedTokenDto, TokenRecordDto } from './tokens.dto';
+
+type PageKey = { c: string; j: string };
+const isPageKey = (v: unknown): v is PageKey =>
+  typeof v === 'object' && v !== null && typeof (v as PageKey).c === 'string' && typeof (v as PageKey).j === 'string' &&
+  !Number.isNaN(Date.parse((v as PageKey).c)) && /^[0-9a-f-]{36}$/.test((v as PageKey).j);
+
+/** Tenant tokens: minted by a tenant admin (never with more than it holds), listed and revoked. */
+@Injectable()
+export class TokensService {
+  constructor(
+    private readonly db: Database,
+    private readonly repo: AuthRepository,
+    private readonly tokens: TokenService,
+  ) {}
+
+  async create(principal: TenantPrincipalT, body: CreateTokenBody): Promise<MintedTokenDto> {
+    const scopes = [...new Set(body.scopes)].sort();
+    if (!covers(principal.scopes, scopes)) throw forbidden('cannot mint a token with more scopes than the caller holds', 'SCOPE_ESCALATION');
+    return this.mintFor(principal.tenantId, body.subject ?? principal.subject, scopes, principal.subject, body.ttlSeconds, body.description);
+  }
+
+  /** Mints and records a tenant token; also used by platform operators and the first-start bootstrap. */
+  async mintFor(
+    tenantId: string,
+    subject: string,
+    scopes: TenantScope[],
+    createdBy: string,
+    ttlSeconds?: number,
+    description?: string,
+  ): Promise<MintedTokenDto> {
+    const minted = await this.tokens.mintTenant(tenantId, subject, scopes, ttlSeconds);
+    await this.db.withTenant(tenantId, (tx) =>
+      this.repo.insertToken(tx, { jti: minted.jti, subject, scopes, description: description ?? null, createdBy, expiresAt: minted.expiresAt }),
+    );
+    return { token: minted.token, jti: minted.jti, tenantId, subject, scopes, expiresAt: minted.expiresAt.toISOString() };
+  }
+
+  async list(principal: TenantPrincipalT, q: { limit: number; pageToken?: string }) {
+    const after = decodePageToken(q.pageToken, isPageKey);
+    const rows = await this.db.withTenant(principal.tenantId, (tx) =>
+      this.repo.listTokens(tx, { limit: q.limit + 1, after: after && { createdAt: new Date(after.c), jti: after.j } }),
+    );
+    const items = rows.slice(0, q.limit).map(toDto);
+    const last = rows.length > q.limit ? rows[q.limit - 1] : undefined;
+    return { items, nextPageToken: last ? encodePageToken({ c: last.createdAt.toISOString(), j: last.jti }) : null };
+  }
+
+  async revoke(principal: TenantPrincipalT, jti: string): Promise<{ jti: string; revokedAt: string }> {
+    const r = await this.db.withTenant(principal.tenantId, (tx) => this.repo.revokeToken(tx, jti, principal.subject));
+    if (!r.found || !r.revokedAt) throw notFound('token');
+    return { jti, revokedAt: r.revokedAt.toISOString() };
+  }
+}
+
+function toDto(r: Awaited<ReturnType<AuthRepository['listTokens']>>[number]): TokenRecordDto {
+  return {
+    jti: r.jti,
+    subject: r.subject,
+    scopes: r.scopes,
+    description: r.description,
+    createdBy: r.createdBy,
+    createdAt: r.createdAt.toISOString(),
+    expiresAt: r.expiresAt.toISOString(),
+    revokedAt: r.revokedAt?.toISOString() ?? null,
+  };
+}

