@@ -1,0 +1,86 @@
+import { z } from 'zod';
+
+const DURATION = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/;
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const MAX_DURATION_MS = 7 * 86_400_000;
+
+/** A duration as milliseconds or a string like `500ms`, `30s`, `5m`, `1h`; normalized to ms. */
+export const duration = z
+  .union([z.number().int().min(0), z.string().regex(DURATION, 'a duration like 500ms, 30s, 5m, 1h or a number of ms')])
+  .transform((v, ctx) => {
+    const ms = typeof v === 'number' ? v : Math.round(Number(DURATION.exec(v)![1]) * UNIT_MS[DURATION.exec(v)![2]]);
+    if (ms > MAX_DURATION_MS) {
+      ctx.addIssue({ code: 'custom', message: 'at most 7 days' });
+      return z.NEVER;
+    }
+    return ms;
+  });
+
+export const STEP_ID = /^[A-Za-z_][A-Za-z0-9_-]{0,63}$/;
+export const DAG_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+/** Egress host patterns: `api.example.com`, `api.example.com:8443`, `*.example.com`, `127.0.0.1:8080`, `[::1]:80`. */
+export const EGRESS_HOST = /^(\*\.)?([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/;
+
+export const retryPolicy = z.strictObject({
+  maxRetries: z.number().int().min(0).max(100),
+  initialDelay: duration.default(1000),
+  multiplier: z.number().min(1).max(10).default(2),
+  maxDelay: duration.default(300_000),
+});
+
+export const constraintAction = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('event') }),
+  z.strictObject({ type: z.literal('webhook'), url: z.url({ protocol: /^https?$/ }) }),
+  z.strictObject({ type: z.literal('fail') }),
+  z.strictObject({ type: z.literal('skip') }),
+]);
+
+export const stepConstraints = z.strictObject({
+  /** Past this run time: the actions run (typically an event and a webhook); the step goes on. */
+  maxExpectedRunTime: z.strictObject({ after: duration, actions: z.array(constraintAction).min(1).max(5) }).optional(),
+  /** Past this run time: the step is killed and the actions run (`fail` is implied). */
+  maxAllowedRunTime: z.strictObject({ after: duration, actions: z.array(constraintAction).max(5).default([]) }).optional(),
+});
+
+export const dagConstraints = z.strictObject({
+  /** At most `limit` runs of this DAG running at once; the next ones wait (`queue`) or are skipped. */
+  maxConcurrentRuns: z.strictObject({ limit: z.number().int().min(1).max(10_000), action: z.enum(['queue', 'skip']) }).optional(),
+});
+
+export const stepDefinition = z.strictObject({
+  id: z.string().regex(STEP_ID, 'letters, digits, _ and -, starting with a letter or _, at most 64'),
+  description: z.string().max(2000).optional(),
+  plugin: z.string().min(1).max(64),
+  with: z.record(z.string(), z.unknown()).default({}),
+  dependsOn: z.array(z.string()).max(1000).default([]),
+  retry: retryPolicy.optional(),
+  timeout: duration.default(300_000),
+  /** At most this many attempts of this step run at once across the tenant's runs of this DAG. */
+  concurrency: z.number().int().min(1).max(10_000).optional(),
+  disabled: z.boolean().default(false),
+  egress: z.array(z.string().regex(EGRESS_HOST, 'a host, host:port or *.suffix')).max(100).default([]),
+  constraints: stepConstraints.optional(),
+});
+
+/** A DAG definition as published (JSON or YAML). Parsing normalizes durations to ms and fills defaults. */
+export const dagDefinition = z
+  .strictObject({
+    id: z.string().regex(DAG_ID, 'letters, digits, ., _ and -, at most 128'),
+    description: z.string().max(10_000).optional(),
+    /** JSON Schema (draft 2020-12 subset) that run inputs must match. */
+    inputs: z.record(z.string(), z.unknown()).optional(),
+    constraints: dagConstraints.optional(),
+    steps: z.array(stepDefinition).min(1).max(1000),
+  })
+  .meta({ id: 'DagDefinition' });
+
+export type DagDefinition = z.output<typeof dagDefinition>;
+export type DagDefinitionInput = z.input<typeof dagDefinition>;
+export type StepDefinition = z.output<typeof stepDefinition>;
+export type RetryPolicy = z.output<typeof retryPolicy>;
+export type ConstraintAction = z.output<typeof constraintAction>;
+
+/** Backoff before retry number `retry` (1-based): initialDelay * multiplier^(retry-1), capped at maxDelay. */
+export function backoffMs(policy: RetryPolicy, retry: number): number {
+  return Math.min(policy.maxDelay, Math.round(policy.initialDelay * Math.pow(policy.multiplier, Math.max(0, retry - 1))));
+}

@@ -1,0 +1,67 @@
+import type { z } from 'zod';
+
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [k: string]: JsonValue };
+export type JsonObject = { [k: string]: JsonValue };
+
+/** One line of a step's log. */
+export interface StepLogLine {
+  ts: string;
+  level: 'debug' | 'info' | 'warn' | 'error';
+  message: string;
+}
+
+/**
+ * What a plugin gets besides its config. The config it receives is already templated
+ * (`${{ inputs.x }}`, `${{ steps.a.outputs.y }}`, `${{ secrets.NAME }}` resolved).
+ */
+export interface PluginContext {
+  tenantId: string;
+  dagId: string;
+  dagVersion: number;
+  runId: string;
+  stepId: string;
+  /** 1 for the first attempt, 2 for the first retry, … */
+  attempt: number;
+  /** W3C traceparent of this step attempt; plugins propagate it on outbound calls. */
+  traceparent: string;
+  /** Aborted on cancel, timeout, `maxAllowedRunTime`, or lease loss: stop promptly. */
+  signal: AbortSignal;
+  /** Hosts this step may reach (exact `host`, `host:port` or `*.suffix`); empty = no network. */
+  egress: readonly string[];
+  /** Milliseconds this attempt may run (the step's `timeout`); the engine also enforces it. */
+  timeoutMs: number;
+  /** Appends to the step log (size-capped by the engine; secrets redacted by the engine). */
+  log(level: StepLogLine['level'], message: string): void;
+  /** Replaces every secret value that was injected into this step's config with `[redacted]`. */
+  redact(text: string): string;
+}
+
+export interface PluginError {
+  /** Stable code, e.g. HTTP_STATUS, TIMEOUT, EGRESS_DENIED, SCRIPT_ERROR, EXIT_CODE. */
+  code: string;
+  message: string;
+  /** True for transient failures (5xx, network errors): the step's retry policy applies. */
+  retryable: boolean;
+}
+
+export type PluginResult =
+  | { status: 'succeeded'; outputs: JsonObject; logs?: StepLogLine[] }
+  | { status: 'failed'; error: PluginError; outputs?: JsonObject; logs?: StepLogLine[] };
+
+/**
+ * A plugin: one self-contained module under `plugins/<name>/index.ts` whose default export is
+ * this object. `configSchema` validates a step's `with` at publish time (before templating,
+ * template strings are accepted wherever a string is) and again, templated, before execution.
+ */
+export interface Plugin<C = unknown> {
+  name: string;
+  description: string;
+  configSchema: z.ZodType<C>;
+  execute(config: C, ctx: PluginContext): Promise<PluginResult>;
+  /** Releases pooled resources (sandbox processes) at shutdown. */
+  close?(): Promise<void>;
+}
+
+export function definePlugin<C>(p: Plugin<C>): Plugin<C> {
+  return p;
+}
