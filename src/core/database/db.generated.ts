@@ -36,6 +36,37 @@ export interface ApiToken {
   tenant_id: string;
 }
 
+export interface Dag {
+  created_at: Generated<Timestamp>;
+  dag_id: string;
+  latest_version: number;
+  tenant_id: string;
+}
+
+export interface DagVersion {
+  bundle_hash: string | null;
+  content_hash: string;
+  created_at: Generated<Timestamp>;
+  dag_id: string;
+  definition: Json;
+  disabled_at: Timestamp | null;
+  owner: string;
+  signature: Json | null;
+  source_format: string;
+  status: Generated<string>;
+  tenant_id: string;
+  version: number;
+}
+
+export interface DagVersionStatusChange {
+  actor: string;
+  changed_at: Generated<Timestamp>;
+  dag_id: string;
+  status: string;
+  tenant_id: string;
+  version: number;
+}
+
 export interface GraphileWorkerJobs {
   attempts: number | null;
   created_at: Timestamp | null;
@@ -132,6 +163,9 @@ export interface Tenant {
 
 export interface DB {
   api_token: ApiToken;
+  dag: Dag;
+  dag_version: DagVersion;
+  dag_version_status_change: DagVersionStatusChange;
   "graphile_worker._private_job_queues": GraphileWorkerPrivateJobQueues;
   "graphile_worker._private_jobs": GraphileWorkerPrivateJobs;
   "graphile_worker._private_known_crontabs": GraphileWorkerPrivateKnownCrontabs;
