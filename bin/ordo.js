@@ -8,4 +8,6 @@ if (!fs.existsSync(compiled)) {
   console.error('ordo: not built yet; run `npm run build` in ' + path.join(__dirname, '..'));
   process.exit(1);
 }
-require(compiled);
+require(compiled)
+  .runCli(process.argv.slice(2))
+  .then((code) => process.exit(code));

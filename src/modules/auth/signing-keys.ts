@@ -25,6 +25,11 @@ export interface LoadedKey {
 
 export const KEY_FILE = 'signing-keys.json';
 
+/** Where the instance keeps its signing keys: ORDO_SIGNING_KEYS_DIR, else `<ORDO_HOME>/keys`. */
+export function signingKeysDir(config: { ORDO_SIGNING_KEYS_DIR?: string; home: string }): string {
+  return config.ORDO_SIGNING_KEYS_DIR ?? path.join(config.home, 'keys');
+}
+
 /**
  * The instance's Ed25519 signing keys (tokens, export manifests). Kept in a 0600 file outside the
  * database, so the application's SQL roles cannot read them. Every key has a `kid` (its JWK
@@ -92,7 +97,11 @@ export class SigningKeys {
   }
 
   list(): { kid: string; createdAt: string; active: boolean }[] {
-    return [...this.keys.values()].map((k) => ({ kid: k.kid, createdAt: k.createdAt, active: k.kid === this.activeKid }));
+    return [...this.keys.values()].map((k) => ({
+      kid: k.kid,
+      createdAt: k.createdAt,
+      active: k.kid === this.activeKid,
+    }));
   }
 
   private async reload(): Promise<void> {

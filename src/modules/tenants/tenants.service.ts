@@ -7,7 +7,8 @@ import { TokensService } from '../auth/tokens.service';
 import type { CreateTenantBody, TenantDto } from './tenants.dto';
 import { TenantsRepository, type TenantRow } from './tenants.repository';
 
-const isAfter = (v: unknown): v is { id: string } => typeof v === 'object' && v !== null && typeof (v as { id: unknown }).id === 'string';
+const isAfter = (v: unknown): v is { id: string } =>
+  typeof v === 'object' && v !== null && typeof (v as { id: unknown }).id === 'string';
 
 /** Tenant lifecycle for platform operators (scope platform:admin). */
 @Injectable()
@@ -31,6 +32,13 @@ export class TenantsService {
     return { items, nextPageToken: rows.length > q.limit ? encodePageToken({ id: rows[q.limit - 1].id }) : null };
   }
 
+  /** The tenant, or NOT_FOUND. */
+  async get(id: string): Promise<TenantDto> {
+    const row = await this.repo.find(this.db.system, id);
+    if (!row) throw notFound(`tenant ${id}`);
+    return toDto(row);
+  }
+
   async setStatus(id: string, status: 'active' | 'disabled'): Promise<TenantDto> {
     const row = await this.repo.setStatus(this.db.system, id, status);
     if (!row) throw notFound('tenant');
@@ -38,11 +46,21 @@ export class TenantsService {
   }
 
   /** An operator mints a token for a tenant (typically its first admin token). */
-  async mintToken(operator: string, tenantId: string, body: { subject?: string; scopes: TenantScope[]; ttlSeconds?: number; description?: string }) {
-    const t = await this.repo.find(this.db.system, tenantId);
-    if (!t) throw notFound('tenant');
+  async mintToken(
+    operator: string,
+    tenantId: string,
+    body: { subject?: string; scopes: TenantScope[]; ttlSeconds?: number; description?: string },
+  ) {
+    await this.get(tenantId);
     const scopes = [...new Set(body.scopes)].sort();
-    return this.tokens.mintFor(tenantId, body.subject ?? `${tenantId}-admin`, scopes, `platform:${operator}`, body.ttlSeconds, body.description);
+    return this.tokens.mintFor(
+      tenantId,
+      body.subject ?? `${tenantId}-admin`,
+      scopes,
+      `platform:${operator}`,
+      body.ttlSeconds,
+      body.description,
+    );
   }
 }
 

@@ -1,0 +1,84 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+
+/** Where a command writes: results on `out` (stdout), messages on `err` (stderr). */
+export interface CliIo {
+  out(text: string): void;
+  err(text: string): void;
+  env: NodeJS.ProcessEnv;
+}
+
+/** One `ordo <name> …` command. `run` throws a UsageError (exit 2) or any other error (exit 1). */
+export interface Command {
+  name: string;
+  summary: string;
+  /** Full help text, printed by `ordo <name> --help`. */
+  help: string;
+  run(args: string[], io: CliIo): Promise<void>;
+}
+
+/** A mistake in how the command was called: unknown command or flag, missing or bad argument. */
+export class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly help?: string,
+  ) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+const registry = new Map<string, Command>();
+
+/** Registers a command (in the order its module is imported) and returns it. */
+export function defineCommand(command: Command): Command {
+  if (registry.has(command.name)) throw new Error(`command ${command.name} is defined twice`);
+  registry.set(command.name, command);
+  return command;
+}
+
+export function registeredCommands(): Command[] {
+  return [...registry.values()];
+}
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+/**
+ * Parses flags strictly (an unknown flag or a missing value is a UsageError). Returns undefined
+ * after printing the help when `--help` or `-h` is among the arguments.
+ */
+export interface ParsedFlags {
+  values: Record<string, string | boolean | (string | boolean)[] | undefined>;
+  positionals: string[];
+}
+
+export function parseFlags(args: string[], options: Options, help: string, io: CliIo): ParsedFlags | undefined {
+  if (args.includes('--help') || args.includes('-h')) {
+    io.out(help.endsWith('\n') ? help : `${help}\n`);
+    return undefined;
+  }
+  try {
+    const r = parseArgs({ args, options, allowPositionals: true, strict: true });
+    return { values: r.values, positionals: r.positionals };
+  } catch (e) {
+    throw new UsageError((e as Error).message.replace(/\. To specify a positional argument.*$/s, ''), help);
+  }
+}
+
+/** A string flag's value, or undefined. */
+export function flag(values: ParsedFlags['values'], name: string): string | undefined {
+  const v = values[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+/** Exactly `n` positional arguments, named for the message. */
+export function positionals(given: string[], names: string[], help: string): string[] {
+  if (given.length < names.length) throw new UsageError(`missing argument <${names[given.length]}>`, help);
+  if (given.length > names.length) throw new UsageError(`unexpected argument "${given[names.length]}"`, help);
+  return given;
+}
+
+/** Formats rows as aligned columns (the first row is the header). */
+export function table(rows: string[][]): string {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('  ')).join('\n') + '\n';
+}

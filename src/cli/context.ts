@@ -1,0 +1,95 @@
+import 'reflect-metadata';
+import { Global, Module, type DynamicModule, type Type } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import pino, { type Logger } from 'pino';
+import { Writable } from 'node:stream';
+import { loadConfig, type OrdoConfig } from '../core/config/config';
+import { ConfigModule } from '../core/config/config.module';
+import { Database } from '../core/database/database';
+import { DatabaseModule } from '../core/database/database.module';
+import { SigningKeys, signingKeysDir } from '../modules/auth/signing-keys';
+import { resolveDatabase } from '../ordo';
+import type { CliIo } from './command';
+
+/** Log lines (migrations applied, embedded PostgreSQL) go to stderr as plain text, never to stdout. */
+export function cliLogger(io: CliIo, level: string): Logger {
+  const dest = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) {
+        try {
+          const o = JSON.parse(line) as { msg?: string };
+          if (o.msg) io.err(`ordo: ${o.msg}\n`);
+        } catch {
+          io.err(`${line}\n`);
+        }
+      }
+      done();
+    },
+  });
+  return pino({ level, base: undefined, timestamp: false }, dest);
+}
+
+export function cliConfig(io: CliIo): OrdoConfig {
+  return loadConfig(io.env);
+}
+
+@Global()
+@Module({})
+class CliKeysModule {
+  static forRoot(keys: SigningKeys): DynamicModule {
+    return { module: CliKeysModule, providers: [{ provide: SigningKeys, useValue: keys }], exports: [SigningKeys] };
+  }
+}
+
+@Module({})
+class CliModule {
+  static forRoot(config: OrdoConfig, database: Database, keys: SigningKeys, modules: Type[]): DynamicModule {
+    return {
+      module: CliModule,
+      imports: [
+        ConfigModule.forRoot(config),
+        DatabaseModule.forRoot(database),
+        CliKeysModule.forRoot(keys),
+        ...modules,
+      ],
+    };
+  }
+}
+
+export interface CliContext {
+  config: OrdoConfig;
+  database: Database;
+  keys: SigningKeys;
+  /** A provider of one of the modules passed to `withContext`. */
+  get<T>(type: Type<T>): T;
+}
+
+/**
+ * Runs `fn` against the same database and signing keys as the server (DATABASE_URL, or the
+ * embedded PostgreSQL under ORDO_HOME, joined when it runs and started then stopped when not),
+ * with the given Nest modules' services. The schema is brought up to date first, as at start.
+ */
+export async function withContext<T>(io: CliIo, modules: Type[], fn: (ctx: CliContext) => Promise<T>): Promise<T> {
+  const config = cliConfig(io);
+  const log = cliLogger(io, config.LOG_LEVEL === 'info' ? 'warn' : config.LOG_LEVEL);
+  const resolved = await resolveDatabase(config, log);
+  let database: Database | undefined;
+  let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>> | undefined;
+  try {
+    database = new Database(
+      { app: resolved.appUrl, system: resolved.systemUrl },
+      { poolSize: 4, applicationName: 'ordo:cli' },
+    );
+    const keys = await SigningKeys.open(signingKeysDir(config), { create: true });
+    app = await NestFactory.createApplicationContext(CliModule.forRoot(config, database, keys, modules), {
+      logger: false,
+      abortOnError: false,
+    });
+    const ctx = app;
+    return await fn({ config, database, keys, get: (type) => ctx.get(type, { strict: false }) });
+  } finally {
+    await app?.close().catch(() => undefined);
+    await database?.close();
+    await resolved.embedded?.stop();
+  }
+}
