@@ -1,0 +1,218 @@
+import dns from 'node:dns';
+import net from 'node:net';
+
+/**
+ * Network egress policy for plugins: a step reaches only the hosts in its `egress` list.
+ *
+ * Entries are `host`, `host:port`, `*.suffix` (any subdomain of suffix, not suffix itself),
+ * an IPv4 literal or a bracketed IPv6 literal, each optionally with `:port`. An entry without a
+ * port allows any port. Matching is case-insensitive.
+ *
+ * A hostname is resolved here and every resolved address is checked: loopback, private, shared
+ * (CGNAT), link-local (cloud metadata), unique-local, multicast, unspecified and reserved addresses
+ * are refused, also in their IPv4-mapped IPv6 forms. The only way to reach such an address is an
+ * entry that names the IP literal itself (`127.0.0.1:8080`): a hostname never unlocks one, since its
+ * DNS answer is not under the operator's control. The checked address is then pinned for the
+ * connection (see `pinnedLookup`), so a second DNS answer cannot swap it (DNS rebinding).
+ */
+
+export class EgressError extends Error {
+  constructor(
+    readonly code: 'EGRESS_DENIED',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'EgressError';
+  }
+  readonly retryable = false;
+}
+
+export interface EgressTarget {
+  url: URL;
+  /** The host as written in the URL (brackets removed for IPv6). */
+  hostname: string;
+  port: number;
+  /** The checked address the connection must use. */
+  address: string;
+  family: 4 | 6;
+}
+
+interface EgressRule {
+  wildcard: boolean;
+  host: string;
+  port?: number;
+  /** The host is an IP literal. */
+  ip: boolean;
+}
+
+export type Resolver = (hostname: string) => Promise<{ address: string; family: number }[]>;
+
+const systemResolver: Resolver = (hostname) => dns.promises.lookup(hostname, { all: true, verbatim: true });
+
+function normalizeHost(h: string): string {
+  let host = h.toLowerCase();
+  if (host.startsWith('[') && host.endsWith(']')) host = host.slice(1, -1);
+  if (host.endsWith('.')) host = host.slice(0, -1);
+  return host;
+}
+
+/** Parses one egress entry; throws on a malformed one (the DAG schema already rejects those). */
+export function parseEgressRule(entry: string): EgressRule {
+  const m = /^(\*\.)?(\[[0-9A-Fa-f:.]+\]|[^:[\]]+)(?::(\d{1,5}))?$/.exec(entry.trim());
+  if (!m) throw new EgressError('EGRESS_DENIED', `malformed egress entry "${entry}"`);
+  const host = normalizeHost(m[2]);
+  const port = m[3] === undefined ? undefined : Number(m[3]);
+  if (port !== undefined && (port < 1 || port > 65535))
+    throw new EgressError('EGRESS_DENIED', `malformed egress entry "${entry}"`);
+  return { wildcard: Boolean(m[1]), host, port, ip: net.isIP(host) !== 0 };
+}
+
+function canonicalIp(ip: string): string {
+  // `new URL` already canonicalizes literals in URLs; entries are canonicalized the same way.
+  if (net.isIPv6(ip)) return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
+  if (net.isIPv4(ip)) return new URL(`http://${ip}/`).hostname;
+  return ip;
+}
+
+function ruleMatches(rule: EgressRule, hostname: string, port: number): boolean {
+  if (rule.port !== undefined && rule.port !== port) return false;
+  if (rule.ip) return net.isIP(hostname) !== 0 && canonicalIp(rule.host) === canonicalIp(hostname);
+  if (rule.wildcard) return net.isIP(hostname) === 0 && hostname.endsWith(`.${rule.host}`);
+  return hostname === rule.host;
+}
+
+const special = new net.BlockList();
+for (const [net4, prefix] of [
+  ['0.0.0.0', 8], // "this network", unspecified
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10], // shared address space (CGNAT)
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16], // link-local, incl. cloud metadata 169.254.169.254
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24], // IETF protocol assignments
+  ['192.0.2.0', 24], // documentation
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15], // benchmarking
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, broadcast
+] as const) {
+  special.addSubnet(net4, prefix, 'ipv4');
+}
+for (const [net6, prefix] of [
+  ['::', 128], // unspecified
+  ['::1', 128], // loopback
+  ['64:ff9b::', 96], // NAT64 (embeds an IPv4 address)
+  ['100::', 64], // discard
+  ['2001:db8::', 32], // documentation
+  ['fc00::', 7], // unique-local (incl. fd00::/8)
+  ['fe80::', 10], // link-local
+  ['fec0::', 10], // site-local (deprecated)
+  ['ff00::', 8], // multicast
+] as const) {
+  special.addSubnet(net6, prefix, 'ipv6');
+}
+
+/** The IPv4 address embedded in an IPv4-mapped (::ffff:a.b.c.d) or IPv4-compatible IPv6 address. */
+function embeddedIpv4(ip6: string): string | undefined {
+  const canon = canonicalIp(ip6);
+  const m =
+    /^::(?:ffff:)?([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(canon) ?? /^::(?:ffff:)?(\d+\.\d+\.\d+\.\d+)$/.exec(canon);
+  if (!m) return undefined;
+  if (m.length === 2) return m[1];
+  const hi = parseInt(m[1], 16);
+  const lo = parseInt(m[2], 16);
+  return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+}
+
+/** True for addresses a step may reach only through an entry naming the IP literal. */
+export function isSpecialAddress(ip: string): boolean {
+  if (net.isIPv4(ip)) return special.check(ip, 'ipv4');
+  if (!net.isIPv6(ip)) return true;
+  const v4 = embeddedIpv4(ip);
+  if (v4 !== undefined) return special.check(v4, 'ipv4');
+  return special.check(ip, 'ipv6');
+}
+
+function defaultPort(protocol: string): number {
+  return protocol === 'https:' ? 443 : 80;
+}
+
+/**
+ * Checks `rawUrl` against the egress list, resolves its host and returns the address to pin.
+ * Throws EgressError (EGRESS_DENIED) when the URL, host, port or any resolved address is not allowed.
+ */
+export async function checkEgress(
+  rawUrl: string | URL,
+  egress: readonly string[],
+  resolve: Resolver = systemResolver,
+): Promise<EgressTarget> {
+  let url: URL;
+  try {
+    url = new URL(rawUrl);
+  } catch {
+    throw new EgressError('EGRESS_DENIED', `not a valid URL: ${String(rawUrl)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new EgressError('EGRESS_DENIED', `only http and https URLs are allowed, not ${url.protocol}`);
+  }
+  if (url.username || url.password) throw new EgressError('EGRESS_DENIED', 'URLs with credentials are not allowed');
+  const hostname = normalizeHost(url.hostname);
+  const port = url.port ? Number(url.port) : defaultPort(url.protocol);
+  const where = `${hostname.includes(':') ? `[${hostname}]` : hostname}:${port}`;
+  const rules = egress.map(parseEgressRule).filter((r) => ruleMatches(r, hostname, port));
+  if (rules.length === 0) {
+    throw new EgressError(
+      'EGRESS_DENIED',
+      egress.length === 0
+        ? `network access is denied: the step declares no egress (wanted ${where})`
+        : `${where} is not in the step's egress list`,
+    );
+  }
+
+  if (net.isIP(hostname) !== 0) {
+    // A literal matched only by a wildcard or name cannot happen; a literal rule names it explicitly.
+    const explicit = rules.some((r) => r.ip);
+    if (isSpecialAddress(hostname) && !explicit)
+      throw new EgressError('EGRESS_DENIED', `${where} is a private or reserved address`);
+    return { url, hostname, port, address: canonicalIp(hostname), family: net.isIPv6(hostname) ? 6 : 4 };
+  }
+
+  let answers: { address: string; family: number }[];
+  try {
+    answers = await resolve(hostname);
+  } catch (e) {
+    throw new EgressError(
+      'EGRESS_DENIED',
+      `cannot resolve ${hostname}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+    );
+  }
+  if (answers.length === 0) throw new EgressError('EGRESS_DENIED', `cannot resolve ${hostname}`);
+  // Every answer must be public: a mixed answer is how rebinding attacks hedge their bets.
+  const bad = answers.find((a) => isSpecialAddress(a.address));
+  if (bad)
+    throw new EgressError('EGRESS_DENIED', `${hostname} resolves to ${bad.address}, a private or reserved address`);
+  const pick = answers[0];
+  return { url, hostname, port, address: pick.address, family: pick.family === 6 ? 6 : 4 };
+}
+
+type LookupCallback = (
+  err: NodeJS.ErrnoException | null,
+  address: string | dns.LookupAddress[],
+  family?: number,
+) => void;
+
+/**
+ * A `lookup` for http(s).request that answers only the checked address, whatever name is asked:
+ * the connection goes where the check looked, and TLS still verifies the certificate against the
+ * URL's hostname (SNI and servername stay the name).
+ */
+export function pinnedLookup(target: Pick<EgressTarget, 'address' | 'family'>) {
+  return (_hostname: string, options: dns.LookupOptions | number | LookupCallback, cb?: LookupCallback): void => {
+    const callback = (typeof options === 'function' ? options : cb)!;
+    const all = typeof options === 'object' && options !== null && options.all === true;
+    if (all) callback(null, [{ address: target.address, family: target.family }]);
+    else callback(null, target.address, target.family);
+  };
+}

@@ -1,0 +1,32 @@
+import type { PluginContext, StepLogLine } from '../../plugins/plugin';
+
+export interface TestContext extends PluginContext {
+  lines: StepLogLine[];
+  controller: AbortController;
+}
+
+/** A real PluginContext for running a plugin's execute() on its own (tests and benchmarks). */
+export function pluginContext(over: Partial<PluginContext> & { secrets?: string[] } = {}): TestContext {
+  const controller = new AbortController();
+  const lines: StepLogLine[] = [];
+  const secrets = [...(over.secrets ?? [])].sort((a, b) => b.length - a.length);
+  const redact = (text: string) => secrets.reduce((t, s) => (s ? t.split(s).join('[redacted]') : t), text);
+  const { secrets: _s, ...rest } = over;
+  return {
+    tenantId: 'tenant-a',
+    dagId: 'dag',
+    dagVersion: 1,
+    runId: '00000000-0000-0000-0000-000000000001',
+    stepId: 'step',
+    attempt: 1,
+    traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    signal: controller.signal,
+    egress: [],
+    timeoutMs: 10_000,
+    log: (level, message) => lines.push({ ts: new Date().toISOString(), level, message }),
+    redact,
+    ...rest,
+    lines,
+    controller,
+  };
+}
