@@ -52,12 +52,20 @@ export class AuthGuard implements CanActivate {
     if (!status) throw unauthorized('token unknown to this instance', 'INVALID_TOKEN');
     if (status.revoked) throw unauthorized('token revoked', 'TOKEN_REVOKED');
     const header = req.headers['x-tenant-id'];
-    if (typeof header !== 'string' || header === '') throw badRequest('MISSING_TENANT', 'X-Tenant-Id header is required');
+    if (typeof header !== 'string' || header === '')
+      throw badRequest('MISSING_TENANT', 'X-Tenant-Id header is required');
     if (!TENANT_HEADER.test(header)) throw badRequest('INVALID_TENANT', 'X-Tenant-Id is not a tenant id');
     if (header !== verified.tid) throw forbidden('token does not belong to this tenant', 'TENANT_MISMATCH');
     if (!status.tenantActive) throw forbidden('tenant is disabled', 'TENANT_DISABLED');
-    if (!grants(verified.scopes, spec.access)) throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
-    state.principal = { kind: 'tenant', tenantId: verified.tid, subject: verified.sub, scopes: verified.scopes, jti: verified.jti };
+    if (!grants(verified.scopes, spec.access))
+      throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
+    state.principal = {
+      kind: 'tenant',
+      tenantId: verified.tid,
+      subject: verified.sub,
+      scopes: verified.scopes,
+      jti: verified.jti,
+    };
     return true;
   }
 }

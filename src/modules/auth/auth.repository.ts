@@ -18,6 +18,8 @@ export interface TokenRecord {
   createdAt: Date;
   expiresAt: Date;
   revokedAt: Date | null;
+  /** created_at at full (microsecond) precision, for keyset paging. */
+  createdKey: string;
 }
 
 @Injectable()
@@ -39,7 +41,10 @@ export class AuthRepository {
     return row && row.revoked_at !== null;
   }
 
-  async insertPlatformToken(db: SystemDb, t: { jti: string; subject: string; description: string | null; expiresAt: Date }) {
+  async insertPlatformToken(
+    db: SystemDb,
+    t: { jti: string; subject: string; description: string | null; expiresAt: Date },
+  ) {
     await db
       .insertInto('platform_token')
       .values({ jti: t.jti, subject: t.subject, description: t.description, expires_at: t.expiresAt })
@@ -48,7 +53,14 @@ export class AuthRepository {
 
   async insertToken(
     tx: TenantTx,
-    t: { jti: string; subject: string; scopes: TenantScope[]; description: string | null; createdBy: string; expiresAt: Date },
+    t: {
+      jti: string;
+      subject: string;
+      scopes: TenantScope[];
+      description: string | null;
+      createdBy: string;
+      expiresAt: Date;
+    },
   ): Promise<void> {
     await tx
       .insertInto('api_token')
@@ -64,14 +76,21 @@ export class AuthRepository {
       .execute();
   }
 
-  async listTokens(tx: TenantTx, page: { limit: number; after?: { createdAt: Date; jti: string } }): Promise<TokenRecord[]> {
+  /** Newest first; `after` is the (createdKey, jti) of the previous page's last row. */
+  async listTokens(
+    tx: TenantTx,
+    page: { limit: number; after?: { createdKey: string; jti: string } },
+  ): Promise<TokenRecord[]> {
     let q = tx
       .selectFrom('api_token')
       .select(['jti', 'subject', 'scopes', 'description', 'created_by', 'created_at', 'expires_at', 'revoked_at'])
+      .select(sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('created_key'))
       .where('tenant_id', '=', tenantOf(tx));
     if (page.after) {
-      const a = page.after;
-      q = q.where((eb) => eb.or([eb('created_at', '<', a.createdAt), eb.and([eb('created_at', '=', a.createdAt), eb('jti', '>', a.jti)])]));
+      // Compared at microsecond precision: a JS Date (milliseconds) would skip rows created within the same millisecond.
+      const at = sql<Date>`${page.after.createdKey}::timestamptz`;
+      const jti = page.after.jti;
+      q = q.where((eb) => eb.or([eb('created_at', '<', at), eb.and([eb('created_at', '=', at), eb('jti', '>', jti)])]));
     }
     const rows = await q.orderBy('created_at', 'desc').orderBy('jti', 'asc').limit(page.limit).execute();
     return rows.map((r) => ({
@@ -83,6 +102,7 @@ export class AuthRepository {
       createdAt: r.created_at,
       expiresAt: r.expires_at,
       revokedAt: r.revoked_at,
+      createdKey: r.created_key,
     }));
   }
 

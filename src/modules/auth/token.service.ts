@@ -63,7 +63,8 @@ export class TokenService {
       throw unauthorized('malformed token', 'INVALID_TOKEN');
     }
     if (header.alg !== 'EdDSA') throw unauthorized('token algorithm not accepted', 'INVALID_TOKEN');
-    if (typeof header.kid !== 'string' || !KID.test(header.kid)) throw unauthorized('token has no valid kid', 'INVALID_TOKEN');
+    if (typeof header.kid !== 'string' || !KID.test(header.kid))
+      throw unauthorized('token has no valid kid', 'INVALID_TOKEN');
     if (header.crit !== undefined || header.jku !== undefined || header.jwk !== undefined || header.x5u !== undefined) {
       throw unauthorized('token header not accepted', 'INVALID_TOKEN');
     }
@@ -80,7 +81,10 @@ export class TokenService {
       }));
     } catch (e) {
       const code = (e as { code?: string }).code;
-      throw unauthorized(code === 'ERR_JWT_EXPIRED' ? 'token expired' : 'token rejected', code === 'ERR_JWT_EXPIRED' ? 'TOKEN_EXPIRED' : 'INVALID_TOKEN');
+      throw unauthorized(
+        code === 'ERR_JWT_EXPIRED' ? 'token expired' : 'token rejected',
+        code === 'ERR_JWT_EXPIRED' ? 'TOKEN_EXPIRED' : 'INVALID_TOKEN',
+      );
     }
     const { sub, jti, exp, scope, tid } = payload as JWTPayload & { scope?: unknown; tid?: unknown };
     if (typeof sub !== 'string' || typeof jti !== 'string' || typeof exp !== 'number' || typeof scope !== 'string') {
@@ -88,7 +92,8 @@ export class TokenService {
     }
     const scopes = scope.split(' ').filter(Boolean);
     if (tid === undefined) {
-      if (scopes.length !== 1 || scopes[0] !== PLATFORM_SCOPE) throw unauthorized('token claims malformed', 'INVALID_TOKEN');
+      if (scopes.length !== 1 || scopes[0] !== PLATFORM_SCOPE)
+        throw unauthorized('token claims malformed', 'INVALID_TOKEN');
       return { kind: 'platform', sub, jti, exp };
     }
     if (typeof tid !== 'string' || scopes.length === 0 || !scopes.every(isTenantScope)) {

@@ -2,7 +2,14 @@ import { Controller, Get, HttpCode, Post } from '@nestjs/common';
 import { z } from 'zod';
 import { Body, Params, Query, TenantPrincipal, type TenantPrincipalT } from '../../core/http/request-context';
 import { Route } from '../../core/http/route-spec';
-import { createTokenBody, jtiParams, mintedTokenSchema, pageQuery, tokenListSchema, type CreateTokenBody } from './tokens.dto';
+import {
+  createTokenBody,
+  jtiParams,
+  mintedTokenSchema,
+  pageQuery,
+  tokenListSchema,
+  type CreateTokenBody,
+} from './tokens.dto';
 import { TokensService } from './tokens.service';
 
 @Controller('api/v1/tokens')

@@ -5,9 +5,19 @@ export const scopeSchema = z.enum(SCOPES);
 
 export const createTokenBody = z
   .strictObject({
-    subject: z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces').optional(),
+    subject: z
+      .string()
+      .min(1)
+      .max(200)
+      .regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces')
+      .optional(),
     scopes: z.array(scopeSchema).min(1).max(3),
-    ttlSeconds: z.number().int().min(60).max(10 * 365 * 24 * 3600).optional(),
+    ttlSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(10 * 365 * 24 * 3600)
+      .optional(),
     description: z.string().max(500).optional(),
   })
   .meta({ id: 'CreateTokenRequest' });
@@ -41,7 +51,9 @@ export const pageQuery = z.strictObject({
   pageToken: z.string().max(500).optional(),
 });
 
-export const tokenListSchema = z.object({ items: z.array(tokenRecordSchema), nextPageToken: z.string().nullable() }).meta({ id: 'TokenList' });
+export const tokenListSchema = z
+  .object({ items: z.array(tokenRecordSchema), nextPageToken: z.string().nullable() })
+  .meta({ id: 'TokenList' });
 export const jtiParams = z.strictObject({ jti: z.uuid() });
 
 export type CreateTokenBody = z.infer<typeof createTokenBody>;

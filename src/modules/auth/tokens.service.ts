@@ -11,8 +11,13 @@ import type { CreateTokenBody, MintedTokenDto, TokenRecordDto } from './tokens.d
 
 type PageKey = { c: string; j: string };
 const isPageKey = (v: unknown): v is PageKey =>
-  typeof v === 'object' && v !== null && typeof (v as PageKey).c === 'string' && typeof (v as PageKey).j === 'string' &&
-  !Number.isNaN(Date.parse((v as PageKey).c)) && /^[0-9a-f-]{36}$/.test((v as PageKey).j);
+  typeof v === 'object' &&
+  v !== null &&
+  typeof (v as PageKey).c === 'string' &&
+  typeof (v as PageKey).j === 'string' &&
+  /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test((v as PageKey).c) &&
+  !Number.isNaN(Date.parse((v as PageKey).c)) &&
+  /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test((v as PageKey).j);
 
 /** Tenant tokens: minted by a tenant admin (never with more than it holds), listed and revoked. */
 @Injectable()
@@ -25,8 +30,16 @@ export class TokensService {
 
   async create(principal: TenantPrincipalT, body: CreateTokenBody): Promise<MintedTokenDto> {
     const scopes = [...new Set(body.scopes)].sort();
-    if (!covers(principal.scopes, scopes)) throw forbidden('cannot mint a token with more scopes than the caller holds', 'SCOPE_ESCALATION');
-    return this.mintFor(principal.tenantId, body.subject ?? principal.subject, scopes, principal.subject, body.ttlSeconds, body.description);
+    if (!covers(principal.scopes, scopes))
+      throw forbidden('cannot mint a token with more scopes than the caller holds', 'SCOPE_ESCALATION');
+    return this.mintFor(
+      principal.tenantId,
+      body.subject ?? principal.subject,
+      scopes,
+      principal.subject,
+      body.ttlSeconds,
+      body.description,
+    );
   }
 
   /** Mints and records a tenant token; also used by platform operators and the first-start bootstrap. */
@@ -40,19 +53,33 @@ export class TokensService {
   ): Promise<MintedTokenDto> {
     const minted = await this.tokens.mintTenant(tenantId, subject, scopes, ttlSeconds);
     await this.db.withTenant(tenantId, (tx) =>
-      this.repo.insertToken(tx, { jti: minted.jti, subject, scopes, description: description ?? null, createdBy, expiresAt: minted.expiresAt }),
+      this.repo.insertToken(tx, {
+        jti: minted.jti,
+        subject,
+        scopes,
+        description: description ?? null,
+        createdBy,
+        expiresAt: minted.expiresAt,
+      }),
     );
-    return { token: minted.token, jti: minted.jti, tenantId, subject, scopes, expiresAt: minted.expiresAt.toISOString() };
+    return {
+      token: minted.token,
+      jti: minted.jti,
+      tenantId,
+      subject,
+      scopes,
+      expiresAt: minted.expiresAt.toISOString(),
+    };
   }
 
   async list(principal: TenantPrincipalT, q: { limit: number; pageToken?: string }) {
     const after = decodePageToken(q.pageToken, isPageKey);
     const rows = await this.db.withTenant(principal.tenantId, (tx) =>
-      this.repo.listTokens(tx, { limit: q.limit + 1, after: after && { createdAt: new Date(after.c), jti: after.j } }),
+      this.repo.listTokens(tx, { limit: q.limit + 1, after: after && { createdKey: after.c, jti: after.j } }),
     );
     const items = rows.slice(0, q.limit).map(toDto);
     const last = rows.length > q.limit ? rows[q.limit - 1] : undefined;
-    return { items, nextPageToken: last ? encodePageToken({ c: last.createdAt.toISOString(), j: last.jti }) : null };
+    return { items, nextPageToken: last ? encodePageToken({ c: last.createdKey, j: last.jti }) : null };
   }
 
   async revoke(principal: TenantPrincipalT, jti: string): Promise<{ jti: string; revokedAt: string }> {
