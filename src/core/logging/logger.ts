@@ -1,26 +1,60 @@
 import type { LoggerService } from '@nestjs/common';
+import { trace } from '@opentelemetry/api';
 import pino, { type Logger } from 'pino';
+import { currentLogContext } from './log-context';
+
+// Key names whose values never reach a log line, at the top level and up to two levels down.
+const SECRET_KEYS = [
+  'authorization',
+  'Authorization',
+  'token',
+  'password',
+  'secret',
+  'secrets',
+  'privateKey',
+  'privateJwk',
+  'connectionString',
+  'cookie',
+  'apiKey',
+  'accessToken',
+  'access_token',
+  'refreshToken',
+  'clientSecret',
+  'adminToken',
+  'platformToken',
+];
+const HEADER_KEYS = ['authorization', 'Authorization', 'cookie', '["set-cookie"]', '["x-api-key"]'];
 
 /** Paths whose values never reach a log line: credentials, tokens, secrets. */
 export const REDACT_PATHS = [
-  'authorization',
-  '*.authorization',
-  'headers.authorization',
-  '*.headers.authorization',
-  'req.headers.authorization',
-  'token',
-  '*.token',
-  'password',
-  '*.password',
-  'secret',
-  '*.secret',
-  'secrets',
-  '*.secrets',
-  'privateKey',
-  '*.privateKey',
-  'connectionString',
-  '*.connectionString',
+  ...SECRET_KEYS.flatMap((k) => [k, `*.${k}`, `*.*.${k}`]),
+  ...HEADER_KEYS.flatMap((k) => {
+    const seg = k.startsWith('[') ? k : `.${k}`;
+    return [`headers${seg}`, `*.headers${seg}`, `*.*.headers${seg}`];
+  }),
 ];
+
+// Credentials that slip into free text: bearer tokens and anything shaped like a JWT.
+const BEARER = /\bBearer\s+[A-Za-z0-9._~+/=-]+/g;
+const JWT = /\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*/g;
+
+/** Replaces bearer tokens and JWTs found in a free-text log message. */
+export function scrubText(text: string): string {
+  return text.replace(BEARER, 'Bearer [redacted]').replace(JWT, '[redacted]');
+}
+
+/**
+ * Fields from the current context: the log context (tenant, dagId, runId, stepId, trace_id) and,
+ * when no trace_id is set there, the active span's trace id.
+ */
+function contextFields(): Record<string, string> {
+  const fields: Record<string, string> = { ...currentLogContext() };
+  if (!fields.trace_id) {
+    const span = trace.getActiveSpan();
+    if (span) fields.trace_id = span.spanContext().traceId;
+  }
+  return fields;
+}
 
 let root: Logger | undefined;
 
@@ -34,6 +68,13 @@ export function createRootLogger(level: string, destination?: pino.DestinationSt
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       formatters: { level: (label) => ({ level: label }) },
       serializers: { err: pino.stdSerializers.err },
+      mixin: contextFields,
+      hooks: {
+        logMethod(args, method) {
+          const scrubbed = args.map((a: unknown) => (typeof a === 'string' ? scrubText(a) : a)) as typeof args;
+          method.apply(this, scrubbed);
+        },
+      },
     },
     destination,
   );

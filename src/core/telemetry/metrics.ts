@@ -1,0 +1,98 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+/**
+ * The process's Prometheus metrics. One registry per process (metrics describe the process and
+ * what it executed); `/metrics` renders it. Label values are tenant ids and statuses only:
+ * bounded sets, never user input such as run ids.
+ */
+export const registry = new Registry();
+collectDefaultMetrics({ register: registry, prefix: 'ordo_' });
+
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
+const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+export const metrics = {
+  runsTotal: new Counter({
+    name: 'orchestrator_runs_total',
+    help: 'Runs that reached a terminal state, by tenant and final status.',
+    labelNames: ['tenant', 'status'] as const,
+    registers: [registry],
+  }),
+  runDuration: new Histogram({
+    name: 'orchestrator_run_duration_seconds',
+    help: 'Wall time of finished runs, from start to the terminal state.',
+    labelNames: ['tenant', 'status'] as const,
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  }),
+  stepDuration: new Histogram({
+    name: 'orchestrator_step_duration_seconds',
+    help: 'Execution time of step attempts (plugin call), by final attempt status.',
+    labelNames: ['tenant', 'status'] as const,
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  }),
+  stepRetriesTotal: new Counter({
+    name: 'orchestrator_step_retries_total',
+    help: 'Step attempts scheduled as retries (after a failure or an orphaned lease).',
+    labelNames: ['tenant'] as const,
+    registers: [registry],
+  }),
+  dispatchLatency: new Histogram({
+    name: 'orchestrator_dispatch_latency_seconds',
+    help: 'Time a ready step waited in its tenant queue before a worker claimed it.',
+    labelNames: ['tenant'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [registry],
+  }),
+  queueDepth: new Gauge({
+    name: 'orchestrator_queue_depth',
+    help: 'Ready steps waiting in each tenant queue (read from the database at scrape time).',
+    labelNames: ['tenant'] as const,
+    registers: [registry],
+  }),
+  streamConnections: new Gauge({
+    name: 'orchestrator_stream_connections',
+    help: 'Open WebSocket stream connections on this process.',
+    registers: [registry],
+  }),
+  streamClosedTotal: new Counter({
+    name: 'orchestrator_stream_closed_total',
+    help: 'WebSocket stream connections closed by the server, by close code.',
+    labelNames: ['code'] as const,
+    registers: [registry],
+  }),
+  spansDroppedTotal: new Counter({
+    name: 'orchestrator_spans_dropped_total',
+    help: 'Spans not stored because the span store buffer was full or the insert failed.',
+    registers: [registry],
+  }),
+};
+
+const seconds = (ms: number) => Math.max(0, ms) / 1000;
+
+/** Records a run reaching a terminal state: the runs counter and (when it started) its duration. */
+export function recordRunFinished(tenant: string, status: string, startedAt: Date | null, finishedAt: Date): void {
+  metrics.runsTotal.inc({ tenant, status });
+  if (startedAt) metrics.runDuration.observe({ tenant, status }, seconds(finishedAt.getTime() - startedAt.getTime()));
+}
+
+/** Records a step attempt's execution time with its final attempt status. */
+export function recordStepFinished(tenant: string, status: string, startedAt: Date, finishedAt: Date): void {
+  metrics.stepDuration.observe({ tenant, status }, seconds(finishedAt.getTime() - startedAt.getTime()));
+}
+
+/** Records a claim: how long the step waited in the queue. */
+export function recordDispatch(tenant: string, queuedAt: Date, claimedAt: Date): void {
+  metrics.dispatchLatency.observe({ tenant }, seconds(claimedAt.getTime() - queuedAt.getTime()));
+}
+
+export function recordStepRetry(tenant: string): void {
+  metrics.stepRetriesTotal.inc({ tenant });
+}
+
+/** Replaces the queue depth gauge with a fresh reading (tenants absent from it read 0 by absence). */
+export function setQueueDepths(rows: { tenant: string; depth: number }[]): void {
+  metrics.queueDepth.reset();
+  for (const r of rows) metrics.queueDepth.set({ tenant: r.tenant }, r.depth);
+}

@@ -1,0 +1,99 @@
+import type { ReadableSpan, SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { currentLogContext } from '../logging/log-context';
+import {
+  attachSpanProcessor,
+  currentTraceparent,
+  recordRunSpan,
+  runSpanId,
+  runTraceparent,
+  safeAttributes,
+  withChildSpan,
+  withStepSpan,
+} from './tracing';
+
+function collector(): { spans: ReadableSpan[]; detach: () => void } {
+  const spans: ReadableSpan[] = [];
+  const p: SpanProcessor = {
+    onStart: () => undefined,
+    onEnd: (s) => spans.push(s),
+    forceFlush: async () => undefined,
+    shutdown: async () => undefined,
+  };
+  return { spans, detach: attachSpanProcessor(p) };
+}
+
+const base = { tenant: 'acme', dagId: 'etl', runId: '7b0e0c1e-3a3c-4a53-9d0a-0a4a3c0f4b11', traceId: 'ab'.repeat(16) };
+
+describe('tracing', () => {
+  it('keeps one trace id per run across attempts and names the run span as parent', async () => {
+    const c = collector();
+    let carried: string | undefined;
+    await withStepSpan({ ...base, stepId: 'extract', attempt: 1 }, async (o) => {
+      carried = currentTraceparent();
+      o.setStatus('retrying');
+    });
+    await withStepSpan({ ...base, stepId: 'extract', attempt: 2, traceparent: carried }, async (o) => {
+      await withChildSpan('orchestrator.plugin', { plugin: 'http', authorization: 'Bearer x' }, async () => undefined);
+      o.setStatus('succeeded');
+    });
+    recordRunSpan({ ...base, status: 'succeeded' }, new Date(Date.now() - 1000), new Date());
+    c.detach();
+
+    expect(c.spans.map((s) => s.name)).toEqual([
+      'orchestrator.step',
+      'orchestrator.plugin',
+      'orchestrator.step',
+      'orchestrator.run',
+    ]);
+    for (const s of c.spans) expect(s.spanContext().traceId).toBe(base.traceId);
+    const [first, plugin, second, run] = c.spans;
+    expect(run.spanContext().spanId).toBe(runSpanId(base.runId));
+    expect(run.parentSpanContext).toBeUndefined();
+    expect(first.parentSpanContext?.spanId).toBe(runSpanId(base.runId));
+    // The retry is parented by the traceparent the first attempt put into the queue payload.
+    expect(second.parentSpanContext?.spanId).toBe(first.spanContext().spanId);
+    expect(plugin.parentSpanContext?.spanId).toBe(second.spanContext().spanId);
+    expect(plugin.attributes.authorization).toBeUndefined();
+    expect(first.attributes).toMatchObject({
+      tenant: 'acme',
+      dagId: 'etl',
+      runId: base.runId,
+      stepId: 'extract',
+      attempt: 1,
+      status: 'retrying',
+    });
+    expect(second.attributes.status).toBe('succeeded');
+  });
+
+  it('sets the log context inside a step span', async () => {
+    await withStepSpan({ ...base, stepId: 's1', attempt: 1 }, async () => {
+      expect(currentLogContext()).toEqual({
+        trace_id: base.traceId,
+        tenant: 'acme',
+        dagId: 'etl',
+        runId: base.runId,
+        stepId: 's1',
+      });
+    });
+  });
+
+  it('marks a step span failed when the attempt throws', async () => {
+    const c = collector();
+    await expect(
+      withStepSpan({ ...base, stepId: 's1', attempt: 1 }, async () => Promise.reject(new Error('boom'))),
+    ).rejects.toThrow('boom');
+    c.detach();
+    expect(c.spans[0].attributes.status).toBe('failed');
+    expect(c.spans[0].status.code).toBe(2);
+  });
+
+  it('builds a traceparent naming the run span', () => {
+    expect(runTraceparent(base.traceId, base.runId)).toBe(`00-${base.traceId}-${runSpanId(base.runId)}-01`);
+  });
+
+  it('drops attributes named like credentials', () => {
+    expect(safeAttributes({ tenant: 't', apiKey: 'k', client_secret: 's', password: 'p', n: 1, x: undefined })).toEqual(
+      { tenant: 't', n: 1 },
+    );
+  });
+});
