@@ -152,6 +152,36 @@ export interface PlatformToken {
   subject: string;
 }
 
+export interface Schedule {
+  catch_up: string;
+  created_at: Generated<Timestamp>;
+  created_by: string;
+  cron: string;
+  dag_id: string;
+  dag_version: number | null;
+  id: string;
+  inputs: Generated<Json>;
+  last_fire_at: Timestamp | null;
+  last_run_id: string | null;
+  next_fire_at: Timestamp | null;
+  overlap: string;
+  paused: Generated<boolean>;
+  queued_fire_at: Timestamp | null;
+  tenant_id: string;
+  timezone: string;
+  updated_at: Generated<Timestamp>;
+}
+
+export interface ScheduleFire {
+  error: string | null;
+  fire_time: Timestamp;
+  fired_at: Generated<Timestamp>;
+  outcome: string;
+  run_id: string | null;
+  schedule_id: string;
+  tenant_id: string;
+}
+
 export interface Tenant {
   created_at: Generated<Timestamp>;
   disabled_at: Timestamp | null;
@@ -174,5 +204,7 @@ export interface DB {
   "graphile_worker.migrations": GraphileWorkerMigrations;
   idempotency_key: IdempotencyKey;
   platform_token: PlatformToken;
+  schedule: Schedule;
+  schedule_fire: ScheduleFire;
   tenant: Tenant;
 }
