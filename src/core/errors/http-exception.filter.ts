@@ -39,9 +39,19 @@ export function toEnvelope(exception: unknown, traceId: string): { status: numbe
     if (status === 405) return { status, body: env('METHOD_NOT_ALLOWED', 'method not allowed on this route') };
     if (status === 413) return { status, body: env('PAYLOAD_TOO_LARGE', 'request body exceeds the configured limit') };
     const cause = exception.cause as FastifyLikeError | undefined;
-    if (status === 400 && (cause?.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || /not valid JSON/i.test(exception.message))) {
+    if (
+      status === 400 &&
+      (cause?.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || /not valid JSON/i.test(exception.message))
+    ) {
       return { status, body: env('MALFORMED_JSON', 'request body is not valid JSON') };
     }
+    if (
+      status === 400 &&
+      (cause?.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || /Body cannot be empty/i.test(exception.message))
+    ) {
+      return { status, body: env('MALFORMED_JSON', 'body is empty but content-type is application/json') };
+    }
+    if (status === 415) return { status, body: env('UNSUPPORTED_MEDIA_TYPE', 'unsupported content type') };
     if (status < 500) return { status, body: env('BAD_REQUEST', exception.message) };
     return { status: 500, body: env('INTERNAL', 'internal error') };
   }

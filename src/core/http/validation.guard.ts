@@ -2,7 +2,7 @@ import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/com
 import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
 import type { z } from 'zod';
-import { badRequest } from '../errors/domain-error';
+import { badRequest, DomainError } from '../errors/domain-error';
 import { requestState } from './request-context';
 import { ROUTE_SPEC, type RouteSpec } from './route-spec';
 
@@ -20,13 +20,35 @@ export class ValidationGuard implements CanActivate {
     const query = spec.query ? parse(spec.query, req.query ?? {}, 'query') : {};
     let body: unknown = undefined;
     if (spec.body) {
+      checkContentType(req, spec);
       body = parse(spec.body, req.body, 'body');
-    } else if (req.body !== undefined && req.body !== null && !(typeof req.body === 'object' && Object.keys(req.body).length === 0)) {
+    } else if (
+      req.body !== undefined &&
+      req.body !== null &&
+      !(typeof req.body === 'object' && Object.keys(req.body).length === 0)
+    ) {
       throw badRequest('UNEXPECTED_BODY', 'this route takes no request body');
     }
-    requestState(req).input = { params: params as Record<string, unknown>, query: query as Record<string, unknown>, body };
+    requestState(req).input = {
+      params: params as Record<string, unknown>,
+      query: query as Record<string, unknown>,
+      body,
+    };
     return true;
   }
+}
+
+/** A body must come as JSON or as one of the route's declared other content types (else 415). */
+function checkContentType(req: FastifyRequest, spec: RouteSpec): void {
+  const header = req.headers['content-type'];
+  if (header === undefined || req.body === undefined) return;
+  const type = header.split(';')[0].trim().toLowerCase();
+  if (type === 'application/json' || type.endsWith('+json') || (spec.bodyContentTypes ?? []).includes(type)) return;
+  throw new DomainError(
+    'UNSUPPORTED_MEDIA_TYPE',
+    `content type ${type} is not accepted here (use application/json)`,
+    415,
+  );
 }
 
 function parse(schema: z.ZodType, value: unknown, where: 'path' | 'query' | 'body'): unknown {

@@ -24,6 +24,8 @@ export class TokensController {
     access: 'orchestrator:admin',
     body: createTokenBody,
     responses: { 201: { description: 'Minted; the token is shown once', schema: mintedTokenSchema } },
+    // The response holds the token, which is never stored, so it cannot be replayed.
+    idempotent: false,
   })
   create(@TenantPrincipal() p: TenantPrincipalT, @Body() body: CreateTokenBody) {
     return this.tokens.create(p, body);

@@ -22,6 +22,13 @@ const STALE_AFTER_SECONDS = 120;
  * response; the same key with another body is 422; a duplicate while the first runs is 409.
  * 4xx answers are stored like successes; a 5xx releases the key so the client can retry.
  */
+/** Fingerprint of a request for Idempotency-Key comparison: method, path and the validated body (canonical JSON). */
+export function requestHash(method: string, path: string, body: unknown): string {
+  return createHash('sha256')
+    .update(`${method} ${path}\n${canonicalJson(body ?? null)}`)
+    .digest('hex');
+}
+
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   constructor(
@@ -36,27 +43,38 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const spec = this.reflector.get<RouteSpec | undefined>(ROUTE_SPEC, ctx.getHandler());
     const principal = requestState(req).principal;
     const raw = req.headers['idempotency-key'];
-    if (req.method !== 'POST' || !spec || spec.idempotent === false || principal?.kind !== 'tenant' || raw === undefined) {
+    if (
+      req.method !== 'POST' ||
+      !spec ||
+      spec.idempotent === false ||
+      principal?.kind !== 'tenant' ||
+      raw === undefined
+    ) {
       return next.handle();
     }
     return from(this.run(ctx, next, principal.tenantId, raw));
   }
 
-  private async run(ctx: ExecutionContext, next: CallHandler, tenantId: string, raw: string | string[]): Promise<unknown> {
+  private async run(
+    ctx: ExecutionContext,
+    next: CallHandler,
+    tenantId: string,
+    raw: string | string[],
+  ): Promise<unknown> {
     const req = ctx.switchToHttp().getRequest<FastifyRequest>();
     const reply = ctx.switchToHttp().getResponse<FastifyReply>();
     const key = Array.isArray(raw) ? raw[0] : raw;
-    if (Array.isArray(raw) || !KEY.test(key)) throw badRequest('INVALID_IDEMPOTENCY_KEY', 'Idempotency-Key must be 1-255 printable ASCII characters');
+    if (Array.isArray(raw) || !KEY.test(key))
+      throw badRequest('INVALID_IDEMPOTENCY_KEY', 'Idempotency-Key must be 1-255 printable ASCII characters');
     const path = req.url.split('?')[0];
-    const hash = createHash('sha256')
-      .update(`${req.method} ${path}\n${canonicalJson(requestState(req).input?.body ?? null)}`)
-      .digest('hex');
+    const hash = requestHash(req.method, path, requestState(req).input?.body);
 
     const owned = await this.db.withTenant(tenantId, async (tx) => {
       if (await this.repo.claim(tx, { key, method: req.method, path, hash, ttlSeconds: TTL_SECONDS })) return true;
       const rec = await this.repo.find(tx, key, STALE_AFTER_SECONDS);
       if (!rec) return false;
-      if (rec.request_hash !== hash) throw unprocessable('IDEMPOTENCY_KEY_REUSED', 'Idempotency-Key was used with a different request');
+      if (rec.request_hash !== hash)
+        throw unprocessable('IDEMPOTENCY_KEY_REUSED', 'Idempotency-Key was used with a different request');
       if (rec.state === 'done') {
         void reply.status(rec.response_status ?? 200).header('idempotent-replayed', 'true');
         return { replay: rec.response_body };
@@ -64,7 +82,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (rec.stale && (await this.repo.takeOver(tx, key, hash, STALE_AFTER_SECONDS))) return true;
       throw conflict('IDEMPOTENCY_IN_PROGRESS', 'a request with this Idempotency-Key is still being processed');
     });
-    if (owned === false) throw conflict('IDEMPOTENCY_IN_PROGRESS', 'a request with this Idempotency-Key is still being processed');
+    if (owned === false)
+      throw conflict('IDEMPOTENCY_IN_PROGRESS', 'a request with this Idempotency-Key is still being processed');
     if (owned !== true) return owned.replay;
 
     try {

@@ -13,7 +13,10 @@ export interface IdempotencyRecord {
 @Injectable()
 export class IdempotencyRepository {
   /** Claims the key for this request; returns true when this request now owns it. */
-  async claim(tx: TenantTx, r: { key: string; method: string; path: string; hash: string; ttlSeconds: number }): Promise<boolean> {
+  async claim(
+    tx: TenantTx,
+    r: { key: string; method: string; path: string; hash: string; ttlSeconds: number },
+  ): Promise<boolean> {
     const inserted = await tx
       .insertInto('idempotency_key')
       .values({
@@ -39,7 +42,9 @@ export class IdempotencyRepository {
         'state',
         'response_status',
         'response_body',
-        sql<boolean>`state = 'processing' and created_at < now() - make_interval(secs => ${staleAfterSeconds})`.as('stale'),
+        sql<boolean>`state = 'processing' and created_at < now() - make_interval(secs => ${staleAfterSeconds})`.as(
+          'stale',
+        ),
       ])
       .where('tenant_id', '=', tenantOf(tx))
       .where('key', '=', key)
@@ -71,7 +76,12 @@ export class IdempotencyRepository {
   }
 
   async release(tx: TenantTx, key: string): Promise<void> {
-    await tx.deleteFrom('idempotency_key').where('tenant_id', '=', tenantOf(tx)).where('key', '=', key).where('state', '=', 'processing').execute();
+    await tx
+      .deleteFrom('idempotency_key')
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('key', '=', key)
+      .where('state', '=', 'processing')
+      .execute();
   }
 
   /** Retention: drops expired records across tenants. */
