@@ -36,6 +36,69 @@ export interface ApiToken {
   tenant_id: string;
 }
 
+export interface Artifact {
+  body_bytes: Buffer | null;
+  body_json: Json | null;
+  created_at: Generated<Timestamp>;
+  created_on: Generated<Timestamp>;
+  media_type: string;
+  sha256: string;
+  size: number;
+  tenant_id: string;
+}
+
+export interface Attempt {
+  attempt: number;
+  claimed_at: Timestamp;
+  constraint_checked_at: Timestamp | null;
+  created_at: Generated<Timestamp>;
+  epoch: number;
+  error: Json | null;
+  finished_at: Timestamp | null;
+  lease_expires_at: Timestamp;
+  logs_hash: string | null;
+  outputs_hash: string | null;
+  queued_at: Timestamp | null;
+  run_id: string;
+  started_at: Timestamp | null;
+  status: Generated<string>;
+  step_id: string;
+  tenant_id: string;
+  terminated_at: Timestamp | null;
+  traceparent: string;
+  worker_id: string;
+}
+
+export interface Bundle {
+  bundle_hash: string;
+  dags: Json;
+  imported_at: Generated<Timestamp>;
+  imported_by: string;
+  kid: string;
+  manifest: Json;
+  name: string;
+  owner: string;
+  signature: string;
+  tenant_id: string;
+  version: string;
+}
+
+export interface BundleBlob {
+  content: Buffer;
+  sha256: string;
+  size: number;
+  tenant_id: string;
+}
+
+export interface BundleFile {
+  bundle_hash: string;
+  kind: string;
+  path: string;
+  sha256: string;
+  size: number;
+  tenant_id: string;
+}
+
 export interface Dag {
   created_at: Generated<Timestamp>;
   dag_id: string;
@@ -152,6 +215,63 @@ export interface PlatformToken {
   subject: string;
 }
 
+export interface QueueItem {
+  enqueued_at: Generated<Timestamp>;
+  epoch: number | null;
+  id: Generated<number>;
+  lease_expires_at: Timestamp | null;
+  run_id: string;
+  state: Generated<string>;
+  step_id: string;
+  tenant_id: string;
+  worker_id: string | null;
+}
+
+export interface Run {
+  admitted: Generated<boolean>;
+  content_hash: string;
+  created_at: Generated<Timestamp>;
+  dag_id: string;
+  dag_version: number;
+  dispatch_count: Generated<number>;
+  event_hash: Generated<string>;
+  event_seq: Generated<number>;
+  finished_at: Timestamp | null;
+  inputs: Json;
+  inputs_hash: string;
+  outputs_hash: string | null;
+  reason: string | null;
+  replay_of: string | null;
+  requested_by: string;
+  rerun_from_step: string | null;
+  rerun_of: string | null;
+  run_id: string;
+  run_token: string;
+  started_at: Timestamp | null;
+  status: Generated<string>;
+  steps_failed: Generated<number>;
+  steps_remaining: number;
+  steps_total: number;
+  tenant_id: string;
+  trace_id: string;
+}
+
+export interface RunEvent {
+  actor: string;
+  attempt: number | null;
+  created_at: Timestamp;
+  data: Json;
+  hash: string;
+  prev_hash: string;
+  run_id: string;
+  seq: number;
+  step_id: string | null;
+  stream_id: Generated<number>;
+  stream_xid: Generated<string>;
+  tenant_id: string;
+  type: string;
+}
+
 export interface Schedule {
   catch_up: string;
   created_at: Generated<Timestamp>;
@@ -182,6 +302,53 @@ export interface ScheduleFire {
   tenant_id: string;
 }
 
+export interface Span {
+  attributes: Json;
+  ended_at: Timestamp;
+  kind: number;
+  name: string;
+  parent_span_id: string | null;
+  run_id: string | null;
+  span_id: string;
+  started_at: Timestamp;
+  status_code: number;
+  status_message: string | null;
+  step_id: string | null;
+  tenant_id: string;
+  trace_id: string;
+}
+
+export interface StateTransition {
+  entity: string;
+  from_state: string;
+  to_state: string;
+}
+
+export interface Step {
+  attempts: Generated<number>;
+  config: Json;
+  depends_on: string[];
+  dispatch_seq: number | null;
+  epoch: Generated<number>;
+  error: Json | null;
+  finished_at: Timestamp | null;
+  from_rerun: Generated<boolean>;
+  logs_hash: string | null;
+  outputs: Json | null;
+  outputs_hash: string | null;
+  pending_deps: number;
+  plugin: string;
+  queued_at: Timestamp | null;
+  reason: string | null;
+  run_id: string;
+  spec: Json;
+  started_at: Timestamp | null;
+  status: string;
+  step_id: string;
+  tenant_id: string;
+  topo_index: number;
+}
+
 export interface Tenant {
   created_at: Generated<Timestamp>;
   disabled_at: Timestamp | null;
@@ -191,8 +358,38 @@ export interface Tenant {
   status: Generated<string>;
 }
 
+export interface TenantQueue {
+  in_flight: Generated<number>;
+  served_at: Generated<Timestamp>;
+  tenant_id: string;
+  weight: Generated<number>;
+}
+
+export interface TenantWebhookSecret {
+  created_at: Generated<Timestamp>;
+  secret: string;
+  tenant_id: string;
+}
+
+export interface TrustKey {
+  created_at: Generated<Timestamp>;
+  created_by: string;
+  expires_at: Timestamp | null;
+  kid: string;
+  owner: string;
+  public_jwk: Json;
+  revoked_at: Timestamp | null;
+  revoked_by: string | null;
+  tenant_id: string;
+}
+
 export interface DB {
   api_token: ApiToken;
+  artifact: Artifact;
+  attempt: Attempt;
+  bundle: Bundle;
+  bundle_blob: BundleBlob;
+  bundle_file: BundleFile;
   dag: Dag;
   dag_version: DagVersion;
   dag_version_status_change: DagVersionStatusChange;
@@ -204,7 +401,16 @@ export interface DB {
   "graphile_worker.migrations": GraphileWorkerMigrations;
   idempotency_key: IdempotencyKey;
   platform_token: PlatformToken;
+  queue_item: QueueItem;
+  run: Run;
+  run_event: RunEvent;
   schedule: Schedule;
   schedule_fire: ScheduleFire;
+  span: Span;
+  state_transition: StateTransition;
+  step: Step;
   tenant: Tenant;
+  tenant_queue: TenantQueue;
+  tenant_webhook_secret: TenantWebhookSecret;
+  trust_key: TrustKey;
 }
