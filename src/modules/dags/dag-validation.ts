@@ -1,0 +1,200 @@
+import type { z } from 'zod';
+import { badRequest, DomainError } from '../../core/errors/domain-error';
+import type { Plugin } from '../plugins/plugin';
+import { isTemplated, templateRefs } from '../templating/template';
+import { findCycle, upstreamOf } from './dag-graph';
+import { dagDefinition, type DagDefinition } from './dag-definition';
+import { compileInputSchema } from './input-schema';
+
+/** One problem in a published definition: where (dotted path), which step, what. */
+export interface DagIssue {
+  path: string;
+  step?: string;
+  message: string;
+}
+
+export interface PluginLookup {
+  get(name: string): Plugin | undefined;
+  names(): string[];
+}
+
+function dotted(path: ReadonlyArray<PropertyKey>): string {
+  return path.map(String).join('.');
+}
+
+function rawStepId(raw: unknown, index: unknown): string | undefined {
+  if (typeof index !== 'number' || raw === null || typeof raw !== 'object') return undefined;
+  const steps = (raw as { steps?: unknown }).steps;
+  if (!Array.isArray(steps)) return undefined;
+  const s: unknown = steps[index];
+  const id = s !== null && typeof s === 'object' ? (s as { id?: unknown }).id : undefined;
+  return typeof id === 'string' ? id : undefined;
+}
+
+/** The value at `path` inside `root`, and whether a templated string lies on the way to it. */
+function templatedAlong(root: unknown, path: ReadonlyArray<PropertyKey>): boolean {
+  let cur = root;
+  for (let i = 0; ; i++) {
+    if (typeof cur === 'string') return isTemplated(cur);
+    if (i >= path.length || cur === null || typeof cur !== 'object') return false;
+    cur = (cur as Record<string, unknown>)[String(path[i])];
+  }
+}
+
+function containsTemplate(v: unknown): boolean {
+  if (typeof v === 'string') return isTemplated(v);
+  if (Array.isArray(v)) return v.some(containsTemplate);
+  if (v !== null && typeof v === 'object') return Object.values(v).some(containsTemplate);
+  return false;
+}
+
+function valueAt(root: unknown, path: ReadonlyArray<PropertyKey>): unknown {
+  let cur = root;
+  for (const k of path) {
+    if (cur === null || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<string, unknown>)[String(k)];
+  }
+  return cur;
+}
+
+/**
+ * Plugin config issues that templating may resolve are not errors at publish time: an issue at or
+ * under a templated string (`sleepMs: "${{ inputs.ms }}"` where a number is expected), and a
+ * refinement (`custom`) issue on a value that contains a template. The engine validates the
+ * rendered config again before execution.
+ */
+function configIssues(schema: z.ZodType, config: unknown): z.core.$ZodIssue[] {
+  const r = schema.safeParse(config);
+  if (r.success) return [];
+  return r.error.issues.filter(
+    (i) => !templatedAlong(config, i.path) && !(i.code === 'custom' && containsTemplate(valueAt(config, i.path))),
+  );
+}
+
+function fail(issues: DagIssue[]): never {
+  const first = issues[0];
+  const message = `${first.step !== undefined ? `step "${first.step}": ` : ''}${first.message} (at ${first.path || '(root)'})`;
+  throw badRequest('DAG_INVALID', issues.length > 1 ? `${message}; and ${issues.length - 1} more` : message, {
+    issues,
+  });
+}
+
+/**
+ * Checks a raw definition (parsed JSON or YAML) and returns it normalized: durations in ms, defaults
+ * filled, each step's dependsOn deduplicated and sorted. Any problem is a 400 DAG_INVALID whose
+ * details list every issue with its path and step. Checks: the schema, duplicate step ids, unknown
+ * and self dependencies, cycles, unknown plugins, plugin config against the plugin's schema,
+ * retry and timeout values, template syntax and references (a step may reference only its upstream
+ * steps' outputs), and the inputs JSON Schema.
+ */
+export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagDefinition {
+  const parsed = dagDefinition.safeParse(raw);
+  if (!parsed.success) {
+    fail(
+      parsed.error.issues.map((i) => {
+        const step = i.path[0] === 'steps' ? rawStepId(raw, i.path[1]) : undefined;
+        return { path: dotted(i.path), ...(step !== undefined ? { step } : {}), message: i.message };
+      }),
+    );
+  }
+  const def = parsed.data;
+  const issues: DagIssue[] = [];
+  const ids = new Set<string>();
+  def.steps.forEach((s, i) => {
+    if (ids.has(s.id)) issues.push({ path: `steps.${i}.id`, step: s.id, message: `duplicate step id "${s.id}"` });
+    ids.add(s.id);
+  });
+
+  let graphUsable = true;
+  def.steps.forEach((s, i) => {
+    s.dependsOn = [...new Set(s.dependsOn)].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const d of s.dependsOn) {
+      if (d === s.id) {
+        issues.push({ path: `steps.${i}.dependsOn`, step: s.id, message: 'step depends on itself' });
+        graphUsable = false;
+      } else if (!ids.has(d)) {
+        issues.push({ path: `steps.${i}.dependsOn`, step: s.id, message: `depends on unknown step "${d}"` });
+        graphUsable = false;
+      }
+    }
+  });
+  if (graphUsable) {
+    const cycle = findCycle(def.steps);
+    if (cycle) {
+      const at = def.steps.findIndex((s) => s.id === cycle[0]);
+      issues.push({
+        path: `steps.${at}.dependsOn`,
+        step: cycle[0],
+        message: `dependency cycle ${cycle.join(' → ')} (→ reads "depends on")`,
+      });
+      graphUsable = false;
+    }
+  }
+
+  def.steps.forEach((s, i) => {
+    const at = `steps.${i}`;
+    if (s.timeout < 1) issues.push({ path: `${at}.timeout`, step: s.id, message: 'timeout must be at least 1ms' });
+    if (s.retry && s.retry.initialDelay > s.retry.maxDelay) {
+      issues.push({ path: `${at}.retry.initialDelay`, step: s.id, message: 'retry initialDelay exceeds maxDelay' });
+    }
+    const c = s.constraints;
+    if (c?.maxExpectedRunTime && c.maxAllowedRunTime && c.maxExpectedRunTime.after >= c.maxAllowedRunTime.after) {
+      issues.push({
+        path: `${at}.constraints.maxExpectedRunTime.after`,
+        step: s.id,
+        message: 'maxExpectedRunTime must be shorter than maxAllowedRunTime',
+      });
+    }
+
+    const plugin = plugins.get(s.plugin);
+    if (!plugin) {
+      issues.push({
+        path: `${at}.plugin`,
+        step: s.id,
+        message: `unknown plugin "${s.plugin}" (available: ${plugins.names().join(', ')})`,
+      });
+    } else {
+      for (const ci of configIssues(plugin.configSchema, s.with)) {
+        issues.push({
+          path: dotted([...`${at}.with`.split('.'), ...ci.path]),
+          step: s.id,
+          message: `${s.plugin} config: ${ci.message}`,
+        });
+      }
+    }
+
+    let refs: ReturnType<typeof templateRefs> = [];
+    try {
+      refs = templateRefs(s.with);
+    } catch (e) {
+      if (!(e instanceof DomainError)) throw e;
+      issues.push({ path: `${at}.with`, step: s.id, message: e.message });
+    }
+    const upstream = graphUsable ? upstreamOf(def.steps, s.id) : new Set(s.dependsOn);
+    for (const r of refs) {
+      if (r.kind !== 'steps') continue;
+      const target = r.path[0];
+      if (!ids.has(target)) {
+        issues.push({ path: `${at}.with`, step: s.id, message: `template references unknown step "${target}"` });
+      } else if (!upstream.has(target)) {
+        issues.push({
+          path: `${at}.with`,
+          step: s.id,
+          message: `template references step "${target}", which is not upstream of "${s.id}" (add it to dependsOn)`,
+        });
+      }
+    }
+  });
+
+  if (def.inputs !== undefined) {
+    try {
+      compileInputSchema(def.inputs);
+    } catch (e) {
+      if (!(e instanceof DomainError)) throw e;
+      issues.push({ path: 'inputs', message: e.message });
+    }
+  }
+
+  if (issues.length > 0) fail(issues);
+  return def;
+}

@@ -1,0 +1,95 @@
+import { z } from 'zod';
+import { badRequest } from '../../core/errors/domain-error';
+
+const TYPE_NAMES = ['string', 'number', 'integer', 'boolean', 'object', 'array', 'null'] as const;
+const count = z.number().int().min(0);
+
+function validRegex(p: string): boolean {
+  try {
+    new RegExp(p, 'u');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The shape of the JSON Schema subset DAG inputs may use (draft 2020-12 keywords with their value
+ * types). It catches mistakes the compiler would silently ignore, such as `required: "a"`.
+ */
+const jsonSchemaShape: z.ZodType = z.lazy(() =>
+  z.union([
+    z.boolean(),
+    z.looseObject({
+      $schema: z.string().optional(),
+      $id: z.string().optional(),
+      $ref: z.string().optional(),
+      $defs: z.record(z.string(), jsonSchemaShape).optional(),
+      title: z.string().optional(),
+      description: z.string().optional(),
+      type: z.union([z.enum(TYPE_NAMES), z.array(z.enum(TYPE_NAMES)).min(1)]).optional(),
+      properties: z.record(z.string(), jsonSchemaShape).optional(),
+      patternProperties: z
+        .record(z.string().refine(validRegex, 'not a valid regular expression'), jsonSchemaShape)
+        .optional(),
+      additionalProperties: jsonSchemaShape.optional(),
+      required: z.array(z.string()).optional(),
+      items: jsonSchemaShape.optional(),
+      prefixItems: z.array(jsonSchemaShape).optional(),
+      enum: z.array(z.unknown()).min(1).optional(),
+      allOf: z.array(jsonSchemaShape).min(1).optional(),
+      anyOf: z.array(jsonSchemaShape).min(1).optional(),
+      oneOf: z.array(jsonSchemaShape).min(1).optional(),
+      not: jsonSchemaShape.optional(),
+      minLength: count.optional(),
+      maxLength: count.optional(),
+      minItems: count.optional(),
+      maxItems: count.optional(),
+      minProperties: count.optional(),
+      maxProperties: count.optional(),
+      uniqueItems: z.boolean().optional(),
+      minimum: z.number().optional(),
+      maximum: z.number().optional(),
+      exclusiveMinimum: z.number().optional(),
+      exclusiveMaximum: z.number().optional(),
+      multipleOf: z.number().positive().optional(),
+      pattern: z.string().refine(validRegex, 'not a valid regular expression').optional(),
+      format: z.string().optional(),
+    }),
+  ]),
+);
+
+/** Run inputs of a DAG that declares no input schema: any JSON object. */
+const anyInputs = z.record(z.string(), z.unknown());
+
+/**
+ * Compiles a DAG's declared input JSON Schema into a zod schema that validates run inputs (the same
+ * compilation checks the schema at publish). With no schema, any JSON object is accepted. Throws a
+ * 400 INPUT_SCHEMA_INVALID naming the problem when `json` is not a usable JSON Schema.
+ */
+export function compileInputSchema(json: unknown): z.ZodType {
+  if (json === undefined || json === null) return anyInputs;
+  const shape = jsonSchemaShape.safeParse(json);
+  if (!shape.success) {
+    const i = shape.error.issues[0];
+    const where = i.path.length > 0 ? i.path.map(String).join('.') : '(root)';
+    throw badRequest('INPUT_SCHEMA_INVALID', `inputs schema ${where}: ${i.message}`, { path: i.path.map(String) });
+  }
+  if (typeof json !== 'object' || Array.isArray(json)) {
+    throw badRequest('INPUT_SCHEMA_INVALID', 'inputs schema must be a JSON Schema object');
+  }
+  const t = (json as { type?: unknown }).type;
+  if (t !== undefined && t !== 'object') {
+    throw badRequest('INPUT_SCHEMA_INVALID', 'inputs schema type must be "object": run inputs are a JSON object');
+  }
+  try {
+    // Run inputs are always a JSON object, whatever the declared schema says about other types.
+    const compiled = z.fromJSONSchema(json as Parameters<typeof z.fromJSONSchema>[0]) as z.ZodType<
+      unknown,
+      Record<string, unknown>
+    >;
+    return anyInputs.pipe(compiled);
+  } catch (e) {
+    throw badRequest('INPUT_SCHEMA_INVALID', `inputs schema: ${(e as Error).message}`);
+  }
+}
