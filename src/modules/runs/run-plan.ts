@@ -1,0 +1,93 @@
+import type { DagDefinition, StepDefinition } from '../dags/dag-definition';
+import { topologicalOrder } from '../dags/dag-graph';
+import type { JsonObject, JsonValue } from '../plugins/plugin';
+
+/** What the engine needs of a step definition besides plugin and config (stored as step.spec). */
+export interface StepSpec {
+  retry: StepDefinition['retry'] | null;
+  timeout: number;
+  egress: string[];
+  constraints: StepDefinition['constraints'] | null;
+  disabled: boolean;
+}
+
+export type InitialStepStatus = 'pending' | 'queued' | 'skipped' | 'succeeded';
+
+export interface PlannedStep {
+  stepId: string;
+  plugin: string;
+  config: JsonObject;
+  spec: StepSpec;
+  dependsOn: string[];
+  topoIndex: number;
+  pendingDeps: number;
+  status: InitialStepStatus;
+  reason: string | null;
+  fromRerun: boolean;
+  outputs: JsonValue | null;
+  outputsHash: string | null;
+}
+
+/** Outputs a rerun takes over from the run it reruns, by step id. */
+export type ReusedOutputs = Map<string, { outputs: JsonValue | null; outputsHash: string | null }>;
+
+/** Every step downstream of `stepId` (not including it). */
+export function descendants(steps: readonly Pick<StepDefinition, 'id' | 'dependsOn'>[], stepId: string): Set<string> {
+  const dependents = new Map<string, string[]>();
+  for (const s of steps) for (const d of s.dependsOn) dependents.set(d, [...(dependents.get(d) ?? []), s.id]);
+  const seen = new Set<string>();
+  const stack = [...(dependents.get(stepId) ?? [])];
+  while (stack.length > 0) {
+    const id = stack.pop()!;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    stack.push(...(dependents.get(id) ?? []));
+  }
+  return seen;
+}
+
+/**
+ * The initial state of every step of a new run: roots queued, disabled steps skipped (their
+ * dependents still run), steps reused by a rerun succeeded, the rest pending with the number of
+ * dependencies still to finish.
+ */
+export function planRun(def: DagDefinition, reuse: ReusedOutputs = new Map()): PlannedStep[] {
+  const order = topologicalOrder(def.steps);
+  const byId = new Map(def.steps.map((s) => [s.id, s]));
+  const done = new Set<string>();
+  return order.map((id, topoIndex) => {
+    const s = byId.get(id)!;
+    const pendingDeps = s.dependsOn.filter((d) => !done.has(d)).length;
+    let status: InitialStepStatus = 'pending';
+    let reason: string | null = null;
+    const reused = reuse.get(id);
+    if (pendingDeps === 0) {
+      if (s.disabled) {
+        status = 'skipped';
+        reason = 'disabled';
+      } else if (reused) status = 'succeeded';
+      else status = 'queued';
+    }
+    if (status === 'skipped' || status === 'succeeded') done.add(id);
+    return {
+      stepId: id,
+      plugin: s.plugin,
+      config: s.with as JsonObject,
+      spec: {
+        retry: s.retry ?? null,
+        timeout: s.timeout,
+        egress: s.egress,
+        constraints: s.constraints ?? null,
+        disabled: s.disabled,
+      },
+      dependsOn: [...s.dependsOn],
+      topoIndex,
+      pendingDeps,
+      status,
+      reason,
+      fromRerun: status === 'succeeded',
+      outputs: status === 'succeeded' ? (reused?.outputs ?? null) : null,
+      outputsHash: status === 'succeeded' ? (reused?.outputsHash ?? null) : null,
+    };
+  });
+}

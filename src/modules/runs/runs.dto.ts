@@ -1,0 +1,135 @@
+import { z } from 'zod';
+import { DAG_ID, STEP_ID } from '../dags/dag-definition';
+import { RUN_STATES, STEP_STATES } from './state-machine';
+
+const sha256 = z.string().regex(/^[0-9a-f]{64}$/);
+
+export const createRunBody = z
+  .strictObject({
+    dagId: z.string().regex(DAG_ID, 'a DAG id'),
+    version: z.number().int().min(1).max(2_147_483_647).optional(),
+    inputs: z.record(z.string(), z.unknown()).default({}),
+    runToken: z.string().min(1).max(200),
+  })
+  .meta({ id: 'CreateRunRequest' });
+export type CreateRunBody = z.infer<typeof createRunBody>;
+
+export const runParams = z.strictObject({ runId: z.uuid() });
+export const stepParams = z.strictObject({ runId: z.uuid(), stepId: z.string().regex(STEP_ID, 'a step id') });
+
+export const runListQuery = z.strictObject({
+  dagId: z.string().regex(DAG_ID, 'a DAG id').optional(),
+  status: z.enum(RUN_STATES).optional(),
+  from: z.iso.datetime({ offset: true }).optional(),
+  to: z.iso.datetime({ offset: true }).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  pageToken: z.string().max(500).optional(),
+});
+export type RunListQuery = z.infer<typeof runListQuery>;
+
+export const eventsQuery = z.strictObject({
+  after: z.coerce.number().int().min(0).max(2_147_483_647).default(0),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+});
+
+export const rerunBody = z
+  .strictObject({ fromStep: z.string().regex(STEP_ID, 'a step id') })
+  .meta({ id: 'RerunRequest' });
+
+export const createdRunSchema = z
+  .object({ runId: z.uuid(), created: z.boolean(), status: z.enum(RUN_STATES), traceId: z.string() })
+  .meta({ id: 'CreatedRun' });
+
+export const runSchema = z
+  .object({
+    runId: z.uuid(),
+    dagId: z.string(),
+    version: z.number().int(),
+    contentHash: sha256,
+    status: z.enum(RUN_STATES),
+    reason: z.string().nullable(),
+    traceId: z.string(),
+    runToken: z.string(),
+    inputs: z.unknown(),
+    inputsHash: sha256,
+    outputsHash: sha256.nullable(),
+    requestedBy: z.string(),
+    replayOf: z.uuid().nullable(),
+    rerunOf: z.uuid().nullable(),
+    rerunFromStep: z.string().nullable(),
+    startedUtc: z.iso.datetime(),
+    dispatchedUtc: z.iso.datetime().nullable(),
+    finishedUtc: z.iso.datetime().nullable(),
+    stepsTotal: z.number().int(),
+    stepsRemaining: z.number().int(),
+    lastEventSeq: z.number().int(),
+    lastEventHash: z.string(),
+  })
+  .meta({ id: 'Run' });
+
+export const stepSchema = z
+  .object({
+    stepId: z.string(),
+    status: z.enum(STEP_STATES),
+    reason: z.string().nullable(),
+    plugin: z.string(),
+    dependsOn: z.array(z.string()),
+    topoIndex: z.number().int(),
+    dispatchSeq: z.number().int().nullable(),
+    attempts: z.number().int(),
+    outputs: z.unknown().nullable(),
+    outputsHash: sha256.nullable(),
+    logsHash: sha256.nullable(),
+    error: z.unknown().nullable(),
+    fromRerun: z.boolean(),
+    queuedUtc: z.iso.datetime().nullable(),
+    startedUtc: z.iso.datetime().nullable(),
+    finishedUtc: z.iso.datetime().nullable(),
+  })
+  .meta({ id: 'Step' });
+
+export const runDetailSchema = runSchema.extend({ steps: z.array(stepSchema) }).meta({ id: 'RunDetail' });
+export const runListSchema = z
+  .object({ items: z.array(runSchema), nextPageToken: z.string().nullable() })
+  .meta({ id: 'RunList' });
+
+export const attemptSchema = z
+  .object({
+    attempt: z.number().int(),
+    status: z.string(),
+    workerId: z.string(),
+    epoch: z.number().int(),
+    traceparent: z.string(),
+    leaseExpiresUtc: z.iso.datetime(),
+    queuedUtc: z.iso.datetime().nullable(),
+    claimedUtc: z.iso.datetime(),
+    constraintCheckedUtc: z.iso.datetime().nullable(),
+    startedUtc: z.iso.datetime().nullable(),
+    finishedUtc: z.iso.datetime().nullable(),
+    terminatedUtc: z.iso.datetime().nullable(),
+    error: z.unknown().nullable(),
+    outputsHash: sha256.nullable(),
+    logsHash: sha256.nullable(),
+  })
+  .meta({ id: 'Attempt' });
+export const attemptListSchema = z.object({ items: z.array(attemptSchema) }).meta({ id: 'AttemptList' });
+
+export const eventSchema = z
+  .object({
+    seq: z.number().int(),
+    createdUtc: z.iso.datetime(),
+    type: z.string(),
+    stepId: z.string().nullable(),
+    attempt: z.number().int().nullable(),
+    actor: z.string(),
+    data: z.unknown(),
+    prevHash: z.string(),
+    hash: sha256,
+  })
+  .meta({ id: 'RunEvent' });
+export const eventListSchema = z
+  .object({ items: z.array(eventSchema), nextAfter: z.number().int().nullable() })
+  .meta({ id: 'RunEventList' });
+
+export type RunDto = z.infer<typeof runSchema>;
+export type StepDto = z.infer<typeof stepSchema>;

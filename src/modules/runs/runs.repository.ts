@@ -1,0 +1,411 @@
+import { Injectable } from '@nestjs/common';
+import { sql, type Transaction } from 'kysely';
+import type { DB } from '../../core/database/db.generated';
+import { tenantOf, type SystemTx, type TenantTx } from '../../core/database/handles';
+import type { JsonValue } from '../plugins/plugin';
+import type { ChainedEvent } from './run-events';
+import type { PlannedStep } from './run-plan';
+
+type AnyTx = TenantTx | SystemTx;
+const asTrx = (tx: AnyTx) => tx as unknown as Transaction<DB>;
+
+export interface NewRun {
+  runId: string;
+  dagId: string;
+  dagVersion: number;
+  contentHash: string;
+  runToken: string;
+  inputs: JsonValue;
+  inputsHash: string;
+  status: 'queued' | 'succeeded';
+  reason: string | null;
+  traceId: string;
+  requestedBy: string;
+  replayOf: string | null;
+  rerunOf: string | null;
+  rerunFromStep: string | null;
+  admitted: boolean;
+  stepsTotal: number;
+  stepsRemaining: number;
+  eventSeq: number;
+  eventHash: string;
+  finished: boolean;
+}
+
+/** The run row's bookkeeping columns, locked for the rest of a transaction. */
+export interface RunBookRow {
+  tenant_id: string;
+  run_id: string;
+  dag_id: string;
+  dag_version: number;
+  status: string;
+  trace_id: string;
+  event_seq: number;
+  event_hash: string;
+  dispatch_count: number;
+  steps_remaining: number;
+  steps_failed: number;
+  started_at: Date | null;
+}
+
+export interface RunBookUpdate {
+  tenantId: string;
+  runId: string;
+  status: string;
+  eventSeq: number;
+  eventHash: string;
+  dispatchCount: number;
+  stepsRemaining: number;
+  stepsFailed: number;
+  started: boolean;
+  finished: boolean;
+  reason: string | null;
+  outputsHash: string | null;
+}
+
+export interface RunRow {
+  run_id: string;
+  dag_id: string;
+  dag_version: number;
+  content_hash: string;
+  run_token: string;
+  inputs: unknown;
+  inputs_hash: string;
+  status: string;
+  reason: string | null;
+  trace_id: string;
+  requested_by: string;
+  replay_of: string | null;
+  rerun_of: string | null;
+  rerun_from_step: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+  steps_total: number;
+  steps_remaining: number;
+  event_seq: number;
+  event_hash: string;
+  outputs_hash: string | null;
+}
+
+const RUN_COLUMNS = [
+  'run_id',
+  'dag_id',
+  'dag_version',
+  'content_hash',
+  'run_token',
+  'inputs',
+  'inputs_hash',
+  'status',
+  'reason',
+  'trace_id',
+  'requested_by',
+  'replay_of',
+  'rerun_of',
+  'rerun_from_step',
+  'created_at',
+  'started_at',
+  'finished_at',
+  'steps_total',
+  'steps_remaining',
+  'event_seq',
+  'event_hash',
+  'outputs_hash',
+] as const;
+
+export interface StepRow {
+  step_id: string;
+  status: string;
+  reason: string | null;
+  plugin: string;
+  depends_on: string[];
+  topo_index: number;
+  dispatch_seq: number | null;
+  attempts: number;
+  epoch: number;
+  outputs: unknown;
+  outputs_hash: string | null;
+  logs_hash: string | null;
+  error: unknown;
+  from_rerun: boolean;
+  queued_at: Date | null;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+/** Runs, steps, attempts and events. Request methods take a tenant transaction; shared writers take either handle. */
+@Injectable()
+export class RunsRepository {
+  /** Inserts runs, skipping (tenant, dag, runToken) duplicates; returns the ids actually inserted. */
+  async insertRuns(tx: TenantTx, runs: NewRun[]): Promise<Set<string>> {
+    if (runs.length === 0) return new Set();
+    const t = tenantOf(tx);
+    const col = <K extends keyof NewRun>(k: K) => runs.map((r) => r[k]);
+    const rows = await sql<{ run_id: string }>`
+      insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
+        trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
+        event_seq, event_hash, finished_at)
+      select ${t}, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs::jsonb, u.inputs_hash, u.status,
+        u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
+        u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end
+      from unnest(${col('runId')}::uuid[], ${col('dagId')}::text[], ${col('dagVersion')}::int[], ${col('contentHash')}::text[],
+        ${col('runToken')}::text[], ${runs.map((r) => JSON.stringify(r.inputs))}::text[], ${col('inputsHash')}::text[],
+        ${col('status')}::text[], ${col('reason')}::text[], ${col('traceId')}::text[], ${col('requestedBy')}::text[],
+        ${col('replayOf')}::uuid[], ${col('rerunOf')}::uuid[], ${col('rerunFromStep')}::text[], ${col('admitted')}::bool[],
+        ${col('stepsTotal')}::int[], ${col('stepsRemaining')}::int[], ${col('eventSeq')}::int[], ${col('eventHash')}::text[],
+        ${col('finished')}::bool[])
+        as u(run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason, trace_id, requested_by,
+          replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining, event_seq, event_hash, finished)
+      on conflict (tenant_id, dag_id, run_token) do nothing
+      returning run_id`.execute(asTrx(tx));
+    return new Set(rows.rows.map((r) => r.run_id));
+  }
+
+  async findByTokens(tx: TenantTx, dagId: string, tokens: string[]): Promise<RunRow[]> {
+    if (tokens.length === 0) return [];
+    return tx
+      .selectFrom('run')
+      .select(RUN_COLUMNS)
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('dag_id', '=', dagId)
+      .where('run_token', 'in', tokens)
+      .execute();
+  }
+
+  /** Inserts the planned steps of many runs in one statement. */
+  async insertSteps(tx: AnyTx, tenantId: string, steps: (PlannedStep & { runId: string })[]): Promise<void> {
+    if (steps.length === 0) return;
+    const now = new Date();
+    await sql`
+      insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
+        from_rerun, outputs, outputs_hash, queued_at, finished_at)
+      select ${tenantId}, u.run_id, u.step_id, u.status, u.reason, u.plugin, u.config::jsonb, u.spec::jsonb,
+        array(select jsonb_array_elements_text(u.deps::jsonb)), u.topo_index, u.pending_deps, u.from_rerun, u.outputs::jsonb,
+        u.outputs_hash, case when u.status = 'queued' then ${now}::timestamptz end,
+        case when u.status in ('skipped', 'succeeded') then ${now}::timestamptz end
+      from unnest(${steps.map((s) => s.runId)}::uuid[], ${steps.map((s) => s.stepId)}::text[], ${steps.map((s) => s.status)}::text[],
+        ${steps.map((s) => s.reason)}::text[], ${steps.map((s) => s.plugin)}::text[],
+        ${steps.map((s) => JSON.stringify(s.config))}::text[], ${steps.map((s) => JSON.stringify(s.spec))}::text[],
+        ${steps.map((s) => JSON.stringify(s.dependsOn))}::text[], ${steps.map((s) => s.topoIndex)}::int[],
+        ${steps.map((s) => s.pendingDeps)}::int[], ${steps.map((s) => s.fromRerun)}::bool[],
+        ${steps.map((s) => (s.outputs === null ? null : JSON.stringify(s.outputs)))}::text[],
+        ${steps.map((s) => s.outputsHash)}::text[])
+        as u(run_id, step_id, status, reason, plugin, config, spec, deps, topo_index, pending_deps, from_rerun, outputs, outputs_hash)`.execute(
+      asTrx(tx),
+    );
+  }
+
+  /** Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes workers. */
+  async enqueue(tx: AnyTx, items: { tenantId: string; runId: string; stepId: string }[]): Promise<void> {
+    if (items.length === 0) return;
+    await sql`
+      insert into queue_item (tenant_id, run_id, step_id)
+      select u.tenant_id, u.run_id, u.step_id
+      from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.runId)}::uuid[], ${items.map((i) => i.stepId)}::text[])
+        with ordinality as u(tenant_id, run_id, step_id, n)
+      order by u.n`.execute(asTrx(tx));
+    await sql`select pg_notify('ordo_ready', '')`.execute(asTrx(tx));
+  }
+
+  async ensureTenantQueue(tx: TenantTx): Promise<void> {
+    await tx
+      .insertInto('tenant_queue')
+      .values({ tenant_id: tenantOf(tx) })
+      .onConflict((oc) => oc.column('tenant_id').doNothing())
+      .execute();
+  }
+
+  /** Appends chained events (numbers and hashes already computed under the runs' row locks). */
+  async insertEvents(tx: AnyTx, events: ChainedEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    await sql`
+      insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
+      select u.tenant_id, u.run_id, u.seq, u.created_at, u.type, u.step_id, u.attempt, u.actor, u.data::jsonb, u.prev_hash, u.hash
+      from unnest(${events.map((e) => e.tenantId)}::text[], ${events.map((e) => e.runId)}::uuid[], ${events.map((e) => e.seq)}::int[],
+        ${events.map((e) => e.createdAt)}::timestamptz[], ${events.map((e) => e.type)}::text[], ${events.map((e) => e.stepId)}::text[],
+        ${events.map((e) => e.attempt)}::int[], ${events.map((e) => e.actor)}::text[], ${events.map((e) => JSON.stringify(e.data))}::text[],
+        ${events.map((e) => e.prevHash)}::text[], ${events.map((e) => e.hash)}::text[])
+        as u(tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)`.execute(
+      asTrx(tx),
+    );
+  }
+
+  /** Locks runs (in key order, so concurrent lockers cannot deadlock on them) and returns their bookkeeping. */
+  async lockRuns(tx: AnyTx, keys: { tenantId: string; runId: string }[]): Promise<RunBookRow[]> {
+    if (keys.length === 0) return [];
+    const r = await sql<RunBookRow>`
+      select r.tenant_id, r.run_id, r.dag_id, r.dag_version, r.status, r.trace_id, r.event_seq, r.event_hash, r.dispatch_count,
+        r.steps_remaining, r.steps_failed, r.started_at
+      from run r
+      join unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[]) as k(tenant_id, run_id)
+        on r.tenant_id = k.tenant_id and r.run_id = k.run_id
+      order by r.tenant_id, r.run_id
+      for update of r`.execute(asTrx(tx));
+    return r.rows;
+  }
+
+  /** Writes back the bookkeeping of locked runs in one statement. */
+  async updateRunBooks(tx: AnyTx, books: RunBookUpdate[]): Promise<void> {
+    if (books.length === 0) return;
+    await sql`
+      update run r set status = u.status, event_seq = u.event_seq, event_hash = u.event_hash, dispatch_count = u.dispatch_count,
+        steps_remaining = u.steps_remaining, steps_failed = u.steps_failed,
+        started_at = case when u.started then coalesce(r.started_at, now()) else r.started_at end,
+        finished_at = case when u.finished then coalesce(r.finished_at, now()) else r.finished_at end,
+        reason = coalesce(u.reason, r.reason), outputs_hash = coalesce(u.outputs_hash, r.outputs_hash)
+      from unnest(${books.map((b) => b.tenantId)}::text[], ${books.map((b) => b.runId)}::uuid[], ${books.map((b) => b.status)}::text[],
+        ${books.map((b) => b.eventSeq)}::int[], ${books.map((b) => b.eventHash)}::text[], ${books.map((b) => b.dispatchCount)}::int[],
+        ${books.map((b) => b.stepsRemaining)}::int[], ${books.map((b) => b.stepsFailed)}::int[], ${books.map((b) => b.started)}::bool[],
+        ${books.map((b) => b.finished)}::bool[], ${books.map((b) => b.reason)}::text[], ${books.map((b) => b.outputsHash)}::text[])
+        as u(tenant_id, run_id, status, event_seq, event_hash, dispatch_count, steps_remaining, steps_failed, started, finished,
+          reason, outputs_hash)
+      where r.tenant_id = u.tenant_id and r.run_id = u.run_id`.execute(asTrx(tx));
+  }
+
+  /** Step outputs hashes of runs that just ended, for the run's outputs hash. */
+  async stepOutputHashes(
+    tx: AnyTx,
+    keys: { tenantId: string; runId: string }[],
+  ): Promise<{ tenant_id: string; run_id: string; step_id: string; outputs_hash: string | null }[]> {
+    if (keys.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string; outputs_hash: string | null }>`
+      select s.tenant_id, s.run_id, s.step_id, s.outputs_hash from step s
+      join unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[]) as k(tenant_id, run_id)
+        on s.tenant_id = k.tenant_id and s.run_id = k.run_id
+      where s.status = 'succeeded'`.execute(asTrx(tx));
+    return r.rows;
+  }
+
+  // ---- request reads ----
+
+  async findRun(tx: TenantTx, runId: string): Promise<RunRow | undefined> {
+    return tx
+      .selectFrom('run')
+      .select(RUN_COLUMNS)
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .executeTakeFirst();
+  }
+
+  async listRuns(
+    tx: TenantTx,
+    q: { limit: number; dagId?: string; status?: string; from?: Date; to?: Date; after?: { t: string; id: string } },
+  ): Promise<RunRow[]> {
+    let query = tx.selectFrom('run').select(RUN_COLUMNS).where('tenant_id', '=', tenantOf(tx));
+    if (q.dagId !== undefined) query = query.where('dag_id', '=', q.dagId);
+    if (q.status !== undefined) query = query.where('status', '=', q.status);
+    if (q.from !== undefined) query = query.where('created_at', '>=', q.from);
+    if (q.to !== undefined) query = query.where('created_at', '<', q.to);
+    const after = q.after;
+    if (after !== undefined) {
+      query = query.where((eb) =>
+        eb.or([
+          eb('created_at', '<', new Date(after.t)),
+          eb.and([eb('created_at', '=', new Date(after.t)), eb('run_id', '<', after.id)]),
+        ]),
+      );
+    }
+    return query.orderBy('created_at', 'desc').orderBy('run_id', 'desc').limit(q.limit).execute();
+  }
+
+  async listSteps(tx: TenantTx, runId: string): Promise<StepRow[]> {
+    return tx
+      .selectFrom('step')
+      .select([
+        'step_id',
+        'status',
+        'reason',
+        'plugin',
+        'depends_on',
+        'topo_index',
+        'dispatch_seq',
+        'attempts',
+        'epoch',
+        'outputs',
+        'outputs_hash',
+        'logs_hash',
+        'error',
+        'from_rerun',
+        'queued_at',
+        'started_at',
+        'finished_at',
+      ])
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .orderBy('topo_index')
+      .execute();
+  }
+
+  async listAttempts(tx: TenantTx, runId: string, stepId: string) {
+    return tx
+      .selectFrom('attempt')
+      .selectAll()
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .where('step_id', '=', stepId)
+      .orderBy('attempt')
+      .execute();
+  }
+
+  async listEvents(tx: TenantTx, runId: string, afterSeq: number, limit: number) {
+    return tx
+      .selectFrom('run_event')
+      .select(['run_id', 'seq', 'created_at', 'type', 'step_id', 'attempt', 'actor', 'data', 'prev_hash', 'hash'])
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .where('seq', '>', afterSeq)
+      .orderBy('seq')
+      .limit(limit)
+      .execute();
+  }
+
+  // ---- cancel ----
+
+  /** Moves every not-yet-terminal step of a run to cancelled; returns their ids and former states. */
+  async cancelSteps(tx: TenantTx, runId: string): Promise<{ step_id: string; old: string }[]> {
+    const r = await sql<{ step_id: string; old: string }>`
+      update step s set status = 'cancelled', reason = 'cancelled', finished_at = now()
+      from step o
+      where s.tenant_id = ${tenantOf(tx)} and s.run_id = ${runId}
+        and o.tenant_id = s.tenant_id and o.run_id = s.run_id and o.step_id = s.step_id
+        and s.status in ('pending', 'queued', 'running', 'retrying', 'orphaned')
+      returning s.step_id, o.status as old`.execute(asTrx(tx));
+    return r.rows;
+  }
+
+  /** Removes a run's ready (not leased) queue items; leased ones leave when their worker reports. */
+  async dequeueReady(tx: TenantTx, runId: string): Promise<void> {
+    await sql`
+      delete from queue_item where tenant_id = ${tenantOf(tx)} and id in (
+        select id from queue_item where tenant_id = ${tenantOf(tx)} and run_id = ${runId} and state = 'ready'
+        for update skip locked)`.execute(asTrx(tx));
+    await sql`select pg_notify('ordo_cancel', ${runId})`.execute(asTrx(tx));
+  }
+
+  /** Succeeded steps of a run with their outputs (for reruns). */
+  async succeededOutputs(
+    tx: TenantTx,
+    runId: string,
+  ): Promise<{ step_id: string; outputs: unknown; outputs_hash: string | null }[]> {
+    return tx
+      .selectFrom('step')
+      .select(['step_id', 'outputs', 'outputs_hash'])
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .where('status', '=', 'succeeded')
+      .execute();
+  }
+
+  async countActiveRuns(tx: TenantTx, dagId: string): Promise<number> {
+    await sql`select pg_advisory_xact_lock(hashtext(${tenantOf(tx)} || '/' || ${dagId}))`.execute(asTrx(tx));
+    const r = await tx
+      .selectFrom('run')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('dag_id', '=', dagId)
+      .where('status', 'in', ['queued', 'running'])
+      .where('admitted', '=', true)
+      .executeTakeFirstOrThrow();
+    return Number(r.n);
+  }
+}

@@ -1,0 +1,447 @@
+import { Injectable } from '@nestjs/common';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { Database } from '../../core/database/database';
+import type { TenantTx } from '../../core/database/handles';
+import { badRequest, conflict, notFound } from '../../core/errors/domain-error';
+import { decodePageToken, encodePageToken } from '../../core/http/page-token';
+import { canonicalHash } from '../../core/json/canonical-json';
+import type { DagDefinition } from '../dags/dag-definition';
+import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
+import { compileInputSchema } from '../dags/input-schema';
+import type { JsonObject, JsonValue } from '../plugins/plugin';
+import { RunBooks } from './run-book';
+import { chain, type ChainedEvent, type EventDraft } from './run-events';
+import { descendants, planRun, type PlannedStep, type ReusedOutputs } from './run-plan';
+import type { RunDto, RunListQuery, StepDto } from './runs.dto';
+import { RunsRepository, type NewRun, type RunBookRow, type RunRow, type StepRow } from './runs.repository';
+import { TERMINAL_RUN_STATES, type RunStatus } from './state-machine';
+
+export interface CreateRunRequest {
+  dagId: string;
+  version?: number;
+  inputs: unknown;
+  runToken: string;
+  requestedBy: string;
+}
+
+export interface CreateRunResult {
+  runId: string;
+  created: boolean;
+  status: string;
+  traceId: string;
+}
+
+interface Lineage {
+  replayOf?: string;
+  rerunOf?: string;
+  rerunFromStep?: string;
+  reuse?: ReusedOutputs;
+}
+
+const isAfter = (v: unknown): v is { t: string; id: string } =>
+  typeof v === 'object' &&
+  v !== null &&
+  typeof (v as { t: unknown }).t === 'string' &&
+  typeof (v as { id: unknown }).id === 'string';
+
+/** Runs: idempotent creation, reads, cancel, replay and rerun. Every change is a chained run_event. */
+@Injectable()
+export class RunsService {
+  constructor(
+    private readonly db: Database,
+    private readonly repo: RunsRepository,
+    private readonly dags: DagsRepository,
+  ) {}
+
+  /** Creates a run, or returns the existing one for the same (dagId, runToken, inputs). */
+  async createRun(tenantId: string, req: CreateRunRequest): Promise<CreateRunResult> {
+    const [r] = await this.createRuns(tenantId, [req]);
+    return r;
+  }
+
+  /**
+   * Creates many runs in one transaction (a few statements whatever their number). Each request
+   * is idempotent on (tenant, dagId, runToken, inputsHash): a repeated one returns the existing run
+   * (created: false); the same token with other inputs is RUN_TOKEN_CONFLICT.
+   */
+  async createRuns(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateRunResult[]> {
+    return this.db.withTenant(tenantId, (tx) => this.createInTx(tx, tenantId, reqs, {}));
+  }
+
+  private async createInTx(
+    tx: TenantTx,
+    tenantId: string,
+    reqs: CreateRunRequest[],
+    lineage: Lineage,
+  ): Promise<CreateRunResult[]> {
+    const versions = new Map<string, DagVersionRecord>();
+    for (const r of reqs) {
+      const k = `${r.dagId}@${r.version ?? 'latest'}`;
+      if (versions.has(k)) continue;
+      versions.set(k, await this.resolveVersion(tx, r.dagId, r.version));
+    }
+    const newRuns: NewRun[] = [];
+    const steps: (PlannedStep & { runId: string })[] = [];
+    const events: ChainedEvent[] = [];
+    const queue: { tenantId: string; runId: string; stepId: string }[] = [];
+    const planned = new Map<string, { run: NewRun; steps: PlannedStep[]; events: ChainedEvent[] }>();
+    const now = new Date();
+    const seenTokens = new Map<string, string>();
+    for (const r of reqs) {
+      const v = versions.get(`${r.dagId}@${r.version ?? 'latest'}`)!;
+      const inputs = this.validateInputs(v.definition, r.inputs);
+      const inputsHash = canonicalHash(inputs);
+      const tokenKey = `${r.dagId}\u0000${r.runToken}`;
+      const prior = seenTokens.get(tokenKey);
+      if (prior !== undefined && prior !== inputsHash)
+        throw conflict('RUN_TOKEN_CONFLICT', `runToken ${r.runToken} was used with other inputs`);
+      if (prior !== undefined) continue;
+      seenTokens.set(tokenKey, inputsHash);
+      const runId = randomUUID();
+      const traceId = randomBytes(16).toString('hex');
+      const plan = planRun(v.definition, lineage.reuse);
+      const remaining = plan.filter((s) => s.status !== 'skipped' && s.status !== 'succeeded').length;
+      const drafts: EventDraft[] = [
+        {
+          type: 'run.created',
+          actor: r.requestedBy,
+          data: {
+            dagId: v.dagId,
+            version: v.version,
+            contentHash: v.contentHash,
+            inputsHash,
+            runToken: r.runToken,
+            traceId,
+            ...(lineage.replayOf ? { replayOf: lineage.replayOf } : {}),
+            ...(lineage.rerunOf ? { rerunOf: lineage.rerunOf, rerunFromStep: lineage.rerunFromStep ?? null } : {}),
+          },
+        },
+        ...plan
+          .filter((s) => s.status !== 'pending')
+          .map((s): EventDraft => ({
+            type: s.status === 'succeeded' ? 'step.reused' : `step.${s.status}`,
+            stepId: s.stepId,
+            actor: 'engine',
+            data: s.reason ? { reason: s.reason } : s.fromRerun ? { outputsHash: s.outputsHash } : {},
+          })),
+      ];
+      const finishedNow = remaining === 0;
+      if (finishedNow) drafts.push({ type: 'run.succeeded', actor: 'engine', data: {} });
+      const chained = chain(tenantId, runId, { seq: 0, hash: '' }, drafts, now);
+      const run: NewRun = {
+        runId,
+        dagId: v.dagId,
+        dagVersion: v.version,
+        contentHash: v.contentHash,
+        runToken: r.runToken,
+        inputs: inputs,
+        inputsHash,
+        status: finishedNow ? 'succeeded' : 'queued',
+        reason: null,
+        traceId,
+        requestedBy: r.requestedBy,
+        replayOf: lineage.replayOf ?? null,
+        rerunOf: lineage.rerunOf ?? null,
+        rerunFromStep: lineage.rerunFromStep ?? null,
+        admitted: true,
+        stepsTotal: plan.length,
+        stepsRemaining: remaining,
+        eventSeq: chained.length,
+        eventHash: chained[chained.length - 1].hash,
+        finished: finishedNow,
+      };
+      newRuns.push(run);
+      planned.set(runId, { run, steps: plan, events: chained });
+    }
+    const inserted = await this.repo.insertRuns(tx, newRuns);
+    for (const [runId, p] of planned) {
+      if (!inserted.has(runId)) continue;
+      for (const s of p.steps) {
+        steps.push({ ...s, runId });
+        if (s.status === 'queued') queue.push({ tenantId, runId, stepId: s.stepId });
+      }
+      events.push(...p.events);
+    }
+    await this.repo.insertSteps(tx, tenantId, steps);
+    await this.repo.insertEvents(tx, events);
+    if (queue.length > 0) {
+      await this.repo.ensureTenantQueue(tx);
+      await this.repo.enqueue(tx, queue);
+    }
+    // Requests whose token already had a run: same inputs → that run; other inputs → conflict.
+    const existing = new Map<string, RunRow>();
+    const missing = newRuns.filter((r) => !inserted.has(r.runId));
+    const byDag = new Map<string, string[]>();
+    for (const m of missing) byDag.set(m.dagId, [...(byDag.get(m.dagId) ?? []), m.runToken]);
+    for (const [dagId, tokens] of byDag) {
+      for (const row of await this.repo.findByTokens(tx, dagId, tokens))
+        existing.set(`${dagId}\u0000${row.run_token}`, row);
+    }
+    return reqs.map((r) => {
+      const tokenKey = `${r.dagId}\u0000${r.runToken}`;
+      const mine = newRuns.find((n) => n.dagId === r.dagId && n.runToken === r.runToken)!;
+      if (inserted.has(mine.runId))
+        return { runId: mine.runId, created: true, status: mine.status, traceId: mine.traceId };
+      const row = existing.get(tokenKey);
+      if (!row) throw new Error('run token neither inserted nor found');
+      if (row.inputs_hash !== mine.inputsHash)
+        throw conflict('RUN_TOKEN_CONFLICT', `runToken ${r.runToken} was used with other inputs`);
+      return { runId: row.run_id, created: false, status: row.status, traceId: row.trace_id };
+    });
+  }
+
+  private async resolveVersion(tx: TenantTx, dagId: string, version?: number): Promise<DagVersionRecord> {
+    const v = await this.dags.findVersion(tx, dagId, version);
+    if (!v)
+      throw notFound(
+        version === undefined ? `active version of DAG ${dagId}` : `DAG ${dagId} version ${version}`,
+        'DAG_NOT_FOUND',
+      );
+    if (v.status !== 'active') throw conflict('DAG_VERSION_DISABLED', `DAG ${dagId} version ${v.version} is disabled`);
+    return v;
+  }
+
+  private validateInputs(def: DagDefinition, inputs: unknown): JsonValue {
+    const r = compileInputSchema(def.inputs).safeParse(inputs);
+    if (!r.success) {
+      const i = r.error.issues[0];
+      const where = i.path.length > 0 ? i.path.map(String).join('.') : '(root)';
+      throw badRequest('INVALID_INPUTS', `inputs ${where}: ${i.message}`, { path: i.path.map(String) });
+    }
+    return inputs as JsonValue;
+  }
+
+  // ---- reads ----
+
+  async list(tenantId: string, q: RunListQuery): Promise<{ items: RunDto[]; nextPageToken: string | null }> {
+    const after = decodePageToken(q.pageToken, isAfter);
+    const rows = await this.db.withTenant(tenantId, (tx) =>
+      this.repo.listRuns(tx, {
+        limit: q.limit + 1,
+        dagId: q.dagId,
+        status: q.status,
+        from: q.from ? new Date(q.from) : undefined,
+        to: q.to ? new Date(q.to) : undefined,
+        after,
+      }),
+    );
+    const items = rows.slice(0, q.limit);
+    const last = items[items.length - 1];
+    return {
+      items: items.map(runDto),
+      nextPageToken:
+        rows.length > q.limit ? encodePageToken({ t: last.created_at.toISOString(), id: last.run_id }) : null,
+    };
+  }
+
+  async get(tenantId: string, runId: string): Promise<RunDto & { steps: StepDto[] }> {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const run = await this.repo.findRun(tx, runId);
+      if (!run) throw notFound('run', 'RUN_NOT_FOUND');
+      const steps = await this.repo.listSteps(tx, runId);
+      return { ...runDto(run), steps: steps.map(stepDto) };
+    });
+  }
+
+  async attempts(tenantId: string, runId: string, stepId: string) {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const run = await this.repo.findRun(tx, runId);
+      if (!run) throw notFound('run', 'RUN_NOT_FOUND');
+      const steps = await this.repo.listSteps(tx, runId);
+      if (!steps.some((s) => s.step_id === stepId)) throw notFound('step', 'STEP_NOT_FOUND');
+      const rows = await this.repo.listAttempts(tx, runId, stepId);
+      return {
+        items: rows.map((a) => ({
+          attempt: a.attempt,
+          status: a.status,
+          workerId: a.worker_id,
+          epoch: a.epoch,
+          traceparent: a.traceparent,
+          leaseExpiresUtc: iso(a.lease_expires_at)!,
+          queuedUtc: iso(a.queued_at),
+          claimedUtc: iso(a.claimed_at)!,
+          constraintCheckedUtc: iso(a.constraint_checked_at),
+          startedUtc: iso(a.started_at),
+          finishedUtc: iso(a.finished_at),
+          terminatedUtc: iso(a.terminated_at),
+          error: a.error ?? null,
+          outputsHash: a.outputs_hash,
+          logsHash: a.logs_hash,
+        })),
+      };
+    });
+  }
+
+  async events(tenantId: string, runId: string, after: number, limit: number) {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const run = await this.repo.findRun(tx, runId);
+      if (!run) throw notFound('run', 'RUN_NOT_FOUND');
+      const rows = await this.repo.listEvents(tx, runId, after, limit + 1);
+      const items = rows.slice(0, limit).map((e) => ({
+        seq: e.seq,
+        createdUtc: new Date(e.created_at).toISOString(),
+        type: e.type,
+        stepId: e.step_id,
+        attempt: e.attempt,
+        actor: e.actor,
+        data: e.data,
+        prevHash: e.prev_hash,
+        hash: e.hash,
+      }));
+      return { items, nextAfter: rows.length > limit ? items[items.length - 1].seq : null };
+    });
+  }
+
+  // ---- changes ----
+
+  /** Cancels a run from any non-terminal state (idempotent: a cancelled run is returned as is). */
+  async cancel(tenantId: string, runId: string, actor: string): Promise<RunDto> {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
+      if (!row) throw notFound('run', 'RUN_NOT_FOUND');
+      if (row.status !== 'cancelled') {
+        if (TERMINAL_RUN_STATES.includes(row.status as RunStatus)) {
+          throw conflict('RUN_FINISHED', `run ${runId} already ended ${row.status}`);
+        }
+        const books = new RunBooks([row]);
+        const b = books.get(tenantId, runId)!;
+        const cancelled = await this.repo.cancelSteps(tx, runId);
+        await this.repo.dequeueReady(tx, runId);
+        for (const s of cancelled)
+          books.event(b, { type: 'step.cancelled', stepId: s.step_id, actor, data: { from: s.old } });
+        b.stepsRemaining = 0;
+        b.reason = `cancelled by ${actor}`;
+        books.transition(b, 'cancelled', actor);
+        await this.repo.insertEvents(tx, books.events());
+        await this.repo.updateRunBooks(tx, books.updates());
+      }
+      const run = await this.repo.findRun(tx, runId);
+      return runDto(run!);
+    });
+  }
+
+  /** A new run of the same DAG version with the same inputs, linked by replayOf. */
+  async replay(tenantId: string, runId: string, actor: string): Promise<CreateRunResult> {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
+      if (!row) throw notFound('run', 'RUN_NOT_FOUND');
+      const old = (await this.repo.findRun(tx, runId))!;
+      const [created] = await this.createInTx(
+        tx,
+        tenantId,
+        [
+          {
+            dagId: old.dag_id,
+            version: old.dag_version,
+            inputs: old.inputs,
+            runToken: `replay:${runId}:${randomUUID()}`,
+            requestedBy: actor,
+          },
+        ],
+        { replayOf: runId },
+      );
+      await this.recordOn(tx, row, { type: 'run.replayed', actor, data: { newRunId: created.runId } });
+      return created;
+    });
+  }
+
+  /**
+   * Reruns a failed run from `fromStep`: a new run of the same version and inputs in which every
+   * step that succeeded before and is not `fromStep` or downstream of it keeps its outputs
+   * (succeeded, fromRerun) instead of executing again.
+   */
+  async rerun(tenantId: string, runId: string, fromStep: string, actor: string): Promise<CreateRunResult> {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
+      if (!row) throw notFound('run', 'RUN_NOT_FOUND');
+      if (row.status !== 'failed')
+        throw conflict('RUN_NOT_FAILED', `only a failed run can be rerun from a step (run is ${row.status})`);
+      const old = (await this.repo.findRun(tx, runId))!;
+      const v = await this.dags.findVersion(tx, old.dag_id, old.dag_version);
+      if (!v) throw notFound('run', 'RUN_NOT_FOUND');
+      if (!v.definition.steps.some((s) => s.id === fromStep)) throw notFound(`step ${fromStep}`, 'STEP_NOT_FOUND');
+      const redo = descendants(v.definition.steps, fromStep);
+      redo.add(fromStep);
+      const reuse: ReusedOutputs = new Map();
+      for (const s of await this.repo.succeededOutputs(tx, runId)) {
+        if (!redo.has(s.step_id))
+          reuse.set(s.step_id, { outputs: (s.outputs ?? null) as JsonValue, outputsHash: s.outputs_hash });
+      }
+      const [created] = await this.createInTx(
+        tx,
+        tenantId,
+        [
+          {
+            dagId: old.dag_id,
+            version: old.dag_version,
+            inputs: old.inputs,
+            runToken: `rerun:${runId}:${randomUUID()}`,
+            requestedBy: actor,
+          },
+        ],
+        { rerunOf: runId, rerunFromStep: fromStep, reuse },
+      );
+      await this.recordOn(tx, row, { type: 'run.rerun', actor, data: { newRunId: created.runId, fromStep } });
+      return created;
+    });
+  }
+
+  private async recordOn(tx: TenantTx, row: RunBookRow, draft: { type: string; actor: string; data: JsonObject }) {
+    const books = new RunBooks([row]);
+    books.event(books.get(row.tenant_id, row.run_id)!, draft);
+    await this.repo.insertEvents(tx, books.events());
+    await this.repo.updateRunBooks(tx, books.updates());
+  }
+}
+
+function iso(d: Date | string | null): string | null {
+  return d === null ? null : new Date(d).toISOString();
+}
+
+export function runDto(r: RunRow): RunDto {
+  return {
+    runId: r.run_id,
+    dagId: r.dag_id,
+    version: r.dag_version,
+    contentHash: r.content_hash,
+    status: r.status as RunDto['status'],
+    reason: r.reason,
+    traceId: r.trace_id,
+    runToken: r.run_token,
+    inputs: r.inputs,
+    inputsHash: r.inputs_hash,
+    outputsHash: r.outputs_hash,
+    requestedBy: r.requested_by,
+    replayOf: r.replay_of,
+    rerunOf: r.rerun_of,
+    rerunFromStep: r.rerun_from_step,
+    startedUtc: iso(r.created_at)!,
+    dispatchedUtc: iso(r.started_at),
+    finishedUtc: iso(r.finished_at),
+    stepsTotal: r.steps_total,
+    stepsRemaining: r.steps_remaining,
+    lastEventSeq: r.event_seq,
+    lastEventHash: r.event_hash,
+  };
+}
+
+export function stepDto(s: StepRow): StepDto {
+  return {
+    stepId: s.step_id,
+    status: s.status as StepDto['status'],
+    reason: s.reason,
+    plugin: s.plugin,
+    dependsOn: s.depends_on,
+    topoIndex: s.topo_index,
+    dispatchSeq: s.dispatch_seq,
+    attempts: s.attempts,
+    outputs: s.outputs ?? null,
+    outputsHash: s.outputs_hash,
+    logsHash: s.logs_hash,
+    error: s.error ?? null,
+    fromRerun: s.from_rerun,
+    queuedUtc: iso(s.queued_at),
+    startedUtc: iso(s.started_at),
+    finishedUtc: iso(s.finished_at),
+  };
+}

@@ -1,0 +1,86 @@
+import { sql } from 'kysely';
+import pg from 'pg';
+import { transitionRows, canTransition } from '../../src/modules/runs/state-machine';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+describe('run schema: transitions and the append-only event log', () => {
+  let t: TestDatabase;
+  let owner: pg.Client;
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    await owner.query(`insert into tenant (id, name) values ('ta', 'A'), ('tb', 'B')`);
+    await owner.query(`insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, trace_id,
+        requested_by, steps_total, steps_remaining)
+      values ('ta', '11111111-1111-4111-8111-111111111111', 'd', 1, 'h', 'tok', '{}', repeat('a', 64), repeat('b', 32), 'me', 1, 1)`);
+    await owner.query(`insert into step (tenant_id, run_id, step_id, status, plugin, config, spec, depends_on, topo_index, pending_deps)
+      values ('ta', '11111111-1111-4111-8111-111111111111', 's', 'pending', 'noop', '{}', '{}', '{}', 0, 0)`);
+    await owner.query(`insert into run_event (tenant_id, run_id, seq, created_at, type, actor, data, prev_hash, hash)
+      values ('ta', '11111111-1111-4111-8111-111111111111', 1, now(), 'run.created', 'me', '{}', '', repeat('c', 64))`);
+  });
+  afterAll(async () => {
+    await owner.end();
+    await t.drop();
+  });
+
+  it('holds the same transition table as the code', async () => {
+    const { rows } = await owner.query<{ entity: string; from_state: string; to_state: string }>(
+      'select entity, from_state, to_state from state_transition order by 1, 2, 3',
+    );
+    const db = rows.map((r) => `${r.entity}:${r.from_state}->${r.to_state}`).sort();
+    const code = transitionRows()
+      .map((r) => `${r.entity}:${r.from}->${r.to}`)
+      .sort();
+    expect(db).toEqual(code);
+  });
+
+  it.each([
+    ['step', 'pending', 'running'],
+    ['step', 'pending', 'succeeded'],
+    ['run', 'queued', 'queued'],
+  ])('the code table refuses or ignores %s %s -> %s', (entity, from, to) => {
+    expect(canTransition(entity as 'step', from, to)).toBe(false);
+  });
+
+  it('refuses an illegal step transition in the database, even for the owner', async () => {
+    await expect(
+      owner.query(`update step set status = 'succeeded' where tenant_id = 'ta' and step_id = 's'`),
+    ).rejects.toThrow(/illegal step transition pending -> succeeded/);
+    await owner.query(`update step set status = 'queued' where tenant_id = 'ta' and step_id = 's'`);
+    await expect(
+      owner.query(`update step set status = 'pending' where tenant_id = 'ta' and step_id = 's'`),
+    ).rejects.toThrow(/illegal step transition queued -> pending/);
+  });
+
+  it('refuses an illegal run transition in the database', async () => {
+    await expect(owner.query(`update run set status = 'queued' || '' where tenant_id = 'ta'`)).resolves.toBeDefined();
+    await owner.query(`update run set status = 'cancelled' where tenant_id = 'ta'`);
+    await expect(owner.query(`update run set status = 'running' where tenant_id = 'ta'`)).rejects.toThrow(
+      /illegal run transition cancelled -> running/,
+    );
+  });
+
+  it('gives the application and system roles no UPDATE or DELETE on run_event, and refuses them for the owner too', async () => {
+    await expect(t.db.withTenant('ta', (tx) => sql`update run_event set actor = 'x'`.execute(tx))).rejects.toThrow(
+      /permission denied/,
+    );
+    await expect(t.db.withTenant('ta', (tx) => sql`delete from run_event`.execute(tx))).rejects.toThrow(
+      /permission denied/,
+    );
+    await expect(t.db.withSystem((tx) => sql`delete from run_event`.execute(tx))).rejects.toThrow(/permission denied/);
+    await expect(owner.query(`update run_event set actor = 'x'`)).rejects.toThrow(/append-only/);
+    await expect(owner.query(`delete from run_event`)).rejects.toThrow(/append-only/);
+  });
+
+  it('hides tenant A rows of every run table from tenant B', async () => {
+    for (const table of ['run', 'step', 'run_event', 'attempt', 'queue_item', 'artifact']) {
+      const r = await t.db.withTenant('tb', (tx) =>
+        sql<{ n: number }>`select count(*)::int as n from ${sql.table(table)}`.execute(tx),
+      );
+      expect([table, r.rows[0].n]).toEqual([table, 0]);
+    }
+    const a = await t.db.withTenant('ta', (tx) => sql<{ n: number }>`select count(*)::int as n from run`.execute(tx));
+    expect(a.rows[0].n).toBe(1);
+  });
+});
