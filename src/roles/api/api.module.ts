@@ -1,12 +1,16 @@
 import { Module } from '@nestjs/common';
 import { ArtifactsModule } from '../../modules/artifacts/artifacts.module';
 import { AuthModule } from '../../modules/auth/auth.module';
+import { BundlesModule } from '../../modules/bundles/bundles.module';
+import { DagsModule } from '../../modules/dags/dags.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { RunsModule } from '../../modules/runs/runs.module';
+import { SchedulesModule } from '../../modules/scheduler/schedules.module';
 import { TenantsModule } from '../../modules/tenants/tenants.module';
+import { TrustModule } from '../../modules/trust/trust.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
-  imports: [AuthModule, IdempotencyModule, TenantsModule, RunsModule, ArtifactsModule],
+  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule],
 })
 export class ApiRoleModule {}
