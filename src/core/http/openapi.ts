@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, type OnApplicationBootstrap } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { METHOD_METADATA, PATH_METADATA } from '@nestjs/common/constants';
 import { RequestMethod } from '@nestjs/common';
@@ -15,10 +15,17 @@ export interface RouteEntry {
 
 type JsonSchema = Record<string, unknown>;
 
-/** Enumerates the application's routes from Nest's own metadata, with their RouteSpec. */
+/**
+ * Enumerates the application's routes from Nest's own metadata, with their RouteSpec. Reads them
+ * once at bootstrap, so a route without a `@Route` spec stops the application from starting.
+ */
 @Injectable()
-export class RouteTable {
+export class RouteTable implements OnApplicationBootstrap {
   private cached?: RouteEntry[];
+
+  onApplicationBootstrap(): void {
+    this.routes();
+  }
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -42,10 +49,16 @@ export class RouteTable {
         const spec = this.reflector.get<RouteSpec | undefined>(ROUTE_SPEC, handler);
         if (!spec) throw new Error(`route ${wrapper.metatype.name}.${name} has no @Route spec`);
         const full = [base, normalize(Array.isArray(sub) ? sub[0] : sub)].filter(Boolean).join('/');
-        out.push({ method: RequestMethod[method].toLowerCase(), path: '/' + full.replace(/:([A-Za-z0-9_]+)/g, '{$1}'), spec });
+        out.push({
+          method: RequestMethod[method].toLowerCase(),
+          path: '/' + full.replace(/:([A-Za-z0-9_]+)/g, '{$1}'),
+          spec,
+        });
       }
     }
-    this.cached = out.sort((a, b) => (a.path === b.path ? a.method.localeCompare(b.method) : a.path.localeCompare(b.path)));
+    this.cached = out.sort((a, b) =>
+      a.path === b.path ? a.method.localeCompare(b.method) : a.path.localeCompare(b.path),
+    );
     return this.cached;
   }
 }
@@ -57,10 +70,20 @@ function normalize(p: string | string[]): string {
 /** Builds the OpenAPI 3.1 document from the same zod schemas that validate each route's input. */
 export function buildOpenApi(routes: RouteEntry[], info: { title: string; version: string }): JsonSchema {
   const components: Record<string, JsonSchema> = {};
+  // Schemas with a meta id come back as local `$defs`; they move to components.schemas and every
+  // `#/$defs/X` becomes `#/components/schemas/X`, so references resolve within the whole document.
   const toSchema = (s: z.ZodType, io: 'input' | 'output'): JsonSchema => {
-    const json = z.toJSONSchema(s, { target: 'draft-2020-12', io, unrepresentable: 'any', reused: 'inline' }) as JsonSchema;
+    const json = z.toJSONSchema(s, {
+      target: 'draft-2020-12',
+      io,
+      unrepresentable: 'any',
+      reused: 'inline',
+    }) as JsonSchema;
     delete json.$schema;
-    return json;
+    const defs = json.$defs as Record<string, JsonSchema> | undefined;
+    delete json.$defs;
+    for (const [name, def] of Object.entries(defs ?? {})) components[name] ??= rewriteRefs(def) as JsonSchema;
+    return rewriteRefs(json) as JsonSchema;
   };
   components.ErrorEnvelope = toSchema(errorEnvelopeSchema, 'output');
   const paths: Record<string, Record<string, unknown>> = {};
@@ -87,13 +110,20 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
       parameters.push({ name: 'X-Tenant-Id', in: 'header', required: true, schema: { type: 'string' } });
     }
     if (r.method === 'post' && s.idempotent !== false && s.access !== 'public' && s.access !== 'platform:admin') {
-      parameters.push({ name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 } });
+      parameters.push({
+        name: 'Idempotency-Key',
+        in: 'header',
+        required: false,
+        schema: { type: 'string', maxLength: 255 },
+      });
     }
     const responses: Record<string, unknown> = {};
     for (const [code, resp] of Object.entries(s.responses)) {
       responses[code] = {
         description: resp.description,
-        ...(resp.schema ? { content: { [resp.contentType ?? 'application/json']: { schema: toSchema(resp.schema, 'output') } } } : {}),
+        ...(resp.schema
+          ? { content: { [resp.contentType ?? 'application/json']: { schema: toSchema(resp.schema, 'output') } } }
+          : {}),
         ...(!resp.schema && resp.contentType ? { content: { [resp.contentType]: {} } } : {}),
       };
     }
@@ -127,4 +157,15 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
     },
   };
+}
+
+function rewriteRefs(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(rewriteRefs);
+  if (v === null || typeof v !== 'object') return v;
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) {
+    out[k] =
+      k === '$ref' && typeof x === 'string' ? x.replace(/^#\/\$defs\//, '#/components/schemas/') : rewriteRefs(x);
+  }
+  return out;
 }
