@@ -1,7 +1,8 @@
 import { Module } from '@nestjs/common';
+import { SchedulerModule } from '../../modules/scheduler/scheduler.module';
 
 /** The scheduler role: cron schedules, run timers, lease reaper, retention. */
 @Module({
-  imports: [],
+  imports: [SchedulerModule],
 })
 export class SchedulerRoleModule {}
