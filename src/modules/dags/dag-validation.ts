@@ -170,9 +170,10 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
       if (!(e instanceof DomainError)) throw e;
       issues.push({ path: `${at}.with`, step: s.id, message: e.message });
     }
-    const upstream = graphUsable ? upstreamOf(def.steps, s.id) : new Set(s.dependsOn);
+    let upstream: Set<string> | undefined;
     for (const r of refs) {
       if (r.kind !== 'steps') continue;
+      upstream ??= graphUsable ? upstreamOf(def.steps, s.id) : new Set(s.dependsOn);
       const target = r.path[0];
       if (!ids.has(target)) {
         issues.push({ path: `${at}.with`, step: s.id, message: `template references unknown step "${target}"` });
