@@ -1,0 +1,173 @@
+import { z } from 'zod';
+import { definePlugin, type PluginContext, type PluginResult } from '../../src/modules/plugins/plugin';
+import {
+  resolveCommand,
+  runCli,
+  SandboxUnavailableError,
+  type SandboxTools,
+} from '../../src/modules/sandbox/cli-runner';
+
+const MIB = 1024 * 1024;
+const num = (min: number, max: number) => z.union([z.number().int().min(min).max(max), z.string().min(1)]);
+
+const config = z.strictObject({
+  /** An absolute path, or a bare name looked up in /usr/bin:/bin. Never run through a shell. */
+  command: z.string().regex(/^(\/[^\0]*|[A-Za-z0-9._+-]+|\$\{\{.*\}\})$/, 'an absolute path or a bare command name'),
+  /** Each argument is passed as is (after templating): `;`, `$(…)`, quotes and globs mean nothing. */
+  args: z.array(z.string().max(131_072)).max(1000).default([]),
+  /** The only variables the command sees besides PATH=/usr/bin:/bin, HOME=<workdir> and LANG=C. */
+  env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/), z.string().max(131_072)).default({}),
+  stdin: z
+    .string()
+    .max(16 * MIB)
+    .optional(),
+  /** Defaults to the step's timeout. */
+  timeoutMs: num(1, 7 * 86_400_000).optional(),
+  /** Bytes of stdout and of stderr kept (the tail); more output is dropped, the step goes on. */
+  maxOutputBytes: num(0, 64 * MIB).default(MIB),
+  /** CPU seconds (RLIMIT_CPU); defaults to the timeout in seconds, rounded up. */
+  cpuSeconds: num(1, 7 * 86_400).optional(),
+  /** Address space in MiB (RLIMIT_AS). */
+  memoryMb: num(16, 1024 * 1024).default(2048),
+  /** Largest file the command may write, in MiB (RLIMIT_FSIZE). */
+  maxFileSizeMb: num(0, 1024 * 1024).default(100),
+  /** Processes (RLIMIT_NPROC, per user: not enforced for root). */
+  maxProcesses: num(1, 100_000).default(256),
+});
+
+type CliConfig = z.output<typeof config>;
+
+class InvalidConfig extends Error {}
+
+function int(v: number | string | undefined, fallback: number, name: string, min: number, max: number): number {
+  if (v === undefined) return fallback;
+  const n = typeof v === 'number' ? v : Number(v);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new InvalidConfig(`${name} must be an integer between ${min} and ${max}, got ${String(v)}`);
+  return n;
+}
+
+/** ORDO_CLI_SANDBOX_REQUIRED (default true): false lets a host without unshare/prlimit run commands unsandboxed. */
+export function sandboxRequired(env: NodeJS.ProcessEnv = process.env): boolean {
+  const v = (env.ORDO_CLI_SANDBOX_REQUIRED ?? '').trim().toLowerCase();
+  return !['false', '0', 'no'].includes(v);
+}
+
+/** Replaced by tests to simulate a host without a working sandbox. */
+export const cliSandbox: { tools?: SandboxTools; required?: boolean } = {};
+
+async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
+  const command = resolveCommand(cfg.command);
+  if (!command) {
+    return {
+      status: 'failed',
+      error: {
+        code: 'COMMAND_NOT_FOUND',
+        message: `no executable ${cfg.command} (bare names are looked up in /usr/bin:/bin)`,
+        retryable: false,
+      },
+    };
+  }
+  const timeoutMs = int(cfg.timeoutMs, ctx.timeoutMs, 'timeoutMs', 1, 7 * 86_400_000);
+  const maxOutputBytes = int(cfg.maxOutputBytes, MIB, 'maxOutputBytes', 0, 64 * MIB);
+  const required = cliSandbox.required ?? sandboxRequired();
+  const network = ctx.egress.length > 0;
+  if (network) ctx.log('info', 'the step declares egress: the command runs with the host network');
+
+  let result;
+  try {
+    result = await runCli({
+      command,
+      args: cfg.args,
+      env: cfg.env,
+      stdin: cfg.stdin,
+      timeoutMs,
+      maxOutputBytes,
+      network,
+      limits: {
+        cpuSeconds: int(cfg.cpuSeconds, Math.max(1, Math.ceil(timeoutMs / 1000)), 'cpuSeconds', 1, 7 * 86_400),
+        memoryBytes: int(cfg.memoryMb, 2048, 'memoryMb', 16, 1024 * 1024) * MIB,
+        fileSizeBytes: int(cfg.maxFileSizeMb, 100, 'maxFileSizeMb', 0, 1024 * 1024) * MIB,
+        processes: int(cfg.maxProcesses, 256, 'maxProcesses', 1, 100_000),
+      },
+      signal: ctx.signal,
+      requireSandbox: required,
+      tools: cliSandbox.tools,
+      onLine: (stream, line) => ctx.log(stream === 'stdout' ? 'info' : 'warn', ctx.redact(line)),
+    });
+  } catch (e) {
+    if (e instanceof SandboxUnavailableError) {
+      ctx.log('error', `${e.message}; refusing to run unsandboxed (ORDO_CLI_SANDBOX_REQUIRED is true)`);
+      return { status: 'failed', error: { code: 'SANDBOX_UNAVAILABLE', message: e.message, retryable: false } };
+    }
+    throw e;
+  }
+  if (!result.sandboxed) {
+    ctx.log(
+      'warn',
+      `WARNING: this command ran WITHOUT the cli sandbox (no network or PID namespace) because ORDO_CLI_SANDBOX_REQUIRED=false: ${result.sandboxProblem ?? ''}`,
+    );
+  }
+  if (result.truncated)
+    ctx.log('warn', `output exceeded ${maxOutputBytes} bytes per stream: only the tail is kept in the outputs`);
+  if (result.droppedLines > 0)
+    ctx.log('warn', `${result.droppedLines} more output lines were not logged (limit 1000 per step)`);
+
+  const outputs = {
+    exitCode: result.exitCode ?? -1,
+    stdout: ctx.redact(result.stdout),
+    stderr: ctx.redact(result.stderr),
+    truncated: result.truncated,
+  };
+  if (result.aborted)
+    return {
+      status: 'failed',
+      outputs,
+      error: { code: 'ABORTED', message: 'the step was aborted; its processes were killed', retryable: false },
+    };
+  if (result.timedOut) {
+    return {
+      status: 'failed',
+      outputs,
+      error: {
+        code: 'TIMEOUT',
+        message: `the command exceeded its time limit of ${timeoutMs} ms and was killed`,
+        retryable: true,
+      },
+    };
+  }
+  if (result.exitCode !== 0) {
+    const how = result.exitCode === null ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
+    const last = outputs.stderr.trim().split('\n').pop() ?? '';
+    return {
+      status: 'failed',
+      outputs,
+      error: {
+        code: 'EXIT_CODE',
+        message: `${cfg.command} ${how}${last ? `: ${last.slice(0, 500)}` : ''}`,
+        retryable: false,
+      },
+    };
+  }
+  return { status: 'succeeded', outputs };
+}
+
+/**
+ * Runs a declared executable (no shell) in its own network and PID namespaces with rlimits, a
+ * scrubbed environment and a private working directory; exit code 0 succeeds.
+ * Outputs: {exitCode, stdout, stderr, truncated} (stdout/stderr are tails of at most maxOutputBytes).
+ */
+export default definePlugin({
+  name: 'cli',
+  description: 'Runs a declared executable without a shell, sandboxed (network namespace, rlimits, private workdir).',
+  configSchema: config,
+  async execute(cfg, ctx) {
+    try {
+      return await run(cfg, ctx);
+    } catch (e) {
+      if (e instanceof InvalidConfig)
+        return { status: 'failed', error: { code: 'INVALID_CONFIG', message: e.message, retryable: false } };
+      throw e;
+    }
+  },
+});
