@@ -1,0 +1,214 @@
+import pg from 'pg';
+import { APP_ROLE, SYSTEM_ROLE } from '../../src/core/database/migrator';
+import { AuthRepository } from '../../src/modules/auth/auth.repository';
+import { IdempotencyRepository } from '../../src/modules/idempotency/idempotency.repository';
+import { TenantsRepository } from '../../src/modules/tenants/tenants.repository';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+const A = 'rls-a';
+const B = 'rls-b';
+
+/** Every table in public that holds tenant data: a tenant_id column, or the tenant registry itself. */
+async function tenantTables(c: pg.Client): Promise<{ table: string; column: string }[]> {
+  const { rows } = await c.query<{ table: string; column: string }>(`
+    select c.relname as table, case when c.relname = 'tenant' then 'id' else 'tenant_id' end as column
+      from pg_class c join pg_namespace n on n.oid = c.relnamespace
+     where n.nspname = 'public' and c.relkind in ('r', 'p')
+       and (c.relname = 'tenant' or exists (
+             select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped))
+     order by 1`);
+  return rows;
+}
+
+describe('row-level security on the application role', () => {
+  let tdb: TestDatabase;
+  let owner: pg.Client;
+  let app: pg.Client;
+  let tables: { table: string; column: string }[];
+
+  /** Runs `fn` on the app-role connection inside a transaction bound to `tenant` (or to none). */
+  const asTenant = async <T>(tenant: string | null, fn: () => Promise<T>): Promise<T> => {
+    await app.query('begin');
+    try {
+      if (tenant !== null) await app.query(`select set_config('app.tenant_id', $1, true)`, [tenant]);
+      return await fn();
+    } finally {
+      await app.query('rollback');
+    }
+  };
+  const rlsError = (p: Promise<unknown>) => expect(p).rejects.toMatchObject({ code: '42501' });
+
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    const tenants = new TenantsRepository();
+    const auth = new AuthRepository();
+    const idem = new IdempotencyRepository();
+    for (const t of [A, B]) {
+      await tenants.insert(tdb.db.system, { id: t, name: t });
+      await tdb.db.withTenant(t, async (tx) => {
+        await auth.insertToken(tx, {
+          jti: crypto.randomUUID(),
+          subject: `${t}-admin`,
+          scopes: ['orchestrator:admin'],
+          description: null,
+          createdBy: 'test',
+          expiresAt: new Date(Date.now() + 3600_000),
+        });
+        await idem.claim(tx, { key: 'k1', method: 'POST', path: '/x', hash: 'h', ttlSeconds: 60 });
+      });
+    }
+    owner = new pg.Client({ connectionString: tdb.ownerUrl });
+    app = new pg.Client({ connectionString: tdb.appUrl });
+    await owner.connect();
+    await app.connect();
+    tables = await tenantTables(owner);
+  });
+  afterAll(async () => {
+    await app?.end();
+    await owner?.end();
+    await tdb?.drop();
+  });
+
+  it('finds the foundation tables among the tenant-owned ones', () => {
+    expect(tables.map((t) => t.table)).toEqual(expect.arrayContaining(['tenant', 'api_token', 'idempotency_key']));
+  });
+
+  it('has row-level security enabled and forced, with a tenant policy, on every tenant-owned table', async () => {
+    const { rows } = await owner.query<{ table: string; enabled: boolean; forced: boolean; policies: string[] }>(
+      `select c.relname as table, c.relrowsecurity as enabled, c.relforcerowsecurity as forced,
+              coalesce((select array_agg(coalesce(p.qual, '') || ' / ' || coalesce(p.with_check, ''))
+                          from pg_policies p where p.schemaname = 'public' and p.tablename = c.relname), '{}') as policies
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where n.nspname = 'public' and c.relname = any($1)`,
+      [tables.map((t) => t.table)],
+    );
+    expect(rows).toHaveLength(tables.length);
+    for (const r of rows) {
+      expect({ table: r.table, enabled: r.enabled, forced: r.forced }).toEqual({
+        table: r.table,
+        enabled: true,
+        forced: true,
+      });
+      expect({ table: r.table, keyed: r.policies.some((p) => p.includes('ordo_current_tenant()')) }).toEqual({
+        table: r.table,
+        keyed: true,
+      });
+    }
+  });
+
+  it('connects the app as a role that owns no table, is no superuser and cannot bypass RLS', async () => {
+    const { rows: roles } = await owner.query<{ rolname: string; rolsuper: boolean; rolbypassrls: boolean }>(
+      'select rolname, rolsuper, rolbypassrls from pg_roles where rolname = any($1)',
+      [[APP_ROLE, SYSTEM_ROLE]],
+    );
+    expect(roles.find((r) => r.rolname === APP_ROLE)).toEqual({
+      rolname: APP_ROLE,
+      rolsuper: false,
+      rolbypassrls: false,
+    });
+    expect(roles.find((r) => r.rolname === SYSTEM_ROLE)).toMatchObject({ rolsuper: false });
+    const { rows: owned } = await owner.query(
+      `select schemaname, tablename from pg_tables where tableowner = any($1)
+       union all select schemaname, viewname from pg_views where viewowner = any($1)`,
+      [[APP_ROLE, SYSTEM_ROLE]],
+    );
+    expect(owned).toEqual([]);
+    const { rows: who } = await app.query<{ u: string }>('select current_user as u');
+    expect(who[0].u).toBe(APP_ROLE);
+  });
+
+  it("shows tenant A none of tenant B's rows in any tenant-owned table", async () => {
+    const sys = new pg.Client({ connectionString: tdb.systemUrl });
+    await sys.connect();
+    try {
+      for (const { table, column } of tables) {
+        const total = await sys.query<{ n: number }>(`select count(*)::int as n from ${table} where ${column} = $1`, [
+          B,
+        ]);
+        const seen = await asTenant(A, async () => {
+          try {
+            const r = await app.query<{ others: number; b: number }>(
+              `select count(*) filter (where ${column} <> $1)::int as others, count(*) filter (where ${column} = $2)::int as b from ${table}`,
+              [A, B],
+            );
+            return r.rows[0];
+          } catch (e) {
+            if ((e as { code?: string }).code === '42501') return { others: 0, b: 0 }; // no SELECT grant at all
+            throw e;
+          }
+        });
+        expect({ table, ...seen }).toEqual({ table, others: 0, b: 0 });
+        // The foundation tables do hold rows of B, so the check above is not vacuous for them.
+        if (['tenant', 'api_token', 'idempotency_key'].includes(table))
+          expect({ table, n: total.rows[0].n }).toEqual({ table, n: 1 });
+      }
+    } finally {
+      await sys.end();
+    }
+  });
+
+  it('shows nothing in any tenant-owned table when no tenant is set', async () => {
+    for (const { table } of tables) {
+      const n = await asTenant(null, async () => {
+        try {
+          return (await app.query<{ n: number }>(`select count(*)::int as n from ${table}`)).rows[0].n;
+        } catch (e) {
+          if ((e as { code?: string }).code === '42501') return 0;
+          throw e;
+        }
+      });
+      expect({ table, n }).toEqual({ table, n: 0 });
+    }
+  });
+
+  it('refuses tenant A inserting rows for tenant B (RLS error)', async () => {
+    await asTenant(A, () =>
+      rlsError(
+        app.query(
+          `insert into api_token (tenant_id, jti, subject, scopes, created_by, expires_at) values ($1, gen_random_uuid(), 's', '{orchestrator:admin}', 'x', now() + interval '1 hour')`,
+          [B],
+        ),
+      ),
+    );
+    await asTenant(A, () =>
+      rlsError(
+        app.query(
+          `insert into idempotency_key (tenant_id, key, method, path, request_hash, state, expires_at) values ($1, 'k2', 'POST', '/x', 'h', 'processing', now())`,
+          [B],
+        ),
+      ),
+    );
+    // Without a tenant, no insert passes either.
+    await asTenant(null, () =>
+      rlsError(
+        app.query(
+          `insert into api_token (tenant_id, jti, subject, scopes, created_by, expires_at) values ($1, gen_random_uuid(), 's', '{orchestrator:admin}', 'x', now() + interval '1 hour')`,
+          [A],
+        ),
+      ),
+    );
+  });
+
+  it("cannot update or delete tenant B's rows as tenant A, nor move A's rows to B", async () => {
+    const changed = await asTenant(A, async () => {
+      const u = await app.query(`update api_token set description = 'pwned', revoked_at = now() where tenant_id = $1`, [
+        B,
+      ]);
+      const d = await app.query(`delete from idempotency_key where tenant_id = $1`, [B]);
+      return { updated: u.rowCount, deleted: d.rowCount };
+    });
+    expect(changed).toEqual({ updated: 0, deleted: 0 });
+    await asTenant(A, () => rlsError(app.query(`update api_token set tenant_id = $1 where tenant_id = $2`, [B, A])));
+    await asTenant(A, async () => {
+      const t = await app
+        .query(`update tenant set name = 'pwned' where id = $1`, [B])
+        .catch((e: { code?: string }) => e);
+      expect(t).toEqual(expect.objectContaining({ code: '42501' }));
+    });
+    const { rows } = await owner.query<{ n: number }>(
+      `select count(*)::int as n from api_token where tenant_id = $1 and description is null and revoked_at is null`,
+      [B],
+    );
+    expect(rows[0].n).toBe(1);
+  });
+});
