@@ -81,7 +81,7 @@ describe('cli plugin', () => {
     process.env.ORDO_TEST_HOST_SECRET = 'host-only';
     try {
       const r = await exec({ command: 'env', env: { GREETING: 'hi' } });
-      const vars = String(r.outputs?.stdout).trim().split('\n').sort();
+      const vars = (r.outputs?.stdout as string).trim().split('\n').sort();
       expect(vars.map((v) => v.split('=')[0])).toEqual(['GREETING', 'HOME', 'LANG', 'PATH']);
       expect(vars).toContain('PATH=/usr/bin:/bin');
       expect(vars).toContain('GREETING=hi');
@@ -95,14 +95,14 @@ describe('cli plugin', () => {
       command: '/bin/bash',
       args: ['-c', 'pwd; echo "$HOME"; ls -A | wc -l; stat -c %a .; touch scratch'],
     });
-    const [cwd, home, count, mode] = String(r.outputs?.stdout).trim().split('\n');
+    const [cwd, home, count, mode] = (r.outputs?.stdout as string).trim().split('\n');
     expect(cwd).toMatch(/ordo-cli-/);
     expect(home).toBe(cwd);
     expect(count).toBe('0');
     expect(mode).toBe('700');
     expect(fs.existsSync(cwd)).toBe(false);
     const again = await exec({ command: 'pwd' });
-    expect(String(again.outputs?.stdout).trim()).not.toBe(cwd);
+    expect((again.outputs?.stdout as string).trim()).not.toBe(cwd);
   });
 
   it('kills the whole process tree on timeout, grandchildren included', async () => {
@@ -142,7 +142,7 @@ describe('cli plugin', () => {
       ctx,
     );
     expect(r.status).toBe('succeeded');
-    const stdout = String(r.outputs?.stdout);
+    const stdout = r.outputs?.stdout as string;
     expect(Buffer.byteLength(stdout)).toBeLessThanOrEqual(100);
     expect(stdout.endsWith('line 5000\n')).toBe(true);
     expect(r.outputs?.truncated).toBe(true);
