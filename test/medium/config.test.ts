@@ -1,0 +1,65 @@
+import path from 'node:path';
+import { ConfigError, loadConfig } from '../../src/core/config/config';
+
+const fails = (env: Record<string, string>): ConfigError => {
+  try {
+    loadConfig(env);
+  } catch (e) {
+    if (e instanceof ConfigError) return e;
+    throw e;
+  }
+  throw new Error(`expected ${JSON.stringify(env)} to be rejected`);
+};
+
+describe('environment validation', () => {
+  it('starts from documented defaults', () => {
+    const c = loadConfig({});
+    expect(c).toMatchObject({
+      HOST: '127.0.0.1',
+      PORT: 8080,
+      ORDO_ROLES: ['api', 'scheduler', 'worker'],
+      ORDO_HOME: '.ordo',
+      ORDO_BODY_LIMIT_BYTES: 1024 * 1024,
+      ORDO_BOOTSTRAP_TENANT: 'default',
+    });
+    expect(c.home).toBe(path.resolve('.ordo'));
+    expect(c.DATABASE_URL).toBeUndefined();
+  });
+
+  it.each([
+    ['PORT', 'abc'],
+    ['PORT', '70000'],
+    ['ORDO_ROLES', 'foo'],
+    ['ORDO_ROLES', 'api,web'],
+    ['ORDO_ROLES', ' , '],
+    ['DATABASE_URL', 'mysql://x'],
+    ['ORDO_APP_DATABASE_URL', 'http://x'],
+    ['ORDO_BODY_LIMIT_BYTES', '10'],
+    ['ORDO_BOOTSTRAP_TENANT', 'Not Valid'],
+    ['LOG_LEVEL', 'loud'],
+    ['REDIS_URL', 'memcached://x'],
+  ])('rejects %s=%s with a message naming the variable', (name, value) => {
+    const e = fails({ [name]: value });
+    expect(e.message).toContain(name);
+    expect(e.issues.every((i) => i.startsWith(name))).toBe(true);
+  });
+
+  it('names every bad variable at once', () => {
+    const e = fails({ PORT: 'x', ORDO_ROLES: 'nope' });
+    expect(e.issues).toHaveLength(2);
+    expect(e.message).toMatch(/PORT/);
+    expect(e.message).toMatch(/ORDO_ROLES: unknown role "nope"/);
+  });
+
+  it('treats empty values as unset and normalises the role list', () => {
+    const c = loadConfig({ PORT: '', DATABASE_URL: '', ORDO_ROLES: ' worker , api,worker ' });
+    expect(c.PORT).toBe(8080);
+    expect(c.DATABASE_URL).toBeUndefined();
+    expect(c.ORDO_ROLES).toEqual(['worker', 'api']);
+  });
+
+  it('accepts postgres and postgresql URLs', () => {
+    expect(loadConfig({ DATABASE_URL: 'postgresql://u:p@h:5432/d' }).DATABASE_URL).toBe('postgresql://u:p@h:5432/d');
+    expect(loadConfig({ DATABASE_URL: 'postgres://h/d' }).DATABASE_URL).toBe('postgres://h/d');
+  });
+});
