@@ -104,9 +104,12 @@ export function findCycle(steps: readonly GraphStep[]): string[] | undefined {
   return undefined;
 }
 
-/** Every step `id` depends on, directly or transitively (cycles tolerated). */
-export function upstreamOf(steps: readonly GraphStep[], id: string): Set<string> {
-  const deps = new Map(steps.map((s) => [s.id, s.dependsOn]));
+/** Every step `id` depends on, directly or transitively (cycles tolerated); `steps` may be a prebuilt id → dependsOn map. */
+export function upstreamOf(
+  steps: readonly GraphStep[] | ReadonlyMap<string, readonly string[]>,
+  id: string,
+): Set<string> {
+  const deps = steps instanceof Map ? steps : new Map((steps as readonly GraphStep[]).map((s) => [s.id, s.dependsOn]));
   const seen = new Set<string>();
   const todo = [...(deps.get(id) ?? [])];
   while (todo.length > 0) {

@@ -131,6 +131,7 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
     }
   }
 
+  let depsById: Map<string, string[]> | undefined;
   def.steps.forEach((s, i) => {
     const at = `steps.${i}`;
     if (s.timeout < 1) issues.push({ path: `${at}.timeout`, step: s.id, message: 'timeout must be at least 1ms' });
@@ -173,7 +174,8 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
     let upstream: Set<string> | undefined;
     for (const r of refs) {
       if (r.kind !== 'steps') continue;
-      upstream ??= graphUsable ? upstreamOf(def.steps, s.id) : new Set(s.dependsOn);
+      depsById ??= new Map(def.steps.map((x) => [x.id, x.dependsOn]));
+      upstream ??= graphUsable ? upstreamOf(depsById, s.id) : new Set(s.dependsOn);
       const target = r.path[0];
       if (!ids.has(target)) {
         issues.push({ path: `${at}.with`, step: s.id, message: `template references unknown step "${target}"` });
