@@ -257,12 +257,14 @@ export async function runCli(o: CliRunOptions): Promise<CliRunResult> {
     };
     o.signal.addEventListener('abort', onAbort, { once: true });
     if (o.signal.aborted) onAbort();
+    const stdout = child.stdout!;
+    const stderr = child.stderr!;
     const closed = Promise.all([
-      new Promise((r) => child.stdout.once('close', r)),
-      new Promise((r) => child.stderr.once('close', r)),
+      new Promise((r) => stdout.once('close', r)),
+      new Promise((r) => stderr.once('close', r)),
     ]);
-    child.stdout.on('data', (c: Buffer) => feed('stdout', c));
-    child.stderr.on('data', (c: Buffer) => feed('stderr', c));
+    stdout.on('data', (c: Buffer) => feed('stdout', c));
+    stderr.on('data', (c: Buffer) => feed('stderr', c));
     if (o.stdin !== undefined && child.stdin) {
       child.stdin.on('error', () => undefined);
       child.stdin.end(o.stdin);
