@@ -42,8 +42,9 @@ export class DagsController {
     @Body() body: unknown,
     @Headers('content-type') contentType: string | undefined,
     @Res({ passthrough: true }) reply: FastifyReply,
+    @Headers('x-ordo-dag-signature') signature: string | undefined,
   ) {
-    const r = await this.dags.publishBody(p.tenantId, p.subject, body, contentType);
+    const r = await this.dags.publishBody(p.tenantId, p.subject, body, contentType, signature);
     void reply.status(r.created ? 201 : 200);
     return r;
   }

@@ -1,10 +1,12 @@
 import { Injectable } from '@nestjs/common';
 import { Database } from '../../core/database/database';
+import type { TenantTx } from '../../core/database/handles';
 import { badRequest, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import { YAML_TYPES } from '../../core/http/app-factory';
-import { canonicalHash } from '../../core/json/canonical-json';
+import { canonicalHash, canonicalJson } from '../../core/json/canonical-json';
 import { PluginRegistry } from '../plugins/plugin-registry';
+import { TrustService } from '../trust/trust.service';
 import { graphDot, graphJson, type DagGraphJson } from './dag-graph';
 import { validateDagDefinition } from './dag-validation';
 import { parseDagYaml } from './dag-yaml';
@@ -40,6 +42,7 @@ export class DagsService {
     private readonly db: Database,
     private readonly repo: DagsRepository,
     private readonly plugins: PluginRegistry,
+    private readonly trust: TrustService,
   ) {}
 
   /** The publish route's body: a parsed JSON object, or YAML text when the content type says so. */
@@ -48,13 +51,15 @@ export class DagsService {
     owner: string,
     body: unknown,
     contentType: string | undefined,
+    signatureJws?: string,
   ): Promise<PublishedDagDto> {
     const mime = (contentType ?? 'application/json').split(';')[0].trim().toLowerCase();
     if (YAML_TYPES.includes(mime)) {
       if (typeof body !== 'string') throw badRequest('YAML_INVALID', 'expected YAML text');
-      return this.publish(tenantId, owner, parseDagYaml(body), { sourceFormat: 'yaml' });
+      const raw = parseDagYaml(body);
+      return this.publish(tenantId, owner, raw, { sourceFormat: 'yaml', signature: await this.apiSignature(tenantId, raw, signatureJws) });
     }
-    return this.publish(tenantId, owner, body, { sourceFormat: 'json' });
+    return this.publish(tenantId, owner, body, { sourceFormat: 'json', signature: await this.apiSignature(tenantId, body, signatureJws) });
   }
 
   /**
@@ -68,25 +73,36 @@ export class DagsService {
     rawDefinition: unknown,
     opts: PublishOptions,
   ): Promise<PublishedDagDto> {
+    return this.db.withTenant(tenantId, (tx) => this.publishIn(tx, owner, rawDefinition, opts));
+  }
+
+  /** As publish, inside the caller's tenant transaction (a bundle publishes all its DAGs in one). */
+  async publishIn(tx: TenantTx, owner: string, rawDefinition: unknown, opts: PublishOptions): Promise<PublishedDagDto> {
     const definition = validateDagDefinition(rawDefinition, this.plugins);
     const contentHash = canonicalHash(definition);
     const dagId = definition.id;
-    return this.db.withTenant(tenantId, async (tx) => {
-      const latest = await this.repo.lockDag(tx, dagId);
-      const existing = await this.repo.findByContentHash(tx, dagId, contentHash);
-      if (existing) return published(existing, false);
-      const record = await this.repo.insertVersion(tx, {
-        dagId,
-        version: latest + 1,
-        contentHash,
-        definition,
-        sourceFormat: opts.sourceFormat,
-        owner,
-        signature: opts.signature ?? null,
-        bundleHash: opts.bundleHash ?? null,
-      });
-      return published(record, true);
+    await this.trust.enforceDagSignaturePolicy(tx, opts.signature);
+    const latest = await this.repo.lockDag(tx, dagId);
+    const existing = await this.repo.findByContentHash(tx, dagId, contentHash);
+    if (existing) return published(existing, false);
+    const record = await this.repo.insertVersion(tx, {
+      dagId,
+      version: latest + 1,
+      contentHash,
+      definition,
+      sourceFormat: opts.sourceFormat,
+      owner,
+      signature: opts.signature ?? null,
+      bundleHash: opts.bundleHash ?? null,
     });
+    return published(record, true);
+  }
+
+  /** Verifies X-Ordo-Dag-Signature: a detached JWS over the RFC 8785 canonical JSON of the submitted definition. */
+  private async apiSignature(tenantId: string, raw: unknown, jws: string | undefined): Promise<DagSignature | undefined> {
+    if (jws === undefined) return undefined;
+    const signer = await this.trust.verifyDetached(tenantId, Buffer.from(canonicalJson(raw), 'utf8'), jws, 'DAG');
+    return { kid: signer.kid, signer: signer.owner, alg: signer.alg, source: 'api' };
   }
 
   async list(
