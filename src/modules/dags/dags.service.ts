@@ -57,9 +57,15 @@ export class DagsService {
     if (YAML_TYPES.includes(mime)) {
       if (typeof body !== 'string') throw badRequest('YAML_INVALID', 'expected YAML text');
       const raw = parseDagYaml(body);
-      return this.publish(tenantId, owner, raw, { sourceFormat: 'yaml', signature: await this.apiSignature(tenantId, raw, signatureJws) });
+      return this.publish(tenantId, owner, raw, {
+        sourceFormat: 'yaml',
+        signature: await this.apiSignature(tenantId, raw, signatureJws),
+      });
     }
-    return this.publish(tenantId, owner, body, { sourceFormat: 'json', signature: await this.apiSignature(tenantId, body, signatureJws) });
+    return this.publish(tenantId, owner, body, {
+      sourceFormat: 'json',
+      signature: await this.apiSignature(tenantId, body, signatureJws),
+    });
   }
 
   /**
@@ -99,7 +105,11 @@ export class DagsService {
   }
 
   /** Verifies X-Ordo-Dag-Signature: a detached JWS over the RFC 8785 canonical JSON of the submitted definition. */
-  private async apiSignature(tenantId: string, raw: unknown, jws: string | undefined): Promise<DagSignature | undefined> {
+  private async apiSignature(
+    tenantId: string,
+    raw: unknown,
+    jws: string | undefined,
+  ): Promise<DagSignature | undefined> {
     if (jws === undefined) return undefined;
     const signer = await this.trust.verifyDetached(tenantId, Buffer.from(canonicalJson(raw), 'utf8'), jws, 'DAG');
     return { kid: signer.kid, signer: signer.owner, alg: signer.alg, source: 'api' };
