@@ -372,6 +372,29 @@ describe('DAG publishing', () => {
     expect((await app.request('GET', '/api/v1/dags/etl/versions/1/graph?format=png', { as: reader })).status).toBe(400);
   });
 
+  it('returns the existing disabled version for identical content, and 404 for the latest when none is active', async () => {
+    expect((await publish(chain('solo'))).status).toBe(201);
+    await app.request('POST', '/api/v1/dags/solo/versions/1/disable', { as: admin });
+    const again = await publish(chain('solo'));
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ version: 1, status: 'disabled', created: false });
+    const latest = await app.request('GET', '/api/v1/dags/solo', { as: reader });
+    expect(latest.status).toBe(404);
+    expect(latest.body.error.code).toBe('DAG_NOT_FOUND');
+  });
+
+  it('replays a publish sent again with the same Idempotency-Key', async () => {
+    const headers = { 'idempotency-key': 'publish-once' };
+    const first = await app.request('POST', '/api/v1/dags', { as: admin, body: chain('idem'), headers });
+    const replay = await app.request('POST', '/api/v1/dags', { as: admin, body: chain('idem'), headers });
+    expect(first.status).toBe(201);
+    expect(replay.status).toBe(201);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body).toEqual(first.body);
+    const reused = await app.request('POST', '/api/v1/dags', { as: admin, body: chain('idem', 'other'), headers });
+    expect(reused.status).toBe(422);
+  });
+
   it('documents the publish route with JSON and YAML bodies in OpenAPI', async () => {
     const doc = await app.request('GET', '/api/v1/openapi.json');
     const op = doc.body.paths['/api/v1/dags'].post;
