@@ -302,6 +302,18 @@ export interface ScheduleFire {
   tenant_id: string;
 }
 
+export interface Secret {
+  ciphertext: Buffer;
+  created_at: Generated<Timestamp>;
+  created_by: string;
+  key_id: string;
+  name: string;
+  nonce: Buffer;
+  tenant_id: string;
+  updated_at: Generated<Timestamp>;
+  updated_by: string;
+}
+
 export interface Span {
   attributes: Json;
   ended_at: Timestamp;
@@ -406,6 +418,7 @@ export interface DB {
   run_event: RunEvent;
   schedule: Schedule;
   schedule_fire: ScheduleFire;
+  secret: Secret;
   span: Span;
   state_transition: StateTransition;
   step: Step;
