@@ -25,7 +25,7 @@ async function main(): Promise<void> {
     out.write(`\nFirst start: created tenant "${f.tenantId}". These tokens are shown once (also saved, mode 0600, in ${f.file}):\n`);
     out.write(`  Tenant admin token (orchestrator:admin):\n    ${f.adminToken}\n`);
     out.write(`  Platform operator token (platform:admin):\n    ${f.platformToken}\n`);
-    out.write(`\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken.slice(0, 12)}..." -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`);
+    out.write(`\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken}" -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`);
   } else if (ordo.firstStart) {
     out.write(`  Auth:     tokens from the first start are in ${ordo.firstStart.file}; mint more with \`npx ordo tokens create\`\n`);
   }

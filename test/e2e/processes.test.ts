@@ -1,0 +1,215 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { buildPrivateDist } from '../support/dist';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+interface OrdoProcess {
+  child: ChildProcess;
+  url: string;
+  stdout(): string;
+  stderr(): string;
+  /** SIGTERM, then the exit code and how long the process took to exit. */
+  stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null; ms: number }>;
+}
+
+const START_TIMEOUT_MS = 40_000;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port });
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}
+
+describe('Ordo processes', () => {
+  let dist: ReturnType<typeof buildPrivateDist>;
+  const started: ChildProcess[] = [];
+  const cleanups: (() => Promise<void> | void)[] = [];
+
+  /** Starts `dist/src/main.js`; resolves once it printed its URL and /readyz answers 200. */
+  const start = async (env: Record<string, string>): Promise<OrdoProcess> => {
+    const child = spawn(process.execPath, [dist.main], {
+      env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'warn', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    started.push(child);
+    let out = '';
+    let err = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    let url: string | undefined;
+    while (!url) {
+      const m = /API:\s+(http:\/\/127\.0\.0\.1:\d+)\/api\/v1/.exec(out);
+      if (m) url = m[1];
+      else if (child.exitCode !== null) throw new Error(`ordo exited with ${child.exitCode}:\n${out}\n${err}`);
+      else if (Date.now() > deadline) throw new Error(`ordo did not start in time:\n${out}\n${err}`);
+      else await new Promise((r) => setTimeout(r, 50));
+    }
+    for (;;) {
+      const r = await fetch(`${url}/readyz`).catch(() => undefined);
+      if (r?.status === 200) break;
+      if (Date.now() > deadline) throw new Error(`ordo not ready: ${r?.status}\n${out}\n${err}`);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    return {
+      child,
+      url,
+      stdout: () => out,
+      stderr: () => err,
+      async stop() {
+        const t0 = Date.now();
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+        const r = await exited;
+        clearTimeout(timer);
+        return { ...r, ms: Date.now() - t0 };
+      },
+    };
+  };
+
+  const tokensWith = async (url: string, token: string, tenantId: string) =>
+    (await fetch(`${url}/api/v1/tokens`, { headers: { authorization: `Bearer ${token}`, 'x-tenant-id': tenantId } }))
+      .status;
+
+  const tempHome = () => {
+    const home = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-proc-home-'));
+    // Traversable, so the embedded PostgreSQL (run as the unprivileged postgres user under root) reaches its data.
+    fs.chmodSync(home, 0o711);
+    cleanups.push(() => fs.rmSync(home, { recursive: true, force: true }));
+    return home;
+  };
+
+  beforeAll(() => {
+    dist = buildPrivateDist();
+  });
+  afterAll(async () => {
+    for (const c of started) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const c of cleanups.reverse()) await c();
+    dist?.remove();
+  });
+
+  describe('with DATABASE_URL', () => {
+    let db: TestDatabase;
+    beforeAll(async () => {
+      db = await createTestDatabase();
+      cleanups.push(() => db.drop());
+    });
+
+    it('runs api and worker+scheduler processes on one database; first start prints secrets once; SIGTERM stops each', async () => {
+      const home = tempHome();
+      const env = { DATABASE_URL: db.ownerUrl, ORDO_HOME: home };
+      const api = await start({ ...env, ORDO_ROLES: 'api' });
+      const workers = await start({ ...env, ORDO_ROLES: 'worker,scheduler' });
+
+      // The first start printed the tenant and both tokens, and saved them with mode 0600.
+      const file = path.join(home, 'admin-credentials.json');
+      expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+      const creds = JSON.parse(fs.readFileSync(file, 'utf8')) as {
+        tenantId: string;
+        adminToken: string;
+        platformToken: string;
+      };
+      expect(api.stdout()).toContain('First start: created tenant "default"');
+      expect(api.stdout()).toContain(creds.adminToken);
+      expect(api.stdout()).toContain(creds.platformToken);
+      expect(workers.stdout()).not.toContain(creds.adminToken);
+      expect(workers.stdout()).toMatch(/roles: worker, scheduler/);
+      expect(await tokensWith(api.url, creds.adminToken, creds.tenantId)).toBe(200);
+      const w = await fetch(`${workers.url}/healthz`);
+      expect(w.status).toBe(200);
+
+      for (const p of [api, workers]) {
+        const s = await p.stop();
+        expect({ code: s.code, signal: s.signal }).toEqual({ code: 0, signal: null });
+        expect(s.ms).toBeLessThan(10_000);
+      }
+
+      // A restart prints no new secret, and the first start's token still works.
+      const again = await start({ ...env, ORDO_ROLES: 'api' });
+      expect(again.stdout()).not.toContain('First start');
+      expect(again.stdout()).not.toMatch(/eyJ[A-Za-z0-9_-]+\.eyJ/);
+      expect(again.stdout()).toContain(file);
+      expect(JSON.parse(fs.readFileSync(file, 'utf8'))).toEqual(creds);
+      expect(await tokensWith(again.url, creds.adminToken, creds.tenantId)).toBe(200);
+      expect((await again.stop()).code).toBe(0);
+    });
+
+    it.each([
+      ['PORT', 'abc'],
+      ['ORDO_ROLES', 'foo'],
+      ['DATABASE_URL', 'mysql://x'],
+    ])('refuses to start with %s=%s, naming the variable, with a non-zero exit', async (name, value) => {
+      const child = spawn(process.execPath, [dist.main], {
+        env: { PATH: process.env.PATH, ORDO_HOME: tempHome(), DATABASE_URL: db.ownerUrl, [name]: value },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      started.push(child);
+      let err = '';
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      expect(code).not.toBe(0);
+      expect(code).not.toBeNull();
+      expect(err).toContain(name);
+    });
+  });
+
+  describe('with the embedded PostgreSQL', () => {
+    it('starts on a fresh home, prints the secrets once, reuses the data on the next start and stops PostgreSQL with it', async () => {
+      const home = tempHome();
+      const pgPort = await freePort();
+      const env = { ORDO_HOME: home, ORDO_EMBEDDED_PG_PORT: String(pgPort), ORDO_ROLES: 'api' };
+      const first = await start(env);
+      cleanups.push(async () => {
+        // Last resort if a test failed midway: stop a server the processes left behind.
+        const pid = path.join(home, 'pg', 'data', 'postmaster.pid');
+        if (fs.existsSync(pid)) {
+          const n = Number(fs.readFileSync(pid, 'utf8').split('\n')[0]);
+          try {
+            process.kill(n, 'SIGINT');
+          } catch {
+            // already gone
+          }
+        }
+      });
+      const file = path.join(home, 'admin-credentials.json');
+      const creds = JSON.parse(fs.readFileSync(file, 'utf8')) as { tenantId: string; adminToken: string };
+      expect(first.stdout()).toContain(creds.adminToken);
+      expect(first.stdout()).toContain('embedded PostgreSQL');
+      expect(await listening(pgPort)).toBe(true);
+      const s1 = await first.stop();
+      expect(s1.code).toBe(0);
+      expect(s1.ms).toBeLessThan(10_000);
+      expect(await listening(pgPort)).toBe(false);
+
+      const second = await start(env);
+      expect(second.stdout()).not.toContain('First start');
+      expect(second.stdout()).not.toContain(creds.adminToken);
+      expect(await tokensWith(second.url, creds.adminToken, creds.tenantId)).toBe(200);
+      const s2 = await second.stop();
+      expect(s2.code).toBe(0);
+      expect(await listening(pgPort)).toBe(false);
+    });
+  });
+});
