@@ -1,4 +1,4 @@
-import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import pg from 'pg';
 import { Database } from '../../core/database/database';
 import type { SystemTx } from '../../core/database/handles';
@@ -33,7 +33,7 @@ interface FireRow {
  * run (the run token is deterministic).
  */
 @Injectable()
-export class SchedulerLoop implements OnApplicationBootstrap, OnApplicationShutdown {
+export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly log = new Logger('scheduler');
   private running = false;
   private wake: (() => void) | undefined;
@@ -52,7 +52,8 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnApplicationShutd
     await this.start();
   }
 
-  async onApplicationShutdown(): Promise<void> {
+  // The earliest shutdown hook: the loop ends before the database handles are closed.
+  async onModuleDestroy(): Promise<void> {
     await this.stop();
   }
 
@@ -106,6 +107,8 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnApplicationShutd
             Math.max(0, this.clock.realDelay(next.getTime() - this.clock.now().getTime())),
           );
       } catch (e) {
+        // A tick cut short by shutdown rolls back; the next process to claim the schedule redoes it.
+        if (!this.running) break;
         this.log.error(`scheduler tick failed: ${(e as Error).message}`);
         sleepMs = 1000;
       }
@@ -211,6 +214,9 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnApplicationShutd
       lastRunId,
       lastFireAt,
     });
+    const last = rows.at(-1);
+    if (last)
+      this.log.debug(`schedule ${tenantId}/${id}: handled ${rows.length} fire(s) up to ${last.fireTime.toISOString()}`);
     return rows.length;
   }
 
