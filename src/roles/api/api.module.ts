@@ -6,11 +6,12 @@ import { DagsModule } from '../../modules/dags/dags.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { RunsModule } from '../../modules/runs/runs.module';
 import { SchedulesModule } from '../../modules/scheduler/schedules.module';
+import { SecretsModule } from '../../modules/secrets/secrets.module';
 import { TenantsModule } from '../../modules/tenants/tenants.module';
 import { TrustModule } from '../../modules/trust/trust.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
-  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule],
+  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, SecretsModule],
 })
 export class ApiRoleModule {}
