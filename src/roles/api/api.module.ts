@@ -5,6 +5,7 @@ import { BundlesModule } from '../../modules/bundles/bundles.module';
 import { DagsModule } from '../../modules/dags/dags.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { RunsModule } from '../../modules/runs/runs.module';
+import { StreamModule } from '../../modules/stream/stream.module';
 import { SchedulesModule } from '../../modules/scheduler/schedules.module';
 import { SecretsModule } from '../../modules/secrets/secrets.module';
 import { TenantsModule } from '../../modules/tenants/tenants.module';
@@ -12,6 +13,6 @@ import { TrustModule } from '../../modules/trust/trust.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
-  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, SecretsModule],
+  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, StreamModule, SecretsModule],
 })
 export class ApiRoleModule {}
