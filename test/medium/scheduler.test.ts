@@ -242,6 +242,27 @@ describe('scheduler loop', () => {
     await service.delete(principal, s.id);
   });
 
+  it("does not fire a disabled tenant's schedules until the tenant is enabled again", async () => {
+    const s = await schedule('0 * * * * *', { catchUp: 'latest' });
+    const setStatus = (status: 'active' | 'disabled') =>
+      t.db.system
+        .updateTable('tenant')
+        .set({ status, disabled_at: status === 'disabled' ? new Date() : null })
+        .where('id', '=', TENANT)
+        .execute();
+    await setStatus('disabled');
+    try {
+      clock.set(at(120_000));
+      expect((await tickBoth()).every((r) => r.fires === 0)).toBe(true);
+    } finally {
+      await setStatus('active');
+    }
+    clock.set(at(121_000));
+    await tickBoth();
+    expect((await firesOf(s.id)).map((f) => f.fireTime)).toEqual([at(60_000).toISOString(), at(120_000).toISOString()]);
+    await service.delete(principal, s.id);
+  });
+
   it('records a fire as failed when the DAG version it names is disabled, and keeps going', async () => {
     const s = await schedule('0 * * * * *');
     await t.db.withTenant(TENANT, (tx) => new DagsRepository().setStatus(tx, 'tick', 1, 'disabled', 'test'));

@@ -11,6 +11,7 @@ import { SchedulesRepository, type FireOutcome, type ScheduleRecord } from './sc
 /** Longest real sleep between scans: schedule changes made while a NOTIFY is lost are seen by then. */
 export const MAX_SLEEP_MS = 5_000;
 const SCAN_LIMIT = 100;
+const CONTENDED_SLEEP_MS = 100;
 export const SCHEDULE_CHANNEL = 'ordo_schedule_changed';
 
 export interface TickResult {
@@ -99,13 +100,13 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
     while (this.running) {
       let sleepMs = MAX_SLEEP_MS;
       try {
-        await this.tick();
+        const done = await this.tick();
         const next = await this.repo.systemEarliestNextFire(this.db.system);
-        if (next)
-          sleepMs = Math.min(
-            MAX_SLEEP_MS,
-            Math.max(0, this.clock.realDelay(next.getTime() - this.clock.now().getTime())),
-          );
+        if (next) {
+          const wait = this.clock.realDelay(next.getTime() - this.clock.now().getTime());
+          // Overdue work this process could not claim is being handled by another one: poll gently.
+          sleepMs = Math.min(MAX_SLEEP_MS, Math.max(wait, done.claimed === 0 && wait <= 0 ? CONTENDED_SLEEP_MS : 0));
+        }
       } catch (e) {
         // A tick cut short by shutdown rolls back; the next process to claim the schedule redoes it.
         if (!this.running) break;

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { sql, type Selectable } from 'kysely';
-import type { Schedule as ScheduleTable } from '../../core/database/db.generated';
+import { sql, type ExpressionBuilder, type Selectable } from 'kysely';
+import type { DB, Schedule as ScheduleTable } from '../../core/database/db.generated';
 import { tenantOf, type SystemDb, type SystemTx, type TenantTx } from '../../core/database/handles';
 
 export type CatchUp = 'none' | 'latest' | 'all';
@@ -125,6 +125,16 @@ function changesToRow(c: ScheduleChanges) {
   };
 }
 
+/** A disabled tenant's schedules do not fire (they resume, under their catch-up policy, when it is enabled). */
+const tenantActive = (eb: ExpressionBuilder<DB, 'schedule'>) =>
+  eb.exists(
+    eb
+      .selectFrom('tenant')
+      .select(sql`1`.as('one'))
+      .whereRef('tenant.id', '=', 'schedule.tenant_id')
+      .where('tenant.status', '=', 'active'),
+  );
+
 /**
  * Schedules and their fire records. Request-side methods take a tenant transaction; the
  * scheduler's cross-tenant scan and claims take the system handle and say so in their names.
@@ -229,12 +239,14 @@ export class SchedulesRepository {
       .selectFrom('schedule')
       .select(['tenant_id', 'id', 'next_fire_at as at'])
       .where('paused', '=', false)
-      .where('next_fire_at', '<=', now);
+      .where('next_fire_at', '<=', now)
+      .where(tenantActive);
     const queued = db
       .selectFrom('schedule')
       .select(['tenant_id', 'id', 'queued_fire_at as at'])
       .where('paused', '=', false)
-      .where('queued_fire_at', 'is not', null);
+      .where('queued_fire_at', 'is not', null)
+      .where(tenantActive);
     const rows = await db
       .selectFrom(due.unionAll(queued).as('w'))
       .select(['tenant_id', 'id'])
@@ -251,6 +263,7 @@ export class SchedulesRepository {
       .selectFrom('schedule')
       .select((eb) => eb.fn.min('next_fire_at').as('at'))
       .where('paused', '=', false)
+      .where(tenantActive)
       .executeTakeFirst();
     return r?.at == null ? undefined : date(r.at);
   }
@@ -266,6 +279,7 @@ export class SchedulesRepository {
       .where('tenant_id', '=', tenantId)
       .where('id', '=', id)
       .where('paused', '=', false)
+      .where(tenantActive)
       .forUpdate()
       .skipLocked()
       .executeTakeFirst();
