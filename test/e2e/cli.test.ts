@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { runCli } from '../../src/cli/main';
 import { buildPrivateDist } from '../support/dist';
 import { startTestApp, type TestApp } from '../support/test-app';
 
@@ -40,6 +41,18 @@ describe('ordo CLI', () => {
       });
     });
 
+  /** Runs the same entry point in this process (argument handling needs no separate process). */
+  const inProcess = async (...args: string[]): Promise<Result> => {
+    let stdout = '';
+    let stderr = '';
+    const code = await runCli(args, {
+      out: (t) => (stdout += t),
+      err: (t) => (stderr += t),
+      env: { DATABASE_URL: app.testDb.ownerUrl, ORDO_HOME: home },
+    });
+    return { code, stdout, stderr };
+  };
+
   beforeAll(async () => {
     dist = buildPrivateDist();
     app = await startTestApp();
@@ -51,10 +64,14 @@ describe('ordo CLI', () => {
     fs.rmSync(home, { recursive: true, force: true });
   });
 
-  it('prints the command list for --help and exits 0', async () => {
+  it('prints the command list for --help and exits 0; exits 2 on stderr for an unknown command (as a process)', async () => {
     const r = await ordo('--help');
     expect(r.code).toBe(0);
     for (const c of ['migrate', 'tenants', 'tokens', 'keys']) expect(r.stdout).toContain(c);
+    const bad = await ordo('tokens', 'create', '--tenant', 'default', '--bogus');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/Unknown option '--bogus'/);
+    expect(bad.stdout).toBe('');
   });
 
   it('prints help on stdout and exits 0 for every command and subcommand given --help', async () => {
@@ -67,7 +84,7 @@ describe('ordo CLI', () => {
       ['tokens', 'create'],
       ['help', 'tokens'],
     ];
-    const results = await Promise.all(cmds.map((c) => ordo(...c, ...(c[0] === 'help' ? [] : ['--help']))));
+    const results = await Promise.all(cmds.map((c) => inProcess(...c, ...(c[0] === 'help' ? [] : ['--help']))));
     for (const [i, r] of results.entries()) {
       expect({ cmd: cmds[i], code: r.code, stderr: r.stderr }).toEqual({ cmd: cmds[i], code: 0, stderr: '' });
       expect(r.stdout).toMatch(/^Usage/);
@@ -88,7 +105,7 @@ describe('ordo CLI', () => {
       [['tokens', 'revoke', '--tenant', 'default', 'not-a-uuid'], /not a token id/],
       [['tenants', 'create', 'Bad_Id'], /id/],
     ];
-    const results = await Promise.all(cases.map(([args]) => ordo(...args)));
+    const results = await Promise.all(cases.map(([args]) => inProcess(...args)));
     for (const [i, [args, message]] of cases.entries()) {
       const r = results[i];
       expect({ args, code: r.code }).toEqual({ args, code: 2 });
