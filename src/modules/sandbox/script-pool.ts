@@ -108,6 +108,10 @@ export class ScriptSandboxPool {
     if (hooks.signal.aborted)
       return { ok: false, code: 'ABORTED', message: 'the step was aborted', logs: [], dropped: 0 };
     const slot = await this.acquire();
+    const child = slot.child;
+    // A busy process keeps the event loop alive (an idle one does not, see idle()).
+    child.ref();
+    (child.channel as { ref?: () => void } | undefined)?.ref?.();
     try {
       await slot.ready;
     } catch (e) {
@@ -121,9 +125,6 @@ export class ScriptSandboxPool {
       };
     }
     const id = ++this.seq;
-    const child = slot.child;
-    child.ref();
-    (child.channel as { ref?: () => void } | undefined)?.ref?.();
 
     return new Promise<ScriptOutcome>((resolve) => {
       let settled = false;
@@ -214,6 +215,8 @@ export class ScriptSandboxPool {
           new Promise<void>((resolve) => {
             if (s.child.exitCode !== null || s.child.signalCode !== null) return resolve();
             s.child.once('exit', () => resolve());
+            // Keeps the event loop alive until the exit is seen (idle processes are unref'd).
+            s.child.ref();
             s.child.kill('SIGKILL');
           }),
       ),
