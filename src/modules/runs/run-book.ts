@@ -31,7 +31,13 @@ export class RunBooks {
   readonly now = new Date();
 
   constructor(rows: RunBookRow[]) {
+    this.add(rows);
+  }
+
+  /** Adds runs locked later in the same transaction. */
+  add(rows: RunBookRow[]): void {
     for (const row of rows) {
+      if (this.books.has(runKey(row.tenant_id, row.run_id))) continue;
       this.books.set(runKey(row.tenant_id, row.run_id), {
         row,
         status: row.status as RunStatus,

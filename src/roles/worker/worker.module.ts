@@ -1,7 +1,8 @@
 import { Module } from '@nestjs/common';
+import { EngineWorkerModule } from '../../modules/engine/engine.module';
 
 /** The worker role: claims ready steps from the per-tenant queues and runs plugins in sandboxes. */
 @Module({
-  imports: [],
+  imports: [EngineWorkerModule],
 })
 export class WorkerRoleModule {}

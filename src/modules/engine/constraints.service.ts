@@ -1,0 +1,120 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { createHmac, randomBytes } from 'node:crypto';
+import { Database } from '../../core/database/database';
+import type { ConstraintAction } from '../dags/dag-definition';
+import type { JsonObject } from '../plugins/plugin';
+import { RunBooks } from '../runs/run-book';
+import { RunsRepository } from '../runs/runs.repository';
+import { EngineRepository } from './engine.repository';
+import type { ClaimedWork } from './engine.store';
+import { JOBS, type JobPayload } from './jobs';
+
+export const WEBHOOK_SIGNATURE_HEADER = 'x-ordo-signature';
+export const WEBHOOK_TIMESTAMP_HEADER = 'x-ordo-timestamp';
+
+/**
+ * Post-execution constraints of a running step (maxExpectedRunTime, maxAllowedRunTime): each
+ * breach appends an event to the run and, for webhook actions, a webhook job in the same
+ * transaction. Webhooks POST the event as JSON signed with the tenant's secret
+ * (`x-ordo-signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`), retried with backoff by graphile-worker.
+ */
+@Injectable()
+export class ConstraintsService {
+  private readonly log = new Logger('constraints');
+
+  constructor(
+    private readonly db: Database,
+    private readonly engine: EngineRepository,
+    private readonly runs: RunsRepository,
+  ) {}
+
+  async breached(
+    w: ClaimedWork,
+    constraint: 'maxExpectedRunTime' | 'maxAllowedRunTime',
+    afterMs: number,
+    actions: ConstraintAction[],
+  ): Promise<void> {
+    try {
+      await this.db.withSystem(async (tx) => {
+        const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: w.tenantId, runId: w.runId }]));
+        const b = books.get(w.tenantId, w.runId);
+        if (!b) return;
+        const [st] = await this.engine.stepStates(tx, [w]);
+        if (!st || st.status !== 'running' || st.epoch !== w.epoch) return;
+        const base: JsonObject = {
+          constraint,
+          afterMs,
+          ...(constraint === 'maxAllowedRunTime' ? { effect: 'killed' } : { effect: 'warned' }),
+        };
+        books.event(b, {
+          type: 'step.constraint_breached',
+          stepId: w.stepId,
+          attempt: w.attempt,
+          actor: 'engine',
+          data: base,
+        });
+        const hooks: JobPayload<'ordo.engine.webhook'>[] = [];
+        for (const a of actions) {
+          if (a.type !== 'webhook') continue;
+          books.event(b, {
+            type: 'step.constraint_webhook',
+            stepId: w.stepId,
+            attempt: w.attempt,
+            actor: 'engine',
+            data: { ...base, url: a.url },
+          });
+          hooks.push({ tenantId: w.tenantId, runId: w.runId, seq: b.eventSeq });
+        }
+        await this.runs.insertEvents(tx, books.events());
+        await this.runs.updateRunBooks(tx, books.updates());
+        for (const p of hooks) {
+          const spec = JOBS['ordo.engine.webhook'];
+          await this.engine.addJob(tx, 'ordo.engine.webhook', p, {
+            jobKey: spec.jobKey(p),
+            maxAttempts: spec.maxAttempts,
+          });
+        }
+      });
+    } catch (e) {
+      this.log.error({ err: e, runId: w.runId, stepId: w.stepId }, 'recording a constraint breach failed');
+    }
+  }
+
+  /** Delivers one webhook event; throws (so graphile-worker retries with backoff) unless the receiver answers 2xx. */
+  async deliver(p: JobPayload<'ordo.engine.webhook'>): Promise<void> {
+    const { event, secret } = await this.db.withSystem(async (tx) => ({
+      event: await this.engine.event(tx, p.tenantId, p.runId, p.seq),
+      secret: await this.engine.webhookSecret(tx, p.tenantId, randomBytes(32).toString('base64url')),
+    }));
+    if (!event) return;
+    const data = event.data as { url?: string };
+    if (!data.url) return;
+    const body = JSON.stringify({
+      tenantId: p.tenantId,
+      runId: p.runId,
+      seq: p.seq,
+      type: event.type,
+      stepId: event.step_id,
+      createdAt: new Date(event.created_at).toISOString(),
+      data: event.data,
+      hash: event.hash,
+    });
+    const ts = Math.floor(Date.now() / 1000).toString();
+    const res = await fetch(data.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        [WEBHOOK_TIMESTAMP_HEADER]: ts,
+        [WEBHOOK_SIGNATURE_HEADER]: `sha256=${signWebhook(secret, ts, body)}`,
+      },
+      body,
+      redirect: 'manual',
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (res.status < 200 || res.status >= 300) throw new Error(`webhook ${data.url} answered ${res.status}`);
+  }
+}
+
+export function signWebhook(secret: string, timestamp: string, body: string): string {
+  return createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
+}

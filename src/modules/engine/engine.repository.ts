@@ -1,0 +1,393 @@
+import { Injectable } from '@nestjs/common';
+import { sql } from 'kysely';
+import type { SystemTx } from '../../core/database/handles';
+import type { JobName } from './jobs';
+
+export interface StepKey {
+  tenantId: string;
+  runId: string;
+  stepId: string;
+}
+
+export interface StepState {
+  tenant_id: string;
+  run_id: string;
+  step_id: string;
+  status: string;
+  epoch: number;
+  attempts: number;
+  spec: unknown;
+  queued_at: Date | null;
+}
+
+export interface ClaimedItem {
+  tenant_id: string;
+  id: number;
+  run_id: string;
+  step_id: string;
+  enqueued_at: Date;
+}
+
+export interface DispatchedStep {
+  tenant_id: string;
+  run_id: string;
+  step_id: string;
+  epoch: number;
+  attempts: number;
+  plugin: string;
+  config: unknown;
+  spec: unknown;
+  depends_on: string[];
+  queued_at: Date | null;
+}
+
+export interface ExpiredLease {
+  tenant_id: string;
+  id: number;
+  run_id: string;
+  step_id: string;
+  epoch: number;
+  worker_id: string;
+}
+
+const keysSql = (keys: StepKey[]) =>
+  sql`unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[], ${keys.map((k) => k.stepId)}::text[])`;
+
+/**
+ * System-side SQL of the execution engine: fair claims from the per-tenant queues, leases and
+ * heartbeats, step and attempt state writes in bulk, job enqueueing. Callers hold the runs' row
+ * locks (RunsRepository.lockRuns) before they change a run's steps.
+ */
+@Injectable()
+export class EngineRepository {
+  /** Tenants with ready work and room under the in-flight cap, least recently served first. */
+  async readyTenants(tx: SystemTx, cap: number): Promise<{ tenant_id: string; weight: number; in_flight: number }[]> {
+    const r = await sql<{ tenant_id: string; weight: number; in_flight: number }>`
+      select tq.tenant_id, tq.weight, tq.in_flight from tenant_queue tq
+      where tq.in_flight < ${cap}
+        and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
+      order by tq.served_at, tq.tenant_id
+      limit 256`.execute(tx);
+    return r.rows;
+  }
+
+  /** Takes up to `n` ready items per tenant, oldest first, skipping items another claimer holds. */
+  async pickReady(tx: SystemTx, shares: { tenantId: string; n: number }[]): Promise<ClaimedItem[]> {
+    if (shares.length === 0) return [];
+    const r = await sql<ClaimedItem>`
+      select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at
+      from unnest(${shares.map((s) => s.tenantId)}::text[], ${shares.map((s) => s.n)}::int[]) as t(tenant_id, n)
+      cross join lateral (
+        select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
+        where i.tenant_id = t.tenant_id and i.state = 'ready'
+        order by i.id limit t.n
+        for update skip locked
+      ) q
+      order by q.tenant_id, q.id`.execute(tx);
+    return r.rows;
+  }
+
+  async stepStates(tx: SystemTx, keys: StepKey[]): Promise<StepState[]> {
+    if (keys.length === 0) return [];
+    const r = await sql<StepState>`
+      select s.tenant_id, s.run_id, s.step_id, s.status, s.epoch, s.attempts, s.spec, s.queued_at
+      from step s join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
+        on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id`.execute(tx);
+    return r.rows;
+  }
+
+  /** Moves queued steps to running with a new fencing epoch and their dispatch numbers. */
+  async dispatch(tx: SystemTx, steps: (StepKey & { dispatchSeq: number })[]): Promise<DispatchedStep[]> {
+    if (steps.length === 0) return [];
+    const r = await sql<DispatchedStep>`
+      update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1, dispatch_seq = coalesce(s.dispatch_seq, u.seq),
+        started_at = coalesce(s.started_at, now())
+      from unnest(${steps.map((k) => k.tenantId)}::text[], ${steps.map((k) => k.runId)}::uuid[], ${steps.map((k) => k.stepId)}::text[],
+        ${steps.map((k) => k.dispatchSeq)}::int[]) as u(tenant_id, run_id, step_id, seq)
+      where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id and s.status = 'queued'
+      returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at`.execute(
+      tx,
+    );
+    return r.rows;
+  }
+
+  async leaseItems(
+    tx: SystemTx,
+    items: { tenantId: string; id: number; epoch: number }[],
+    workerId: string,
+    leaseMs: number,
+  ): Promise<void> {
+    if (items.length === 0) return;
+    await sql`
+      update queue_item q set state = 'leased', worker_id = ${workerId}, epoch = u.epoch,
+        lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
+      from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.id)}::bigint[], ${items.map((i) => i.epoch)}::int[])
+        as u(tenant_id, id, epoch)
+      where q.tenant_id = u.tenant_id and q.id = u.id`.execute(tx);
+  }
+
+  async deleteItems(tx: SystemTx, items: { tenantId: string; id: number }[]): Promise<void> {
+    if (items.length === 0) return;
+    await sql`
+      delete from queue_item q using unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.id)}::bigint[]) as u(tenant_id, id)
+      where q.tenant_id = u.tenant_id and q.id = u.id`.execute(tx);
+  }
+
+  /** Deletes the leased items a worker holds for these steps at these epochs; returns how many per tenant. */
+  async releaseLeases(
+    tx: SystemTx,
+    items: (StepKey & { epoch: number })[],
+  ): Promise<{ tenant_id: string; n: number }[]> {
+    if (items.length === 0) return [];
+    const r = await sql<{ tenant_id: string; n: number }>`
+      with d as (
+        delete from queue_item q
+        using unnest(${items.map((k) => k.tenantId)}::text[], ${items.map((k) => k.runId)}::uuid[], ${items.map((k) => k.stepId)}::text[],
+          ${items.map((k) => k.epoch)}::int[]) as u(tenant_id, run_id, step_id, epoch)
+        where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id and q.state = 'leased' and q.epoch = u.epoch
+        returning q.tenant_id
+      )
+      select tenant_id, count(*)::int as n from d group by tenant_id`.execute(tx);
+    return r.rows;
+  }
+
+  async insertAttempts(
+    tx: SystemTx,
+    rows: (StepKey & {
+      attempt: number;
+      epoch: number;
+      workerId: string;
+      leaseMs: number;
+      traceparent: string;
+      queuedAt: Date | null;
+    })[],
+  ): Promise<void> {
+    if (rows.length === 0) return;
+    await sql`
+      insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at, claimed_at,
+        constraint_checked_at)
+      select u.tenant_id, u.run_id, u.step_id, u.attempt, u.epoch, u.worker_id, now() + make_interval(secs => u.lease_ms / 1000.0),
+        u.traceparent, u.queued_at, now(), now()
+      from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
+        ${rows.map((r) => r.attempt)}::int[], ${rows.map((r) => r.epoch)}::int[], ${rows.map((r) => r.workerId)}::text[],
+        ${rows.map((r) => r.leaseMs)}::int[], ${rows.map((r) => r.traceparent)}::text[], ${rows.map((r) => r.queuedAt)}::timestamptz[])
+        as u(tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_ms, traceparent, queued_at)`.execute(tx);
+  }
+
+  /** Ends running attempts (only those still running at that epoch). */
+  async finishAttempts(
+    tx: SystemTx,
+    rows: (StepKey & {
+      attempt: number;
+      epoch: number;
+      status: string;
+      error: unknown;
+      outputsHash: string | null;
+      logsHash: string | null;
+      startedAt: Date | null;
+      finishedAt: Date | null;
+    })[],
+  ): Promise<void> {
+    if (rows.length === 0) return;
+    await sql`
+      update attempt a set status = u.status, error = u.error::jsonb, outputs_hash = u.outputs_hash, logs_hash = u.logs_hash,
+        started_at = coalesce(u.started_at, a.started_at), finished_at = coalesce(u.finished_at, a.finished_at), terminated_at = now()
+      from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
+        ${rows.map((r) => r.attempt)}::int[], ${rows.map((r) => r.epoch)}::int[], ${rows.map((r) => r.status)}::text[],
+        ${rows.map((r) => (r.error === null || r.error === undefined ? null : JSON.stringify(r.error)))}::text[],
+        ${rows.map((r) => r.outputsHash)}::text[], ${rows.map((r) => r.logsHash)}::text[],
+        ${rows.map((r) => r.startedAt)}::timestamptz[], ${rows.map((r) => r.finishedAt)}::timestamptz[])
+        as u(tenant_id, run_id, step_id, attempt, epoch, status, error, outputs_hash, logs_hash, started_at, finished_at)
+      where a.tenant_id = u.tenant_id and a.run_id = u.run_id and a.step_id = u.step_id and a.attempt = u.attempt
+        and a.epoch = u.epoch and a.status = 'running'`.execute(tx);
+  }
+
+  /** Sets step states (each write names the states it may come from: the transition table). */
+  async setSteps(
+    tx: SystemTx,
+    rows: (StepKey & {
+      from: string[];
+      to: string;
+      reason?: string | null;
+      outputs?: unknown;
+      outputsHash?: string | null;
+      logsHash?: string | null;
+      error?: unknown;
+      terminal: boolean;
+      queued?: boolean;
+    })[],
+  ): Promise<StepKey[]> {
+    if (rows.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
+      update step s set status = u.status, reason = coalesce(u.reason, s.reason),
+        outputs = coalesce(u.outputs::jsonb, s.outputs), outputs_hash = coalesce(u.outputs_hash, s.outputs_hash),
+        logs_hash = coalesce(u.logs_hash, s.logs_hash), error = coalesce(u.error::jsonb, s.error),
+        finished_at = case when u.terminal then now() else s.finished_at end,
+        queued_at = case when u.queued then now() else s.queued_at end
+      from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
+        ${rows.map((r) => JSON.stringify(r.from))}::text[], ${rows.map((r) => r.to)}::text[], ${rows.map((r) => r.reason ?? null)}::text[],
+        ${rows.map((r) => (r.outputs === undefined || r.outputs === null ? null : JSON.stringify(r.outputs)))}::text[],
+        ${rows.map((r) => r.outputsHash ?? null)}::text[], ${rows.map((r) => r.logsHash ?? null)}::text[],
+        ${rows.map((r) => (r.error === undefined || r.error === null ? null : JSON.stringify(r.error)))}::text[],
+        ${rows.map((r) => r.terminal)}::bool[], ${rows.map((r) => r.queued ?? false)}::bool[])
+        as u(tenant_id, run_id, step_id, from_states, status, reason, outputs, outputs_hash, logs_hash, error, terminal, queued)
+      where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id
+        and s.status in (select jsonb_array_elements_text(u.from_states::jsonb))
+      returning s.tenant_id, s.run_id, s.step_id`.execute(tx);
+    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
+  }
+
+  /**
+   * Counts finished dependencies down: each pending step that depends on a step in `done` loses
+   * one pending dependency per such step. Returns the steps that now have none left.
+   */
+  async releaseDependents(
+    tx: SystemTx,
+    done: StepKey[],
+  ): Promise<{ tenant_id: string; run_id: string; step_id: string; topo_index: number; disabled: boolean }[]> {
+    if (done.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string; topo_index: number; disabled: boolean }>`
+      with d as (
+        select s.tenant_id, s.run_id, s.step_id, count(*)::int as n
+        from ${keysSql(done)} as k(tenant_id, run_id, step_id)
+        join step s on s.tenant_id = k.tenant_id and s.run_id = k.run_id and k.step_id = any(s.depends_on)
+        where s.status = 'pending'
+        group by s.tenant_id, s.run_id, s.step_id
+      )
+      update step s set pending_deps = s.pending_deps - d.n
+      from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
+      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, coalesce((s.spec->>'disabled')::boolean, false) as disabled`.execute(
+      tx,
+    );
+    return r.rows.filter((x) => (x as unknown as { pending_deps: number }).pending_deps === 0);
+  }
+
+  /** Every pending step downstream of the given failed steps (within their runs). */
+  async pendingDescendants(tx: SystemTx, failed: StepKey[]): Promise<StepKey[]> {
+    if (failed.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
+      with recursive down(tenant_id, run_id, step_id) as (
+        select k.tenant_id, k.run_id, k.step_id from ${keysSql(failed)} as k(tenant_id, run_id, step_id)
+        union
+        select s.tenant_id, s.run_id, s.step_id from down
+        join step s on s.tenant_id = down.tenant_id and s.run_id = down.run_id and down.step_id = any(s.depends_on)
+      )
+      select d.tenant_id, d.run_id, d.step_id from down d
+      join step s on s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
+      where s.status = 'pending'
+      order by d.tenant_id, d.run_id, s.topo_index`.execute(tx);
+    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
+  }
+
+  /** Outputs of finished steps (for templating their dependents' `with`). */
+  async outputsOf(
+    tx: SystemTx,
+    keys: StepKey[],
+  ): Promise<{ tenant_id: string; run_id: string; step_id: string; outputs: unknown; outputs_hash: string | null }[]> {
+    if (keys.length === 0) return [];
+    const r = await sql<{
+      tenant_id: string;
+      run_id: string;
+      step_id: string;
+      outputs: unknown;
+      outputs_hash: string | null;
+    }>`
+      select s.tenant_id, s.run_id, s.step_id, s.outputs, s.outputs_hash from step s
+      join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
+        on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id
+      where s.status = 'succeeded'`.execute(tx);
+    return r.rows;
+  }
+
+  async runInputs(
+    tx: SystemTx,
+    keys: { tenantId: string; runId: string }[],
+  ): Promise<{ tenant_id: string; run_id: string; inputs: unknown }[]> {
+    if (keys.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; inputs: unknown }>`
+      select r.tenant_id, r.run_id, r.inputs from run r
+      join unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[]) as k(tenant_id, run_id)
+        on r.tenant_id = k.tenant_id and r.run_id = k.run_id`.execute(tx);
+    return r.rows;
+  }
+
+  /** Adds in-flight deltas per tenant; tenants that were served get served_at = now(). */
+  async adjustInFlight(tx: SystemTx, deltas: Map<string, { delta: number; served: boolean }>): Promise<void> {
+    if (deltas.size === 0) return;
+    const list = [...deltas.entries()].sort(([a], [b]) => (a < b ? -1 : 1));
+    await sql`
+      update tenant_queue tq set in_flight = greatest(0, tq.in_flight + u.delta),
+        served_at = case when u.served then clock_timestamp() else tq.served_at end
+      from unnest(${list.map(([t]) => t)}::text[], ${list.map(([, d]) => d.delta)}::int[], ${list.map(([, d]) => d.served)}::bool[])
+        as u(tenant_id, delta, served)
+      where tq.tenant_id = u.tenant_id`.execute(tx);
+  }
+
+  /** Extends the leases this worker still holds; returns the ones it holds. */
+  async heartbeat(
+    tx: SystemTx,
+    workerId: string,
+    items: (StepKey & { epoch: number })[],
+    leaseMs: number,
+  ): Promise<StepKey[]> {
+    if (items.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
+      update queue_item q set lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
+      from unnest(${items.map((k) => k.tenantId)}::text[], ${items.map((k) => k.runId)}::uuid[], ${items.map((k) => k.stepId)}::text[],
+        ${items.map((k) => k.epoch)}::int[]) as u(tenant_id, run_id, step_id, epoch)
+      where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id
+        and q.state = 'leased' and q.worker_id = ${workerId} and q.epoch = u.epoch
+      returning q.tenant_id, q.run_id, q.step_id`.execute(tx);
+    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
+  }
+
+  /** Expired leases, oldest first, locked (skipping ones another reaper holds). */
+  async expiredLeases(tx: SystemTx, limit: number): Promise<ExpiredLease[]> {
+    const r = await sql<ExpiredLease>`
+      select tenant_id, id, run_id, step_id, epoch, worker_id from queue_item
+      where state = 'leased' and lease_expires_at < now()
+      order by lease_expires_at limit ${limit}
+      for update skip locked`.execute(tx);
+    return r.rows;
+  }
+
+  /** Adds a graphile-worker job in the caller's transaction (deterministic job_key: at most one pending per key). */
+  async addJob(
+    tx: SystemTx,
+    name: JobName,
+    payload: unknown,
+    opts: { runAt?: Date; jobKey: string; maxAttempts: number },
+  ): Promise<void> {
+    await sql`select graphile_worker.add_job(${name}, ${JSON.stringify(payload)}::json, run_at => ${opts.runAt ?? null}::timestamptz,
+      job_key => ${opts.jobKey}, max_attempts => ${opts.maxAttempts})`.execute(tx);
+  }
+
+  async notifyReady(tx: SystemTx): Promise<void> {
+    await sql`select pg_notify('ordo_ready', '')`.execute(tx);
+  }
+
+  async webhookSecret(tx: SystemTx, tenantId: string, fresh: string): Promise<string> {
+    await sql`insert into tenant_webhook_secret (tenant_id, secret) values (${tenantId}, ${fresh}) on conflict do nothing`.execute(
+      tx,
+    );
+    const r = await sql<{
+      secret: string;
+    }>`select secret from tenant_webhook_secret where tenant_id = ${tenantId}`.execute(tx);
+    return r.rows[0].secret;
+  }
+
+  async event(tx: SystemTx, tenantId: string, runId: string, seq: number) {
+    const r = await sql<{
+      type: string;
+      step_id: string | null;
+      data: unknown;
+      created_at: Date;
+      hash: string;
+      actor: string;
+    }>`
+      select type, step_id, data, created_at, hash, actor from run_event where tenant_id = ${tenantId} and run_id = ${runId} and seq = ${seq}`.execute(
+      tx,
+    );
+    return r.rows[0];
+  }
+}

@@ -1,0 +1,642 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
+import { Database } from '../../core/database/database';
+import type { SystemTx } from '../../core/database/handles';
+import { canonicalHash } from '../../core/json/canonical-json';
+import { jsonArtifact, type NewArtifact, ArtifactsRepository } from '../artifacts/artifacts.repository';
+import { backoffMs } from '../dags/dag-definition';
+import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
+import { RunBooks, runKey } from '../runs/run-book';
+import type { StepSpec } from '../runs/run-plan';
+import { RunsRepository } from '../runs/runs.repository';
+import { EngineRepository, type StepKey } from './engine.repository';
+import { JOBS, type JobPayload } from './jobs';
+
+/** Outputs up to this size (canonical JSON bytes) also stay inline on the step row. */
+const INLINE_OUTPUTS_BYTES = 8 * 1024;
+
+/** What a worker reports for an attempt it ran. */
+export interface Completion extends StepKey {
+  attempt: number;
+  epoch: number;
+  workerId: string;
+  outcome:
+    | { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] }
+    | { status: 'failed'; error: PluginError; logs: StepLogLine[] }
+    /** The attempt stopped because its run was cancelled (or its lease was lost): nothing to apply. */
+    | { status: 'aborted'; logs: StepLogLine[] };
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
+/** A step attempt a worker has claimed and must run. */
+export interface ClaimedWork extends StepKey {
+  attempt: number;
+  epoch: number;
+  plugin: string;
+  config: JsonObject;
+  spec: StepSpec;
+  dagId: string;
+  dagVersion: number;
+  traceId: string;
+  traceparent: string;
+  dispatchSeq: number;
+  inputs: JsonValue;
+  /** Outputs of the step's dependencies, by step id (only when its config is templated). */
+  upstream: Record<string, { outputs: JsonValue }>;
+}
+
+export interface ClaimOptions {
+  workerId: string;
+  capacity: number;
+  leaseMs: number;
+  tenantCap: number;
+}
+
+interface Outcome extends StepKey {
+  attempt: number;
+  epoch: number;
+  kind: 'succeeded' | 'failed' | 'orphaned';
+  outputs?: JsonObject;
+  logs?: StepLogLine[];
+  error?: PluginError;
+  startedAt?: Date | null;
+  finishedAt?: Date | null;
+  actor: string;
+}
+
+const key3 = (k: StepKey) => `${k.tenantId}/${k.runId}/${k.stepId}`;
+const isTemplated = (v: unknown): boolean => JSON.stringify(v).includes('${{');
+
+/**
+ * The engine's transactions. One worker cycle applies a batch of results (group commit), makes
+ * the successors ready, enqueues them and claims the next batch, in ONE transaction: a crash at
+ * any point loses nothing and applies nothing twice. Every step change goes through the
+ * transition table (each UPDATE names its allowed source states; the database trigger checks
+ * again) and appends chained events to its run.
+ */
+@Injectable()
+export class EngineStore {
+  private readonly log = new Logger('engine');
+
+  constructor(
+    private readonly db: Database,
+    private readonly engine: EngineRepository,
+    private readonly runs: RunsRepository,
+    private readonly artifacts: ArtifactsRepository,
+  ) {}
+
+  /** Applies `completions` and claims up to `opts.capacity` steps, in one transaction. */
+  async cycle(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
+    return this.db.withSystem(async (tx) => {
+      const books = new RunBooks(await this.runs.lockRuns(tx, uniqRuns(completions)));
+      const ctx = new CycleContext(books);
+      if (completions.length > 0) await this.applyCompletions(tx, ctx, completions);
+      const claimed = opts.capacity > 0 ? await this.claim(tx, ctx, books, opts) : [];
+      await this.flush(tx, ctx, books);
+      return claimed;
+    });
+  }
+
+  private async applyCompletions(tx: SystemTx, ctx: CycleContext, completions: Completion[]): Promise<void> {
+    const states = new Map(
+      (await this.engine.stepStates(tx, completions)).map((s) => [`${s.tenant_id}/${s.run_id}/${s.step_id}`, s]),
+    );
+    const outcomes: Outcome[] = [];
+    const released: (StepKey & { epoch: number })[] = [];
+    const aborted: Parameters<EngineRepository['finishAttempts']>[1] = [];
+    for (const c of completions) {
+      const b = ctx.books.get(c.tenantId, c.runId);
+      const st = states.get(key3(c));
+      released.push({ tenantId: c.tenantId, runId: c.runId, stepId: c.stepId, epoch: c.epoch });
+      if (!b || !st) continue;
+      const current = st.status === 'running' && st.epoch === c.epoch;
+      if (c.outcome.status === 'aborted' && current && ctx.books.isActive(b)) {
+        // Stopped without its run being cancelled (e.g. the process is shutting down): a retryable failure.
+        outcomes.push({
+          ...pick(c),
+          attempt: c.attempt,
+          epoch: c.epoch,
+          kind: 'failed',
+          error: { code: 'ABORTED', message: 'the attempt was stopped before it finished', retryable: true },
+          logs: c.outcome.logs,
+          startedAt: c.startedAt,
+          finishedAt: c.finishedAt,
+          actor: c.workerId,
+        });
+        continue;
+      }
+      if (c.outcome.status === 'aborted' || !current) {
+        aborted.push({
+          ...pick(c),
+          attempt: c.attempt,
+          epoch: c.epoch,
+          status: 'cancelled',
+          error: c.outcome.status === 'failed' ? c.outcome.error : null,
+          outputsHash: null,
+          logsHash: null,
+          startedAt: c.startedAt,
+          finishedAt: c.finishedAt,
+        });
+        if (!current && st.status !== 'cancelled') {
+          // A fenced-out result (its lease expired and the step moved on): recorded, never applied.
+          ctx.books.event(b, {
+            type: 'step.result_rejected',
+            stepId: c.stepId,
+            attempt: c.attempt,
+            actor: c.workerId,
+            data: { epoch: c.epoch, currentEpoch: st.epoch, stepStatus: st.status, reported: c.outcome.status },
+          });
+        }
+        continue;
+      }
+      outcomes.push({
+        ...pick(c),
+        attempt: c.attempt,
+        epoch: c.epoch,
+        kind: c.outcome.status,
+        outputs: c.outcome.status === 'succeeded' ? c.outcome.outputs : undefined,
+        logs: c.outcome.logs,
+        error: c.outcome.status === 'failed' ? c.outcome.error : undefined,
+        startedAt: c.startedAt,
+        finishedAt: c.finishedAt,
+        actor: c.workerId,
+      });
+    }
+    await this.engine.finishAttempts(tx, aborted);
+    for (const r of await this.engine.releaseLeases(tx, released)) ctx.inFlight(r.tenant_id, -r.n);
+    await this.applyOutcomes(tx, ctx, outcomes, new Map([...states].map(([k, s]) => [k, s.spec as StepSpec])));
+  }
+
+  /** Applies current (not fenced-out) outcomes of running attempts. */
+  private async applyOutcomes(
+    tx: SystemTx,
+    ctx: CycleContext,
+    outcomes: Outcome[],
+    specs: Map<string, StepSpec>,
+  ): Promise<void> {
+    const attempts: Parameters<EngineRepository['finishAttempts']>[1] = [];
+    const stepWrites: Parameters<EngineRepository['setSteps']>[1] = [];
+    const failed: StepKey[] = [];
+    const done: StepKey[] = [];
+    for (const o of outcomes) {
+      const b = ctx.books.get(o.tenantId, o.runId)!;
+      const spec = specs.get(key3(o));
+      const logsHash =
+        o.logs && o.logs.length > 0
+          ? ctx.artifact(jsonArtifact(o.tenantId, o.logs, 'application/x-ordo-log+json'))
+          : null;
+      if (o.kind === 'succeeded') {
+        const art = jsonArtifact(o.tenantId, o.outputs ?? {});
+        ctx.artifact(art);
+        attempts.push({
+          ...pick(o),
+          attempt: o.attempt,
+          epoch: o.epoch,
+          status: 'succeeded',
+          error: null,
+          outputsHash: art.sha256,
+          logsHash,
+          startedAt: o.startedAt ?? null,
+          finishedAt: o.finishedAt ?? null,
+        });
+        stepWrites.push({
+          ...pick(o),
+          from: ['running'],
+          to: 'succeeded',
+          outputs: Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (o.outputs ?? {}) : null,
+          outputsHash: art.sha256,
+          logsHash,
+          terminal: true,
+        });
+        ctx.books.event(b, {
+          type: 'step.succeeded',
+          stepId: o.stepId,
+          attempt: o.attempt,
+          actor: o.actor,
+          data: { outputsHash: art.sha256 },
+        });
+        b.stepsRemaining -= 1;
+        b.dirty = true;
+        done.push(pick(o));
+        continue;
+      }
+      const error: PluginError = o.error ?? {
+        code: 'LEASE_EXPIRED',
+        message: 'the worker stopped heartbeating',
+        retryable: true,
+      };
+      attempts.push({
+        ...pick(o),
+        attempt: o.attempt,
+        epoch: o.epoch,
+        status: o.kind === 'orphaned' ? 'orphaned' : 'failed',
+        error,
+        outputsHash: null,
+        logsHash,
+        startedAt: o.startedAt ?? null,
+        finishedAt: o.finishedAt ?? null,
+      });
+      let from = 'running';
+      if (o.kind === 'orphaned') {
+        stepWrites.push({ ...pick(o), from: ['running'], to: 'orphaned', error, terminal: false });
+        ctx.books.event(b, {
+          type: 'step.orphaned',
+          stepId: o.stepId,
+          attempt: o.attempt,
+          actor: o.actor,
+          data: { epoch: o.epoch },
+        });
+        from = 'orphaned';
+      }
+      const policy = spec?.retry ?? null;
+      const retriesUsed = o.attempt - 1;
+      if (error.retryable && policy && retriesUsed < policy.maxRetries && ctx.books.isActive(b)) {
+        const delay = backoffMs(policy, retriesUsed + 1);
+        stepWrites.push({ ...pick(o), from: [from], to: 'retrying', error, terminal: false });
+        ctx.books.event(b, {
+          type: 'step.retrying',
+          stepId: o.stepId,
+          attempt: o.attempt,
+          actor: 'engine',
+          data: { error: { ...error }, retryInMs: delay, nextAttempt: o.attempt + 1 },
+        });
+        ctx.jobs.push({
+          payload: { tenantId: o.tenantId, runId: o.runId, stepId: o.stepId, attempt: o.attempt },
+          runAt: new Date(Date.now() + delay),
+        });
+      } else {
+        stepWrites.push({ ...pick(o), from: [from], to: 'failed', reason: error.code, error, terminal: true });
+        ctx.books.event(b, {
+          type: 'step.failed',
+          stepId: o.stepId,
+          attempt: o.attempt,
+          actor: 'engine',
+          data: { error: { ...error } },
+        });
+        b.stepsRemaining -= 1;
+        b.stepsFailed += 1;
+        b.dirty = true;
+        failed.push(pick(o));
+      }
+    }
+    await this.engine.finishAttempts(tx, attempts);
+    // Two passes when orphaned → retrying/failed: the step first becomes orphaned, then moves on.
+    const first = stepWrites.filter((w) => w.to === 'orphaned');
+    const rest = stepWrites.filter((w) => w.to !== 'orphaned');
+    await this.expectWritten(tx, first);
+    await this.expectWritten(tx, rest);
+    await this.skipDownstreamOf(tx, ctx, failed);
+    await this.release(tx, ctx, done);
+  }
+
+  /** Writes step transitions; a refused one (not in an allowed source state) is logged and aborts the transaction. */
+  private async expectWritten(tx: SystemTx, writes: Parameters<EngineRepository['setSteps']>[1]): Promise<void> {
+    if (writes.length === 0) return;
+    const ok = new Set((await this.engine.setSteps(tx, writes)).map(key3));
+    const refused = writes.filter((w) => !ok.has(key3(w)));
+    if (refused.length > 0) {
+      this.log.error(
+        { refused: refused.map((w) => ({ ...pick(w), to: w.to, from: w.from })) },
+        'illegal step transition refused',
+      );
+      throw new Error(`illegal step transition refused for ${refused.map(key3).join(', ')}`);
+    }
+  }
+
+  /** Dependents of failed steps will never run: skip them (upstream_failed). */
+  private async skipDownstreamOf(tx: SystemTx, ctx: CycleContext, failed: StepKey[]): Promise<void> {
+    const down = await this.engine.pendingDescendants(tx, failed);
+    if (down.length === 0) return;
+    await this.expectWritten(
+      tx,
+      down.map((d) => ({ ...d, from: ['pending'], to: 'skipped', reason: 'upstream_failed', terminal: true })),
+    );
+    for (const d of down) {
+      const b = ctx.books.get(d.tenantId, d.runId)!;
+      ctx.books.event(b, {
+        type: 'step.skipped',
+        stepId: d.stepId,
+        actor: 'engine',
+        data: { reason: 'upstream_failed' },
+      });
+      b.stepsRemaining -= 1;
+      b.dirty = true;
+    }
+  }
+
+  /** Counts finished steps off their dependents; queues the ones now ready (skipping disabled ones, which count as done). */
+  private async release(tx: SystemTx, ctx: CycleContext, done: StepKey[]): Promise<void> {
+    let wave = done;
+    while (wave.length > 0) {
+      const ready = await this.engine.releaseDependents(tx, wave);
+      ready.sort((a, b) =>
+        a.tenant_id + a.run_id < b.tenant_id + b.run_id
+          ? -1
+          : a.tenant_id + a.run_id > b.tenant_id + b.run_id
+            ? 1
+            : a.topo_index - b.topo_index,
+      );
+      const skip = ready
+        .filter((r) => r.disabled)
+        .map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
+      const queue = ready.filter((r) => !r.disabled && ctx.books.isActive(ctx.books.get(r.tenant_id, r.run_id)!));
+      const queueKeys = queue.map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
+      await this.expectWritten(tx, [
+        ...skip.map((k) => ({ ...k, from: ['pending'], to: 'skipped', reason: 'disabled', terminal: true })),
+        ...queueKeys.map((k) => ({ ...k, from: ['pending'], to: 'queued', terminal: false, queued: true })),
+      ]);
+      for (const k of skip) {
+        const b = ctx.books.get(k.tenantId, k.runId)!;
+        ctx.books.event(b, { type: 'step.skipped', stepId: k.stepId, actor: 'engine', data: { reason: 'disabled' } });
+        b.stepsRemaining -= 1;
+      }
+      for (const k of queueKeys)
+        ctx.books.event(ctx.books.get(k.tenantId, k.runId)!, {
+          type: 'step.queued',
+          stepId: k.stepId,
+          actor: 'engine',
+        });
+      await this.runs.enqueue(tx, queueKeys);
+      wave = skip;
+    }
+  }
+
+  private async claim(tx: SystemTx, ctx: CycleContext, books: RunBooks, opts: ClaimOptions): Promise<ClaimedWork[]> {
+    const tenants = await this.engine.readyTenants(tx, opts.tenantCap);
+    if (tenants.length === 0) return [];
+    const shares = fairShares(tenants, opts.capacity, opts.tenantCap);
+    const items = await this.engine.pickReady(tx, shares);
+    if (items.length === 0) return [];
+    const fresh = uniqRuns(items.map((i) => ({ tenantId: i.tenant_id, runId: i.run_id }))).filter(
+      (k) => !books.get(k.tenantId, k.runId),
+    );
+    books.add(await this.runs.lockRuns(tx, fresh));
+    const stale: { tenantId: string; id: number }[] = [];
+    const live = items.filter((i) => {
+      const b = books.get(i.tenant_id, i.run_id);
+      const ok = b !== undefined && books.isActive(b);
+      if (!ok) stale.push({ tenantId: i.tenant_id, id: i.id });
+      return ok;
+    });
+    // Dispatch numbers per run in queue order (topological order, ties by step id, within a batch).
+    const seqs = new Map<string, number>();
+    const toDispatch = live.map((i) => {
+      const b = books.get(i.tenant_id, i.run_id)!;
+      const k = runKey(i.tenant_id, i.run_id);
+      const next = (seqs.get(k) ?? b.dispatchCount) + 1;
+      seqs.set(k, next);
+      return { tenantId: i.tenant_id, runId: i.run_id, stepId: i.step_id, dispatchSeq: next };
+    });
+    const dispatched = new Map(
+      (await this.engine.dispatch(tx, toDispatch)).map((d) => [`${d.tenant_id}/${d.run_id}/${d.step_id}`, d]),
+    );
+    const leases: { tenantId: string; id: number; epoch: number }[] = [];
+    const attempts: Parameters<EngineRepository['insertAttempts']>[1] = [];
+    const work: ClaimedWork[] = [];
+    const needOutputs: StepKey[] = [];
+    for (let n = 0; n < live.length; n++) {
+      const i = live[n];
+      const d = dispatched.get(`${i.tenant_id}/${i.run_id}/${i.step_id}`);
+      if (!d) {
+        stale.push({ tenantId: i.tenant_id, id: i.id });
+        continue;
+      }
+      const b = books.get(i.tenant_id, i.run_id)!;
+      if (b.status === 'queued') books.transition(b, 'running', 'engine');
+      b.dispatchCount = toDispatch[n].dispatchSeq;
+      b.dirty = true;
+      const traceparent = `00-${b.row.trace_id}-${randomBytes(8).toString('hex')}-01`;
+      leases.push({ tenantId: i.tenant_id, id: i.id, epoch: d.epoch });
+      attempts.push({
+        tenantId: d.tenant_id,
+        runId: d.run_id,
+        stepId: d.step_id,
+        attempt: d.attempts,
+        epoch: d.epoch,
+        workerId: opts.workerId,
+        leaseMs: opts.leaseMs,
+        traceparent,
+        queuedAt: d.queued_at ?? i.enqueued_at,
+      });
+      books.event(b, {
+        type: 'step.running',
+        stepId: d.step_id,
+        attempt: d.attempts,
+        actor: opts.workerId,
+        data: { dispatchSeq: toDispatch[n].dispatchSeq, epoch: d.epoch },
+      });
+      ctx.inFlight(d.tenant_id, 1, true);
+      const config = d.config as JsonObject;
+      if (isTemplated(config))
+        for (const dep of d.depends_on) needOutputs.push({ tenantId: d.tenant_id, runId: d.run_id, stepId: dep });
+      work.push({
+        tenantId: d.tenant_id,
+        runId: d.run_id,
+        stepId: d.step_id,
+        attempt: d.attempts,
+        epoch: d.epoch,
+        plugin: d.plugin,
+        config,
+        spec: d.spec as StepSpec,
+        dagId: b.row.dag_id,
+        dagVersion: b.row.dag_version,
+        traceId: b.row.trace_id,
+        traceparent,
+        dispatchSeq: toDispatch[n].dispatchSeq,
+        inputs: {},
+        upstream: {},
+      });
+    }
+    await this.engine.deleteItems(tx, stale);
+    await this.engine.leaseItems(tx, leases, opts.workerId, opts.leaseMs);
+    await this.engine.insertAttempts(tx, attempts);
+    await this.fillTemplateScope(tx, work, needOutputs);
+    return work;
+  }
+
+  /** Loads run inputs and upstream outputs for the claimed steps whose config is templated. */
+  private async fillTemplateScope(tx: SystemTx, work: ClaimedWork[], needOutputs: StepKey[]): Promise<void> {
+    const templated = work.filter((w) => isTemplated(w.config));
+    if (templated.length === 0) return;
+    const inputs = new Map(
+      (await this.engine.runInputs(tx, uniqRuns(templated))).map((r) => [
+        runKey(r.tenant_id, r.run_id),
+        r.inputs as JsonValue,
+      ]),
+    );
+    const outs = await this.engine.outputsOf(tx, needOutputs);
+    const large = outs
+      .filter((o) => o.outputs === null && o.outputs_hash !== null)
+      .map((o) => ({ tenantId: o.tenant_id, sha256: o.outputs_hash! }));
+    const bodies = await this.artifacts.jsonBodies(tx, large);
+    const byRun = new Map<string, Record<string, { outputs: JsonValue }>>();
+    for (const o of outs) {
+      const k = runKey(o.tenant_id, o.run_id);
+      const outputs = (o.outputs ?? bodies.get(`${o.tenant_id}/${o.outputs_hash}`) ?? {}) as JsonValue;
+      byRun.set(k, { ...(byRun.get(k) ?? {}), [o.step_id]: { outputs } });
+    }
+    for (const w of templated) {
+      w.inputs = inputs.get(runKey(w.tenantId, w.runId)) ?? {};
+      w.upstream = byRun.get(runKey(w.tenantId, w.runId)) ?? {};
+    }
+  }
+
+  /** Ends runs with no step left, then writes artifacts, jobs, events, run rows and in-flight counters. */
+  private async flush(tx: SystemTx, ctx: CycleContext, books: RunBooks): Promise<void> {
+    const ending = books.all().filter((b) => b.stepsRemaining <= 0 && books.isActive(b));
+    if (ending.length > 0) {
+      const hashes = await this.runs.stepOutputHashes(
+        tx,
+        ending.map((b) => ({ tenantId: b.row.tenant_id, runId: b.row.run_id })),
+      );
+      const byRun = new Map<string, Record<string, string | null>>();
+      for (const h of hashes) {
+        const k = runKey(h.tenant_id, h.run_id);
+        byRun.set(k, { ...(byRun.get(k) ?? {}), [h.step_id]: h.outputs_hash });
+      }
+      for (const b of ending) {
+        b.outputsHash = canonicalHash(byRun.get(runKey(b.row.tenant_id, b.row.run_id)) ?? {});
+        books.transition(b, b.stepsFailed > 0 ? 'failed' : 'succeeded', 'engine', { outputsHash: b.outputsHash });
+      }
+    }
+    await this.artifacts.insertMany(tx, ctx.artifacts);
+    for (const j of ctx.jobs) {
+      const spec = JOBS['ordo.engine.retry_step'];
+      await this.engine.addJob(tx, 'ordo.engine.retry_step', j.payload, {
+        runAt: j.runAt,
+        jobKey: spec.jobKey(j.payload),
+        maxAttempts: spec.maxAttempts,
+      });
+    }
+    await this.runs.insertEvents(tx, books.events());
+    await this.runs.updateRunBooks(tx, books.updates());
+    await this.engine.adjustInFlight(tx, ctx.deltas);
+  }
+
+  /** Expired leases: the attempts become orphaned and are retried, or fail when no retry is left. */
+  async reap(limit = 100): Promise<number> {
+    return this.db.withSystem(async (tx) => {
+      const expired = await this.engine.expiredLeases(tx, limit);
+      if (expired.length === 0) return 0;
+      const books = new RunBooks(
+        await this.runs.lockRuns(tx, uniqRuns(expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id })))),
+      );
+      const ctx = new CycleContext(books);
+      const keys = expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id, stepId: e.step_id }));
+      const states = new Map(
+        (await this.engine.stepStates(tx, keys)).map((s) => [`${s.tenant_id}/${s.run_id}/${s.step_id}`, s]),
+      );
+      const outcomes: Outcome[] = [];
+      for (const e of expired) {
+        const st = states.get(`${e.tenant_id}/${e.run_id}/${e.step_id}`);
+        ctx.inFlight(e.tenant_id, -1);
+        if (!st || st.status !== 'running' || st.epoch !== e.epoch) continue;
+        outcomes.push({
+          tenantId: e.tenant_id,
+          runId: e.run_id,
+          stepId: e.step_id,
+          attempt: st.attempts,
+          epoch: e.epoch,
+          kind: 'orphaned',
+          actor: 'reaper',
+        });
+      }
+      await this.engine.deleteItems(
+        tx,
+        expired.map((e) => ({ tenantId: e.tenant_id, id: e.id })),
+      );
+      await this.applyOutcomes(tx, ctx, outcomes, new Map([...states].map(([k, s]) => [k, s.spec as StepSpec])));
+      // A retried orphan re-enters the queue when its backoff job fires; nothing else to claim here.
+      await this.flush(tx, ctx, books);
+      return outcomes.length;
+    });
+  }
+
+  /** A retry's backoff elapsed: the step (still retrying at that attempt) is queued again. */
+  async requeue(p: JobPayload<'ordo.engine.retry_step'>): Promise<void> {
+    await this.db.withSystem(async (tx) => {
+      const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: p.tenantId, runId: p.runId }]));
+      const b = books.get(p.tenantId, p.runId);
+      if (!b || !books.isActive(b)) return;
+      const [st] = await this.engine.stepStates(tx, [p]);
+      if (!st || st.status !== 'retrying' || st.attempts !== p.attempt) return;
+      await this.expectWritten(tx, [{ ...pick(p), from: ['retrying'], to: 'queued', terminal: false, queued: true }]);
+      books.event(b, {
+        type: 'step.queued',
+        stepId: p.stepId,
+        attempt: p.attempt + 1,
+        actor: 'engine',
+        data: { retry: p.attempt },
+      });
+      await this.runs.enqueue(tx, [pick(p)]);
+      await this.runs.insertEvents(tx, books.events());
+      await this.runs.updateRunBooks(tx, books.updates());
+    });
+  }
+
+  /** Extends this worker's leases; returns the steps it still holds. */
+  async heartbeat(workerId: string, items: (StepKey & { epoch: number })[], leaseMs: number): Promise<StepKey[]> {
+    if (items.length === 0) return [];
+    return this.db.withSystem((tx) => this.engine.heartbeat(tx, workerId, items, leaseMs));
+  }
+}
+
+/** Per-transaction accumulators: artifacts, jobs and in-flight deltas written once at the end. */
+class CycleContext {
+  readonly artifacts: NewArtifact[] = [];
+  readonly jobs: { payload: JobPayload<'ordo.engine.retry_step'>; runAt: Date }[] = [];
+  readonly deltas = new Map<string, { delta: number; served: boolean }>();
+  constructor(readonly books: RunBooks) {}
+
+  artifact(a: NewArtifact): string {
+    this.artifacts.push(a);
+    return a.sha256;
+  }
+
+  inFlight(tenantId: string, delta: number, served = false): void {
+    const d = this.deltas.get(tenantId) ?? { delta: 0, served: false };
+    d.delta += delta;
+    d.served ||= served;
+    this.deltas.set(tenantId, d);
+  }
+}
+
+function pick(k: StepKey): StepKey {
+  return { tenantId: k.tenantId, runId: k.runId, stepId: k.stepId };
+}
+
+function uniqRuns(keys: { tenantId: string; runId: string }[]): { tenantId: string; runId: string }[] {
+  const m = new Map(keys.map((k) => [runKey(k.tenantId, k.runId), { tenantId: k.tenantId, runId: k.runId }]));
+  return [...m.values()];
+}
+
+/**
+ * Weighted round-robin shares of `capacity` over tenants (least recently served first): each gets
+ * capacity × weight / total weight (at least 1, at most its room under the cap); what is left goes
+ * round again in the same order.
+ */
+export function fairShares(
+  tenants: { tenant_id: string; weight: number; in_flight: number }[],
+  capacity: number,
+  cap: number,
+): { tenantId: string; n: number }[] {
+  const room = new Map(tenants.map((t) => [t.tenant_id, Math.max(0, cap - t.in_flight)]));
+  const got = new Map<string, number>();
+  let left = capacity;
+  const total = tenants.reduce((s, t) => s + t.weight, 0);
+  for (let round = 0; round < 4 && left > 0; round++) {
+    const before = left;
+    for (const t of tenants) {
+      if (left <= 0) break;
+      const want = Math.max(1, Math.floor((capacity * t.weight) / total));
+      const n = Math.min(want, room.get(t.tenant_id)!, left);
+      if (n <= 0) continue;
+      got.set(t.tenant_id, (got.get(t.tenant_id) ?? 0) + n);
+      room.set(t.tenant_id, room.get(t.tenant_id)! - n);
+      left -= n;
+    }
+    if (left === before) break;
+  }
+  return [...got.entries()].map(([tenantId, n]) => ({ tenantId, n }));
+}

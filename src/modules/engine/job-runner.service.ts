@@ -1,0 +1,49 @@
+import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import type { Runner, TaskList } from 'graphile-worker';
+import { Database } from '../../core/database/database';
+import { ConstraintsService } from './constraints.service';
+import { EngineStore } from './engine.store';
+import { JOBS } from './jobs';
+
+/**
+ * Runs graphile-worker in this process (system role) for the engine's jobs: retry timers and
+ * constraint webhooks. Started and stopped with the application.
+ */
+@Injectable()
+export class JobRunnerService implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly log = new Logger('jobs');
+  private runner: Runner | null = null;
+
+  constructor(
+    private readonly db: Database,
+    private readonly store: EngineStore,
+    private readonly constraints: ConstraintsService,
+  ) {}
+
+  async onApplicationBootstrap(): Promise<void> {
+    const { run, Logger: GwLogger } = await import('graphile-worker');
+    const taskList: TaskList = {
+      'ordo.engine.retry_step': async (payload) =>
+        this.store.requeue(JOBS['ordo.engine.retry_step'].payload.parse(payload)),
+      'ordo.engine.webhook': async (payload) =>
+        this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload)),
+    };
+    this.runner = await run({
+      connectionString: this.db.urls.system,
+      concurrency: 4,
+      noHandleSignals: true,
+      pollInterval: 2_000,
+      taskList,
+      logger: new GwLogger((scope) => (level, message) => {
+        if (level === 'error') this.log.error({ scope }, message);
+        else if (level === 'warning') this.log.warn({ scope }, message);
+      }),
+    });
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    const r = this.runner;
+    this.runner = null;
+    await r?.stop();
+  }
+}

@@ -1,0 +1,30 @@
+import { z } from 'zod';
+
+/**
+ * The engine's graphile-worker jobs: name → payload schema and options. Payloads carry ids only;
+ * handlers read the current state. Jobs are added with graphile_worker.add_job in the same
+ * transaction as the state change that needs them, under a deterministic job_key.
+ */
+export const JOBS = {
+  /** A retrying step's backoff elapsed: queue it again (attempt = the attempt that failed). */
+  'ordo.engine.retry_step': {
+    payload: z.strictObject({
+      tenantId: z.string(),
+      runId: z.uuid(),
+      stepId: z.string(),
+      attempt: z.number().int().min(1),
+    }),
+    maxAttempts: 25,
+    jobKey: (p: { tenantId: string; runId: string; stepId: string; attempt: number }) =>
+      `retry:${p.tenantId}:${p.runId}:${p.stepId}:${p.attempt}`,
+  },
+  /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
+  'ordo.engine.webhook': {
+    payload: z.strictObject({ tenantId: z.string(), runId: z.uuid(), seq: z.number().int().min(1) }),
+    maxAttempts: 10,
+    jobKey: (p: { tenantId: string; runId: string; seq: number }) => `webhook:${p.tenantId}:${p.runId}:${p.seq}`,
+  },
+} as const;
+
+export type JobName = keyof typeof JOBS;
+export type JobPayload<N extends JobName> = z.infer<(typeof JOBS)[N]['payload']>;

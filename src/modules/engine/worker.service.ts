@@ -1,0 +1,344 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import pg from 'pg';
+import { ORDO_CONFIG } from '../../core/config/config.module';
+import type { OrdoConfig } from '../../core/config/config';
+import { Database } from '../../core/database/database';
+import type { PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
+import { PluginRegistry } from '../plugins/plugin-registry';
+import { renderTemplate, TemplateError } from '../templating/template';
+import { ConstraintsService } from './constraints.service';
+import { EngineStore, type ClaimedWork, type Completion } from './engine.store';
+
+/** The slow safety poll when no NOTIFY arrives (an idle worker issues one claim query per interval). */
+const IDLE_POLL_MS = 2_000;
+const MAX_LOG_LINES = 1_000;
+
+type StopReason = 'cancelled' | 'timeout' | 'max_allowed_run_time' | 'lease_lost' | 'shutdown';
+
+interface Running {
+  work: ClaimedWork;
+  ac: AbortController;
+  reason: StopReason | null;
+}
+
+/**
+ * The worker: claims ready steps from the per-tenant queues (woken by NOTIFY, with a slow safety
+ * poll), runs their plugins with a lease it heartbeats, and reports results in batches: every
+ * loop turn is one transaction that applies the finished attempts, queues their successors and
+ * claims as many steps as it has free slots (so a successor usually starts without another trip
+ * through the queue).
+ */
+@Injectable()
+export class WorkerService implements OnApplicationBootstrap, OnApplicationShutdown {
+  readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  private readonly log = new Logger('worker');
+  private readonly running = new Map<string, Running>();
+  private completions: Completion[] = [];
+  private wake = true;
+  private stopping = false;
+  private notify: (() => void) | null = null;
+  private loopDone: Promise<void> | null = null;
+  private listener: pg.Client | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private readonly concurrency: number;
+  private readonly leaseMs: number;
+  private readonly tenantCap: number;
+
+  constructor(
+    @Inject(ORDO_CONFIG) config: OrdoConfig,
+    private readonly db: Database,
+    private readonly store: EngineStore,
+    private readonly plugins: PluginRegistry,
+    private readonly constraints: ConstraintsService,
+  ) {
+    this.concurrency = config.ORDO_WORKER_CONCURRENCY;
+    this.leaseMs = config.ORDO_LEASE_TTL_MS;
+    this.tenantCap = config.ORDO_TENANT_MAX_IN_FLIGHT;
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    await this.listen();
+    this.loopDone = this.loop();
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), Math.max(100, Math.floor(this.leaseMs / 3)));
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.stopping = true;
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    for (const r of this.running.values()) this.stop(r, 'shutdown');
+    const deadline = Date.now() + 5_000;
+    while (this.running.size > 0 && Date.now() < deadline) await sleep(10);
+    this.signal();
+    await this.loopDone;
+    const l = this.listener;
+    this.listener = null;
+    await l?.end().catch(() => undefined);
+  }
+
+  /** Steps this process runs right now (for tests and metrics). */
+  inFlight(): number {
+    return this.running.size;
+  }
+
+  private async listen(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.db.urls.system, application_name: 'ordo:worker-listen' });
+    client.on('notification', (n) => {
+      if (n.channel === 'ordo_ready') {
+        this.wake = true;
+        this.signal();
+      } else if (n.channel === 'ordo_cancel' && n.payload) {
+        for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
+      }
+    });
+    client.on('error', (e) => {
+      this.log.warn({ err: e }, 'notification connection lost; reconnecting');
+      if (this.listener === client) this.listener = null;
+      if (!this.stopping) setTimeout(() => void this.listen().catch(() => undefined), 1_000);
+    });
+    await client.connect();
+    await client.query('listen ordo_ready; listen ordo_cancel');
+    this.listener = client;
+    this.wake = true;
+    this.signal();
+  }
+
+  private signal(): void {
+    const n = this.notify;
+    this.notify = null;
+    n?.();
+  }
+
+  private waitForSignal(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(() => {
+        this.notify = null;
+        this.wake = true;
+        resolve();
+      }, ms);
+      this.notify = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
+  }
+
+  private async loop(): Promise<void> {
+    let failures = 0;
+    for (;;) {
+      const capacity = this.stopping ? 0 : this.concurrency - this.running.size;
+      if (this.completions.length === 0 && (capacity <= 0 || !this.wake)) {
+        if (this.stopping) return;
+        await this.waitForSignal(IDLE_POLL_MS);
+        continue;
+      }
+      this.wake = false;
+      const batch = this.completions;
+      this.completions = [];
+      try {
+        const claimed = await this.store.cycle(batch, {
+          workerId: this.workerId,
+          capacity,
+          leaseMs: this.leaseMs,
+          tenantCap: this.tenantCap,
+        });
+        failures = 0;
+        if (capacity > 0 && claimed.length >= capacity) this.wake = true;
+        for (const w of claimed) this.start(w);
+      } catch (e) {
+        // Nothing of the batch was applied (one transaction): report it again after a short pause.
+        this.completions = [...batch, ...this.completions];
+        failures += 1;
+        this.log.error({ err: e, failures }, 'engine cycle failed; retrying');
+        await sleep(Math.min(2_000, 25 * 2 ** failures));
+        this.wake = true;
+        if (this.stopping && failures > 5) return;
+      }
+    }
+  }
+
+  private start(work: ClaimedWork): void {
+    const key = `${work.tenantId}/${work.runId}/${work.stepId}`;
+    const r: Running = { work, ac: new AbortController(), reason: null };
+    this.running.set(key, r);
+    void this.execute(r).then((c) => {
+      this.running.delete(key);
+      this.completions.push(c);
+      this.signal();
+    });
+  }
+
+  private stop(r: Running, reason: StopReason): void {
+    if (r.reason) return;
+    r.reason = reason;
+    r.ac.abort(reason);
+  }
+
+  private async execute(r: Running): Promise<Completion> {
+    const w = r.work;
+    const logs: StepLogLine[] = [];
+    const secrets: string[] = [];
+    const redact = (text: string) => secrets.reduce((t, s) => (s ? t.split(s).join('[redacted]') : t), text);
+    const timers: NodeJS.Timeout[] = [setTimeout(() => this.stop(r, 'timeout'), w.spec.timeout)];
+    const c = w.spec.constraints;
+    if (c?.maxAllowedRunTime)
+      timers.push(setTimeout(() => this.stop(r, 'max_allowed_run_time'), c.maxAllowedRunTime.after));
+    if (c?.maxExpectedRunTime) {
+      const m = c.maxExpectedRunTime;
+      timers.push(
+        setTimeout(() => void this.constraints.breached(w, 'maxExpectedRunTime', m.after, m.actions), m.after),
+      );
+    }
+    const base = {
+      tenantId: w.tenantId,
+      runId: w.runId,
+      stepId: w.stepId,
+      attempt: w.attempt,
+      epoch: w.epoch,
+      workerId: this.workerId,
+    };
+    const startedAt = new Date();
+    let result: PluginResult;
+    try {
+      result = await this.invoke(w, r, logs, secrets, redact);
+    } catch (e) {
+      result = fail('PLUGIN_ERROR', redact(e instanceof Error ? e.message : String(e)), false);
+    } finally {
+      for (const t of timers) clearTimeout(t);
+    }
+    const finishedAt = new Date();
+    const lines = [...logs, ...(result.logs ?? [])]
+      .slice(0, MAX_LOG_LINES)
+      .map((l) => ({ ...l, message: redact(l.message) }));
+    switch (r.reason) {
+      case 'cancelled':
+      case 'lease_lost':
+      case 'shutdown':
+        return { ...base, outcome: { status: 'aborted', logs: lines }, startedAt, finishedAt };
+      case 'timeout':
+        return {
+          ...base,
+          outcome: {
+            status: 'failed',
+            error: { code: 'TIMEOUT', message: `step exceeded its timeout of ${w.spec.timeout} ms`, retryable: true },
+            logs: lines,
+          },
+          startedAt,
+          finishedAt,
+        };
+      case 'max_allowed_run_time': {
+        const m = c!.maxAllowedRunTime!;
+        await this.constraints.breached(w, 'maxAllowedRunTime', m.after, m.actions).catch(() => undefined);
+        return {
+          ...base,
+          outcome: {
+            status: 'failed',
+            error: {
+              code: 'MAX_ALLOWED_RUN_TIME',
+              message: `step ran longer than ${m.after} ms and was stopped`,
+              retryable: false,
+            },
+            logs: lines,
+          },
+          startedAt,
+          finishedAt,
+        };
+      }
+      case null:
+        break;
+    }
+    if (result.status === 'succeeded')
+      return { ...base, outcome: { status: 'succeeded', outputs: result.outputs, logs: lines }, startedAt, finishedAt };
+    return {
+      ...base,
+      outcome: { status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines },
+      startedAt,
+      finishedAt,
+    };
+  }
+
+  private async invoke(
+    w: ClaimedWork,
+    r: Running,
+    logs: StepLogLine[],
+    secrets: string[],
+    redact: (t: string) => string,
+  ): Promise<PluginResult> {
+    const plugin = this.plugins.get(w.plugin);
+    if (!plugin) return fail('PLUGIN_NOT_FOUND', `no plugin named ${w.plugin}`, false);
+    let config: unknown = w.config;
+    if (JSON.stringify(w.config).includes('${{')) {
+      try {
+        const rendered = renderTemplate(w.config, { inputs: w.inputs, steps: w.upstream, secrets: {} });
+        config = rendered.value;
+      } catch (e) {
+        if (e instanceof TemplateError) return fail(e.code, e.message, false);
+        throw e;
+      }
+    }
+    const parsed = plugin.configSchema.safeParse(config);
+    if (!parsed.success)
+      return fail(
+        'CONFIG_INVALID',
+        redact(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')),
+        false,
+      );
+    const ctx: PluginContext = {
+      tenantId: w.tenantId,
+      dagId: w.dagId,
+      dagVersion: w.dagVersion,
+      runId: w.runId,
+      stepId: w.stepId,
+      attempt: w.attempt,
+      traceparent: w.traceparent,
+      signal: r.ac.signal,
+      egress: w.spec.egress,
+      timeoutMs: w.spec.timeout,
+      log: (level, message) => {
+        if (logs.length < MAX_LOG_LINES) logs.push({ ts: new Date().toISOString(), level, message: redact(message) });
+      },
+      redact,
+    };
+    void secrets;
+    // A plugin that ignores its abort signal does not hold the slot: the abort settles the attempt.
+    const aborted = new Promise<PluginResult>((resolve) => {
+      if (r.ac.signal.aborted) resolve(fail('ABORTED', 'aborted', true));
+      r.ac.signal.addEventListener('abort', () => resolve(fail('ABORTED', 'aborted', true)), { once: true });
+    });
+    return Promise.race([plugin.execute(parsed.data, ctx), aborted]);
+  }
+
+  /** Extends the leases of every running step in one statement; steps whose lease was lost are stopped. */
+  private async heartbeat(): Promise<void> {
+    if (this.running.size === 0) return;
+    const items = [...this.running.values()].map((r) => ({
+      tenantId: r.work.tenantId,
+      runId: r.work.runId,
+      stepId: r.work.stepId,
+      epoch: r.work.epoch,
+    }));
+    try {
+      const held = new Set(
+        (await this.store.heartbeat(this.workerId, items, this.leaseMs)).map(
+          (k) => `${k.tenantId}/${k.runId}/${k.stepId}`,
+        ),
+      );
+      for (const [key, r] of this.running) {
+        if (!held.has(key) && items.some((i) => `${i.tenantId}/${i.runId}/${i.stepId}` === key))
+          this.stop(r, 'lease_lost');
+      }
+    } catch (e) {
+      this.log.warn({ err: e }, 'heartbeat failed');
+    }
+  }
+}
+
+function fail(code: string, message: string, retryable: boolean): PluginResult {
+  const error: PluginError = { code, message, retryable };
+  return { status: 'failed', error, outputs: {} };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

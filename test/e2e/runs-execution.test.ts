@@ -1,0 +1,347 @@
+import { createHash } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pg from 'pg';
+import { signWebhook } from '../../src/modules/engine/constraints.service';
+import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import { startTestApp, type TestApp } from '../support/test-app';
+import { chainDag, publishDag, waitForRun } from './runs-support';
+
+type Step = {
+  stepId: string;
+  status: string;
+  reason: string | null;
+  dispatchSeq: number | null;
+  attempts: number;
+  outputs: unknown;
+  outputsHash: string | null;
+  fromRerun: boolean;
+  error: { code: string } | null;
+};
+
+describe('run execution (api + worker + scheduler roles)', () => {
+  let app: TestApp;
+  let as: { token: string; tenantId: string };
+  const start = async (dagId: string, inputs: Record<string, unknown> = {}, runToken = `${dagId}-${Math.random()}`) => {
+    const r = await app.request('POST', '/api/v1/runs', { as, body: { dagId, inputs, runToken } });
+    expect(r.status).toBe(201);
+    return r.body.runId as string;
+  };
+  const steps = (run: { steps: Step[] }) => new Map(run.steps.map((s) => [s.stepId, s]));
+  const events = async (runId: string) => {
+    const r = await app.request('GET', `/api/v1/runs/${runId}/events?limit=1000`, { as });
+    return r.body.items as {
+      seq: number;
+      type: string;
+      stepId: string | null;
+      attempt: number | null;
+      data: any;
+      actor: string;
+      createdUtc: string;
+      prevHash: string;
+      hash: string;
+    }[];
+  };
+
+  beforeAll(async () => {
+    app = await startTestApp({
+      ORDO_ROLES: 'api,worker,scheduler',
+      ORDO_REAPER_INTERVAL_MS: '200',
+      ORDO_LEASE_TTL_MS: '2000',
+    });
+    as = { token: app.adminToken, tenantId: app.tenantId };
+  });
+  afterAll(async () => app.close());
+
+  it('runs a chain, templating inputs and upstream outputs into downstream config', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'tpl',
+      inputs: { type: 'object', properties: { n: { type: 'integer' } } },
+      steps: [
+        { id: 'fetch', plugin: 'noop', with: { output: { body: { n: '${{ inputs.n }}', tag: 'v' } } } },
+        {
+          id: 'use',
+          plugin: 'noop',
+          dependsOn: ['fetch'],
+          with: { output: { got: '${{ steps.fetch.outputs.body }}', s: 'n=${{ inputs.n }}' } },
+        },
+      ],
+    });
+    const runId = await start('tpl', { n: 5 });
+    const run = await waitForRun(app, as, runId);
+    expect(run.status).toBe('succeeded');
+    const s = steps(run);
+    expect(s.get('use')!.outputs).toEqual({ got: { n: 5, tag: 'v' }, s: 'n=5' });
+    expect(s.get('use')!.outputsHash).toBe(
+      createHash('sha256').update('{"got":{"n":5,"tag":"v"},"s":"n=5"}').digest('hex'),
+    );
+    expect(run.outputsHash).toMatch(/^[0-9a-f]{64}$/);
+    const art = await app.request('GET', `/api/v1/artifacts/${s.get('use')!.outputsHash}`, { as });
+    expect(art.status).toBe(200);
+    expect(art.body).toEqual({ got: { n: 5, tag: 'v' }, s: 'n=5' });
+    const b = await app.tenant('tenant-art', ['orchestrator:admin']);
+    const other = await app.request('GET', `/api/v1/artifacts/${s.get('use')!.outputsHash}`, {
+      as: { token: b.token, tenantId: b.tenantId },
+    });
+    expect(other.status).toBe(404);
+    expect((await app.request('GET', '/api/v1/artifacts/XYZ', { as })).status).toBe(400);
+    // The event chain of an executed run verifies, and every step went queued → running → succeeded.
+    const ev = await events(runId);
+    expect(ev.map((e) => e.seq)).toEqual(ev.map((_, i) => i + 1));
+    const chained = ev.map((e) => ({
+      ...e,
+      runId,
+      createdAt: e.createdUtc,
+      tenantId: app.tenantId,
+    })) as unknown as ChainedEvent[];
+    expect(verifyChain(chained)).toEqual({ ok: true });
+    expect(ev.filter((e) => e.stepId === 'use').map((e) => e.type)).toEqual([
+      'step.queued',
+      'step.running',
+      'step.succeeded',
+    ]);
+    expect(ev.at(-1)!.type).toBe('run.succeeded');
+    // One trace id per run, carried by each attempt's traceparent.
+    const at = await app.request('GET', `/api/v1/runs/${runId}/steps/use/attempts`, { as });
+    expect(at.body.items).toHaveLength(1);
+    expect(at.body.items[0].traceparent).toMatch(new RegExp(`^00-${run.traceId}-[0-9a-f]{16}-01$`));
+    const a = at.body.items[0];
+    for (const k of ['queuedUtc', 'claimedUtc', 'constraintCheckedUtc', 'startedUtc', 'finishedUtc', 'terminatedUtc'])
+      expect(a[k]).not.toBeNull();
+  });
+
+  it('dispatches ready steps in topological order with lexical tie-break, the same in every run', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'fan',
+      steps: [
+        { id: 'root', plugin: 'noop' },
+        { id: 'zeta', plugin: 'noop', dependsOn: ['root'] },
+        { id: 'alpha', plugin: 'noop', dependsOn: ['root'] },
+        { id: 'mid', plugin: 'noop', dependsOn: ['root'] },
+        { id: 'beta', plugin: 'noop', dependsOn: ['root'] },
+        { id: 'join', plugin: 'noop', dependsOn: ['zeta', 'alpha', 'mid', 'beta'] },
+      ],
+    });
+    const ids = await Promise.all(Array.from({ length: 24 }, (_, i) => start('fan', {}, `fan-${i}`)));
+    const orders = new Set<string>();
+    for (const id of ids) {
+      const run = await waitForRun(app, as, id);
+      expect(run.status).toBe('succeeded');
+      const order = [...(run.steps as Step[])].sort((a, b) => a.dispatchSeq! - b.dispatchSeq!).map((s) => s.stepId);
+      orders.add(order.join(','));
+    }
+    expect([...orders]).toEqual(['root,alpha,beta,mid,zeta,join']);
+  });
+
+  it('skips disabled steps (their dependents still run) and skips dependents of a failed step as upstream_failed', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'mixed',
+      steps: [
+        { id: 'a', plugin: 'noop' },
+        { id: 'off', plugin: 'noop', dependsOn: ['a'], disabled: true },
+        { id: 'after-off', plugin: 'noop', dependsOn: ['off'] },
+        { id: 'boom', plugin: 'noop', dependsOn: ['a'], with: { fail: true } },
+        { id: 'after-boom', plugin: 'noop', dependsOn: ['boom'] },
+        { id: 'deep', plugin: 'noop', dependsOn: ['after-boom', 'after-off'] },
+      ],
+    });
+    const run = await waitForRun(app, as, await start('mixed'));
+    expect(run.status).toBe('failed');
+    const s = steps(run);
+    expect(Object.fromEntries([...s].map(([k, v]) => [k, [v.status, v.reason]]))).toEqual({
+      a: ['succeeded', null],
+      off: ['skipped', 'disabled'],
+      'after-off': ['succeeded', null],
+      boom: ['failed', 'NOOP_FAIL'],
+      'after-boom': ['skipped', 'upstream_failed'],
+      deep: ['skipped', 'upstream_failed'],
+    });
+  });
+
+  it('retries a retryable failure with backoff, one attempt row per try, then fails', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'retry',
+      steps: [
+        {
+          id: 'flaky',
+          plugin: 'noop',
+          with: { fail: true, retryable: true },
+          retry: { maxRetries: 2, initialDelay: 50, multiplier: 2 },
+        },
+      ],
+    });
+    const runId = await start('retry');
+    const run = await waitForRun(app, as, runId);
+    expect(run.status).toBe('failed');
+    const at = await app.request('GET', `/api/v1/runs/${runId}/steps/flaky/attempts`, { as });
+    expect(at.body.items.map((a: { attempt: number; status: string }) => [a.attempt, a.status])).toEqual([
+      [1, 'failed'],
+      [2, 'failed'],
+      [3, 'failed'],
+    ]);
+    const ev = await events(runId);
+    const retrying = ev.filter((e) => e.type === 'step.retrying');
+    expect(retrying.map((e) => e.data.retryInMs)).toEqual([50, 100]);
+    // The second attempt started no earlier than its backoff after the first finished.
+    const a1 = at.body.items[0];
+    const a2 = at.body.items[1];
+    expect(Date.parse(a2.claimedUtc) - Date.parse(a1.finishedUtc)).toBeGreaterThanOrEqual(45);
+    const traces = new Set(at.body.items.map((a: { traceparent: string }) => a.traceparent.split('-')[1]));
+    expect([...traces]).toEqual([run.traceId]);
+  });
+
+  it('does not retry a non-retryable failure', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'noretry',
+      steps: [
+        {
+          id: 'bad',
+          plugin: 'noop',
+          with: { fail: true, retryable: false },
+          retry: { maxRetries: 3, initialDelay: 10 },
+        },
+      ],
+    });
+    const runId = await start('noretry');
+    expect((await waitForRun(app, as, runId)).status).toBe('failed');
+    const at = await app.request('GET', `/api/v1/runs/${runId}/steps/bad/attempts`, { as });
+    expect(at.body.items).toHaveLength(1);
+  });
+
+  it('enforces a step timeout: the plugin is aborted and the step fails with TIMEOUT', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'slow',
+      steps: [{ id: 'sleep', plugin: 'noop', with: { sleepMs: 10_000 }, timeout: 150 }],
+    });
+    const t0 = Date.now();
+    const run = await waitForRun(app, as, await start('slow'));
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    expect(run.status).toBe('failed');
+    expect(steps(run).get('sleep')!.error!.code).toBe('TIMEOUT');
+  });
+
+  it('cancels a running run: the running plugin is aborted and the run ends cancelled', async () => {
+    await publishDag(app, app.tenantId, chainDag('long', 2, { with: { sleepMs: 20_000 } }));
+    const runId = await start('long');
+    for (let i = 0; i < 200; i++) {
+      const r = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+      if (r.body.steps[0].status === 'running') break;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    const c = await app.request('POST', `/api/v1/runs/${runId}/cancel`, { as });
+    expect(c.status).toBe(200);
+    expect(c.body.status).toBe('cancelled');
+    // The attempt ends (cancelled) promptly instead of sleeping 20 s.
+    let status = '';
+    for (let i = 0; i < 100 && status !== 'cancelled'; i++) {
+      const at = await app.request('GET', `/api/v1/runs/${runId}/steps/s01/attempts`, { as });
+      status = at.body.items[0]?.status;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    expect(status).toBe('cancelled');
+    const run = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+    expect(run.body.steps.map((s: Step) => s.status)).toEqual(['cancelled', 'cancelled']);
+  });
+
+  it('reruns a failed run from a step, reusing the outputs of the steps upstream without executing them', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'rerunnable',
+      steps: [
+        { id: 'a', plugin: 'noop', with: { output: { v: 1 } } },
+        { id: 'b', plugin: 'noop', dependsOn: ['a'], with: { fail: true } },
+        { id: 'c', plugin: 'noop', dependsOn: ['b'], with: { output: { from: '${{ steps.a.outputs.v }}' } } },
+      ],
+    });
+    const first = await waitForRun(app, as, await start('rerunnable'));
+    expect(first.status).toBe('failed');
+    const bad = await app.request('POST', `/api/v1/runs/${first.runId}/rerun`, { as, body: { fromStep: 'nope' } });
+    expect(bad.status).toBe(404);
+    const rr = await app.request('POST', `/api/v1/runs/${first.runId}/rerun`, { as, body: { fromStep: 'b' } });
+    expect(rr.status).toBe(201);
+    const second = await waitForRun(app, as, rr.body.runId);
+    expect(second).toMatchObject({ rerunOf: first.runId, rerunFromStep: 'b', status: 'failed' });
+    const s = steps(second);
+    expect(s.get('a')).toMatchObject({ status: 'succeeded', fromRerun: true, attempts: 0, outputs: { v: 1 } });
+    expect(s.get('a')!.outputsHash).toBe(steps(first).get('a')!.outputsHash);
+    expect(s.get('b')).toMatchObject({ status: 'failed', attempts: 1 });
+    const ev = await events(first.runId);
+    expect(ev.at(-1)).toMatchObject({ type: 'run.rerun', data: { newRunId: rr.body.runId, fromStep: 'b' } });
+  });
+
+  it('records maxExpectedRunTime as an event and lets the step finish', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'expected',
+      steps: [
+        {
+          id: 'w',
+          plugin: 'noop',
+          with: { sleepMs: 400 },
+          constraints: { maxExpectedRunTime: { after: 50, actions: [{ type: 'event' }] } },
+        },
+      ],
+    });
+    const runId = await start('expected');
+    const run = await waitForRun(app, as, runId);
+    expect(run.status).toBe('succeeded');
+    const ev = await events(runId);
+    expect(ev.find((e) => e.type === 'step.constraint_breached')).toMatchObject({
+      stepId: 'w',
+      data: { constraint: 'maxExpectedRunTime', effect: 'warned' },
+    });
+  });
+
+  it('kills a step past maxAllowedRunTime and calls its webhook, signed with the tenant secret', async () => {
+    const received: { headers: http.IncomingHttpHeaders; body: string }[] = [];
+    let failFirst = true;
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        received.push({ headers: req.headers, body });
+        // The first delivery fails: graphile-worker retries it.
+        res.statusCode = failFirst ? 500 : 204;
+        failFirst = false;
+        res.end();
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+      await publishDag(app, app.tenantId, {
+        id: 'allowed',
+        steps: [
+          {
+            id: 'k',
+            plugin: 'noop',
+            with: { sleepMs: 20_000 },
+            constraints: { maxAllowedRunTime: { after: 100, actions: [{ type: 'webhook', url }] } },
+          },
+        ],
+      });
+      const runId = await start('allowed');
+      const run = await waitForRun(app, as, runId);
+      expect(run.status).toBe('failed');
+      expect(steps(run).get('k')!.error!.code).toBe('MAX_ALLOWED_RUN_TIME');
+      for (let i = 0; i < 200 && received.length < 2; i++) await new Promise((r) => setTimeout(r, 100));
+      expect(received.length).toBeGreaterThanOrEqual(2);
+      const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
+      await owner.connect();
+      const { rows } = await owner.query<{ secret: string }>(
+        'select secret from tenant_webhook_secret where tenant_id = $1',
+        [app.tenantId],
+      );
+      await owner.end();
+      const last = received.at(-1)!;
+      const ts = last.headers['x-ordo-timestamp'] as string;
+      expect(last.headers['x-ordo-signature']).toBe(`sha256=${signWebhook(rows[0].secret, ts, last.body)}`);
+      expect(JSON.parse(last.body)).toMatchObject({
+        runId,
+        type: 'step.constraint_webhook',
+        stepId: 'k',
+        data: { constraint: 'maxAllowedRunTime', url },
+      });
+    } finally {
+      server.close();
+    }
+  }, 60_000);
+});
