@@ -7,6 +7,15 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
  */
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry, prefix: 'ordo_' });
+// prom-client names these gauges `*_total`, which Prometheus reserves for counters (promtool
+// rejects them); the per-type breakdowns without the suffix stay.
+for (const name of [
+  'ordo_nodejs_active_handles_total',
+  'ordo_nodejs_active_requests_total',
+  'ordo_nodejs_active_resources_total',
+]) {
+  registry.removeSingleMetric(name);
+}
 
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];

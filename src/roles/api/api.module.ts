@@ -4,6 +4,7 @@ import { AuthModule } from '../../modules/auth/auth.module';
 import { BundlesModule } from '../../modules/bundles/bundles.module';
 import { DagsModule } from '../../modules/dags/dags.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
+import { ObservabilityModule } from '../../modules/observability/observability.module';
 import { RunsModule } from '../../modules/runs/runs.module';
 import { StreamModule } from '../../modules/stream/stream.module';
 import { SchedulesModule } from '../../modules/scheduler/schedules.module';
@@ -13,6 +14,6 @@ import { TrustModule } from '../../modules/trust/trust.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
-  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, StreamModule, SecretsModule],
+  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, StreamModule, ObservabilityModule, SecretsModule],
 })
 export class ApiRoleModule {}

@@ -1,0 +1,77 @@
+import { randomUUID } from 'node:crypto';
+import pino from 'pino';
+import {
+  attachSpanProcessor,
+  recordRunSpan,
+  runSpanId,
+  withChildSpan,
+  withStepSpan,
+} from '../../src/core/telemetry/tracing';
+import { ObservabilityRepository } from '../../src/modules/observability/observability.repository';
+import { SpanStore } from '../../src/modules/observability/span-store';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+describe('span store', () => {
+  let t: TestDatabase;
+  let store: SpanStore;
+  let detach: () => void;
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    await t.db.system
+      .insertInto('tenant')
+      .values([
+        { id: 'span-a', name: 'a' },
+        { id: 'span-b', name: 'b' },
+      ])
+      .execute();
+    store = new SpanStore(t.db.system, new ObservabilityRepository(), pino({ level: 'silent' }));
+    detach = attachSpanProcessor(store);
+  });
+  afterAll(async () => {
+    detach();
+    await t.drop();
+  });
+
+  it('stores run, step and plugin spans of a run under its tenant, readable only by that tenant', async () => {
+    const runId = randomUUID();
+    const traceId = 'cd'.repeat(16);
+    const attrs = { tenant: 'span-a', dagId: 'etl', runId, traceId };
+    await withStepSpan({ ...attrs, stepId: 'fetch', attempt: 1 }, async (o) => {
+      await withChildSpan(
+        'orchestrator.plugin',
+        { plugin: 'http', 'http.url': 'https://example.test', authorization: 'Bearer abc' },
+        async () => undefined,
+      );
+      o.setStatus('succeeded');
+    });
+    recordRunSpan({ ...attrs, status: 'succeeded' }, new Date(Date.now() - 1000), new Date());
+    // A span outside tenant work is not stored.
+    await withChildSpan('housekeeping', {}, async () => undefined);
+    await store.flush();
+
+    const rows = await t.db.withTenant('span-a', (tx) =>
+      tx.selectFrom('span').selectAll().where('tenant_id', '=', 'span-a').orderBy('name').execute(),
+    );
+    expect(rows.map((r) => [r.name, r.run_id, r.step_id, r.trace_id])).toEqual([
+      ['orchestrator.plugin', runId, 'fetch', traceId],
+      ['orchestrator.run', runId, null, traceId],
+      ['orchestrator.step', runId, 'fetch', traceId],
+    ]);
+    const step = rows.find((r) => r.name === 'orchestrator.step')!;
+    expect(step.parent_span_id).toBe(runSpanId(runId));
+    expect(step.attributes).toMatchObject({
+      tenant: 'span-a',
+      dagId: 'etl',
+      stepId: 'fetch',
+      attempt: 1,
+      status: 'succeeded',
+    });
+    expect(JSON.stringify(rows)).not.toContain('Bearer abc');
+
+    const other = await t.db.withTenant('span-b', (tx) => tx.selectFrom('span').selectAll().execute());
+    expect(other).toEqual([]);
+    const all = await t.db.system.selectFrom('span').select('name').execute();
+    expect(all.map((r) => r.name)).not.toContain('housekeeping');
+  });
+});
