@@ -53,9 +53,9 @@ export async function benchPluginSteps(
   opts: { iterations?: number; cliIterations?: number } = {},
 ): Promise<StepOverhead[]> {
   const n = opts.iterations ?? 500;
-  const base = await measure(noop as Plugin, {}, n, 50);
-  const s = await measure(script as Plugin, { code: 'return 1' }, n, 50);
-  const c = await measure(cli as Plugin, { command: '/bin/true' }, opts.cliIterations ?? 50, 5);
+  const base = await measure(noop, {}, n, 50);
+  const s = await measure(script, { code: 'return 1' }, n, 50);
+  const c = await measure(cli, { command: '/bin/true' }, opts.cliIterations ?? 50, 5);
   await script.close?.();
   return [base, s, c].map((r) => ({ ...r, overheadMs: r.meanMs - base.meanMs }));
 }
