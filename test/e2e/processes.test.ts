@@ -89,6 +89,25 @@ describe('Ordo processes', () => {
     };
   };
 
+  /** Runs `ordo …` (the compiled CLI) with the given environment. */
+  const cli = (
+    env: Record<string, string>,
+    ...args: string[]
+  ): Promise<{ code: number | null; stdout: string; stderr: string }> =>
+    new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [dist.cli, ...args], {
+        env: { PATH: process.env.PATH, ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      started.push(child);
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, stdout, stderr }));
+    });
+
   const tokensWith = async (url: string, token: string, tenantId: string) =>
     (await fetch(`${url}/api/v1/tokens`, { headers: { authorization: `Bearer ${token}`, 'x-tenant-id': tenantId } }))
       .status;
@@ -198,9 +217,26 @@ describe('Ordo processes', () => {
       expect(first.stdout()).toContain(creds.adminToken);
       expect(first.stdout()).toContain('embedded PostgreSQL');
       expect(await listening(pgPort)).toBe(true);
+
+      // The CLI joins the running embedded server and leaves it running.
+      const created = await cli(env, 'tenants', 'create', 'emb-cli');
+      expect(created).toMatchObject({ code: 0, stdout: 'emb-cli\n' });
+      expect(await listening(pgPort)).toBe(true);
+      const creds2 = JSON.parse(fs.readFileSync(file, 'utf8')) as { platformToken: string };
+      const list = await fetch(`${first.url}/api/v1/tenants`, {
+        headers: { authorization: `Bearer ${creds2.platformToken}` },
+      });
+      expect(((await list.json()) as { items: { id: string }[] }).items.map((t) => t.id)).toContain('emb-cli');
+
       const s1 = await first.stop();
       expect(s1.code).toBe(0);
       expect(s1.ms).toBeLessThan(10_000);
+      expect(await listening(pgPort)).toBe(false);
+
+      // With no server running, the CLI starts the embedded PostgreSQL itself and stops it again.
+      const listed = await cli(env, 'tenants', 'list', '--json');
+      expect(listed.code).toBe(0);
+      expect((JSON.parse(listed.stdout) as { id: string }[]).map((t) => t.id)).toEqual(['default', 'emb-cli']);
       expect(await listening(pgPort)).toBe(false);
 
       const second = await start(env);
