@@ -72,14 +72,18 @@ export class EngineRepository {
   }
 
   /** Takes up to `n` ready items per tenant, oldest first, skipping items another claimer holds. */
-  async pickReady(tx: SystemTx, shares: { tenantId: string; n: number }[]): Promise<ClaimedItem[]> {
+  async pickReady(
+    tx: SystemTx,
+    shares: { tenantId: string; n: number }[],
+    exclude: number[] = [],
+  ): Promise<ClaimedItem[]> {
     if (shares.length === 0) return [];
     const r = await sql<ClaimedItem>`
       select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at
       from unnest(${shares.map((s) => s.tenantId)}::text[], ${shares.map((s) => s.n)}::int[]) as t(tenant_id, n)
       cross join lateral (
         select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
-        where i.tenant_id = t.tenant_id and i.state = 'ready'
+        where i.tenant_id = t.tenant_id and i.state = 'ready' and i.id <> all(${exclude}::bigint[])
         order by i.id limit t.n
         for update skip locked
       ) q

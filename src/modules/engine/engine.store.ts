@@ -365,8 +365,25 @@ export class EngineStore {
   private async claim(tx: SystemTx, ctx: CycleContext, books: RunBooks, opts: ClaimOptions): Promise<ClaimedWork[]> {
     const tenants = await this.engine.readyTenants(tx, opts.tenantCap);
     if (tenants.length === 0) return [];
-    const shares = fairShares(tenants, opts.capacity, opts.tenantCap);
+    let shares = fairShares(tenants, opts.capacity, opts.tenantCap);
     const items = await this.engine.pickReady(tx, shares);
+    // Capacity a tenant could not use (fewer ready steps than its share) goes to the tenants that filled theirs.
+    for (let round = 0; round < 3 && items.length < opts.capacity; round++) {
+      const got = new Map<string, number>();
+      for (const i of items) got.set(i.tenant_id, (got.get(i.tenant_id) ?? 0) + 1);
+      const full = tenants
+        .filter((t) => shares.some((s) => s.tenantId === t.tenant_id && got.get(t.tenant_id) === s.n))
+        .map((t) => ({ ...t, in_flight: t.in_flight + (got.get(t.tenant_id) ?? 0) }));
+      if (full.length === 0) break;
+      shares = fairShares(full, opts.capacity - items.length, opts.tenantCap);
+      const more = await this.engine.pickReady(
+        tx,
+        shares,
+        items.map((i) => i.id),
+      );
+      if (more.length === 0) break;
+      items.push(...more);
+    }
     if (items.length === 0) return [];
     const fresh = uniqRuns(items.map((i) => ({ tenantId: i.tenant_id, runId: i.run_id }))).filter(
       (k) => !books.get(k.tenantId, k.runId),
