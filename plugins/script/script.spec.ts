@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pluginContext } from '../../src/modules/sandbox/testing/plugin-context';
@@ -180,6 +181,15 @@ describe('script plugin', () => {
     expect(await running).toMatchObject({ status: 'failed', error: { code: 'ABORTED' } });
     for (let i = 0; i < 100 && alive(pid!); i++) await new Promise((r) => setTimeout(r, 20));
     expect(alive(pid!)).toBe(false);
+  });
+
+  it('runs sandbox processes in their own network namespace (no network even outside the isolate)', async () => {
+    const pool = scriptPool();
+    await pool.warm();
+    const own = fs.readlinkSync('/proc/self/ns/net');
+    const pids = pool.allPids();
+    expect(pids.length).toBeGreaterThan(0);
+    for (const pid of pids) expect(fs.readlinkSync(`/proc/${pid}/ns/net`)).not.toBe(own);
   });
 
   it('denies fetch when the step declares no egress, checked in the host', async () => {

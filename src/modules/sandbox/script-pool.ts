@@ -1,4 +1,4 @@
-import { fork, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { projectRoot } from '../../core/home/project-root';
@@ -56,6 +56,12 @@ interface Slot {
 export interface ScriptPoolOptions {
   /** Sandbox processes (each runs one step at a time). */
   size: number;
+  /**
+   * Starts each process in its own, empty network namespace when the host allows it (default):
+   * should a script ever escape its isolate, the process still has no network. `fetch` needs none,
+   * it runs in the parent.
+   */
+  isolateNetwork?: boolean;
   /** Extra wall time the parent waits past a step's timeout before killing its process. */
   killGraceMs?: number;
 }
@@ -64,6 +70,26 @@ export interface ScriptPoolOptions {
 function nodeBinary(): string {
   if (Number(process.versions.node.split('.')[0]) >= 24) return process.execPath;
   return path.join(projectRoot(), 'node_modules', '.bin', 'node');
+}
+
+let netnsPrefix: string[] | null | undefined;
+
+/** `unshare -n --` (or `unshare -r -n --` without privileges) when it works here; null when neither does. */
+function networkNamespacePrefix(): string[] | undefined {
+  if (netnsPrefix === undefined) {
+    netnsPrefix = null;
+    for (const unshare of ['/usr/bin/unshare', '/bin/unshare']) {
+      if (!fs.existsSync(unshare)) continue;
+      for (const flags of [['-n'], ['-r', '-n']]) {
+        if (spawnSync(unshare, [...flags, '--', '/bin/true'], { stdio: 'ignore', timeout: 5000 }).status === 0) {
+          netnsPrefix = [unshare, ...flags, '--'];
+          break;
+        }
+      }
+      break;
+    }
+  }
+  return netnsPrefix ?? undefined;
 }
 
 /** The host entry next to this module (src/ under ts-jest/swc-jest, dist/ when built). */
@@ -224,9 +250,10 @@ export class ScriptSandboxPool {
   }
 
   private spawn(): Slot {
-    const child = fork(hostEntry(), [], {
-      execPath: nodeBinary(),
-      execArgv: ['--no-node-snapshot', '--max-old-space-size=256'],
+    const node = [nodeBinary(), '--no-node-snapshot', '--max-old-space-size=256', hostEntry()];
+    const netns = this.opts.isolateNetwork === false ? undefined : networkNamespacePrefix();
+    const [file, ...args] = netns ? [...netns, ...node] : node;
+    const child = spawn(file, args, {
       env: { NODE_ENV: 'production' },
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
       serialization: 'json',
