@@ -64,6 +64,13 @@ describe('authentication (401)', () => {
     }
   });
 
+  it('accepts the bearer scheme in any case', async () => {
+    const r = await app.request('GET', '/api/v1/tokens', {
+      headers: { authorization: `bearer ${app.adminToken}`, 'x-tenant-id': app.tenantId },
+    });
+    expect(r.status).toBe(200);
+  });
+
   it('returns 401 for a token whose signature was altered', async () => {
     const [h, p, s] = app.adminToken.split('.');
     const flipped = s.slice(0, 10) + (s[10] === 'A' ? 'B' : 'A') + s.slice(11);

@@ -116,6 +116,23 @@ describe('Idempotency-Key', () => {
     expect((await records(b.tenantId)).filter((r) => r.key === key)).toHaveLength(1);
   });
 
+  it('treats an expired key as unused: a new request with it runs', async () => {
+    const [j1, j2] = [await mint(a), await mint(a)];
+    const key = `k-${randomUUID()}`;
+    const path = `/api/v1/tokens/${j1}/revoke`;
+    const repo = app.ordo.app.get(IdempotencyRepository, { strict: false });
+    // A finished record for another request whose lifetime is over (not yet purged).
+    await app.testDb.db.withTenant(a.tenantId, async (tx) => {
+      await repo.claim(tx, { key, method: 'POST', path, hash: requestHash('POST', path, undefined), ttlSeconds: -1 });
+      await repo.complete(tx, key, 200, { jti: j1 });
+    });
+    const r = await revoke(a, j2, key);
+    expect(r.status).toBe(200);
+    expect(r.body.jti).toBe(j2);
+    expect(r.headers.get('idempotent-replayed')).toBeNull();
+    expect((await revoke(a, j2, key)).headers.get('idempotent-replayed')).toBe('true');
+  });
+
   it('does not store requests rejected by validation, and rejects malformed keys with 400', async () => {
     const key = `k-${randomUUID()}`;
     const bad = await revoke(a, 'not-a-uuid', key);

@@ -72,7 +72,7 @@ export class AuthGuard implements CanActivate {
 
 function bearer(h: string | undefined): string {
   if (!h) throw unauthorized('Authorization: Bearer <token> is required', 'UNAUTHENTICATED');
-  const m = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/.exec(h.trim());
+  const m = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i.exec(h.trim());
   if (!m) throw unauthorized('Authorization header is not a bearer JWT', 'INVALID_TOKEN');
   return m[1];
 }

@@ -12,7 +12,10 @@ export interface IdempotencyRecord {
 
 @Injectable()
 export class IdempotencyRepository {
-  /** Claims the key for this request; returns true when this request now owns it. */
+  /**
+   * Claims the key for this request; returns true when this request now owns it. A record past its
+   * expiry is taken over as if absent (whether or not retention has deleted it yet).
+   */
   async claim(
     tx: TenantTx,
     r: { key: string; method: string; path: string; hash: string; ttlSeconds: number },
@@ -28,7 +31,21 @@ export class IdempotencyRepository {
         state: 'processing',
         expires_at: sql<Date>`now() + make_interval(secs => ${r.ttlSeconds})`,
       })
-      .onConflict((oc) => oc.columns(['tenant_id', 'key']).doNothing())
+      .onConflict((oc) =>
+        oc
+          .columns(['tenant_id', 'key'])
+          .doUpdateSet({
+            method: r.method,
+            path: r.path,
+            request_hash: r.hash,
+            state: 'processing',
+            response_status: null,
+            response_body: null,
+            created_at: sql<Date>`now()`,
+            expires_at: sql<Date>`now() + make_interval(secs => ${r.ttlSeconds})`,
+          })
+          .where('idempotency_key.expires_at', '<=', sql<Date>`now()`),
+      )
       .returning('key')
       .executeTakeFirst();
     return !!inserted;
