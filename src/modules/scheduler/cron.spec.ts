@@ -1,3 +1,5 @@
+import { Cron } from 'croner';
+import fc from 'fast-check';
 import { DomainError } from '../../core/errors/domain-error';
 import { lastFireTimeBetween, nextFireTimes, parseCron, previewFireTimes, validateCron } from './cron';
 
@@ -121,6 +123,12 @@ describe('cron evaluation', () => {
       '2026-01-09T00:00:00.000Z',
       '2026-01-13T00:00:00.000Z',
     ]);
+    // A day field starting with `*` keeps the AND: Mondays on odd days only.
+    expect(iso(nextFireTimes('0 0 */2 * MON', 'UTC', new Date('2026-01-01T00:00:00Z'), 3))).toEqual([
+      '2026-01-05T00:00:00.000Z',
+      '2026-01-19T00:00:00.000Z',
+      '2026-02-09T00:00:00.000Z',
+    ]);
     expect(iso(nextFireTimes('0 0 29 FEB *', 'UTC', new Date('2026-01-01T00:00:00Z'), 1))).toEqual([
       '2028-02-29T00:00:00.000Z',
     ]);
@@ -172,5 +180,58 @@ describe('cron evaluation', () => {
     expect(() => validateCron('0 0 1 JAN-MAR MON-FRI', 'Asia/Kathmandu')).not.toThrow();
     expect(parseCron('0 12 * * *').everyHour).toBe(false);
     expect(parseCron('0 * * * *').everyHour).toBe(true);
+  });
+});
+
+describe('cron evaluation against croner where no DST applies', () => {
+  // Field generators produce the syntax both evaluators share: *, n, a-b, */n, a-b/n and lists.
+  // `*/n` in a day field counts as unrestricted in classic cron (Vixie: the field starts with `*`),
+  // croner counts it as restricted, so day fields are generated without it.
+  const field = (min: number, max: number, starStep = true) =>
+    fc.oneof(
+      fc.constant('*'),
+      fc.integer({ min, max }).map(String),
+      fc
+        .tuple(fc.integer({ min, max }), fc.integer({ min, max }))
+        .map(([a, b]) => `${Math.min(a, b)}-${Math.max(a, b)}`),
+      starStep
+        ? fc.integer({ min: 1, max: Math.max(1, Math.floor((max - min) / 2)) }).map((n) => `*/${n}`)
+        : fc.integer({ min, max }).map((a) => `${a}-${max}/2`),
+      fc.uniqueArray(fc.integer({ min, max }), { minLength: 2, maxLength: 4 }).map((xs) => xs.join(',')),
+    );
+  const expr = fc
+    .tuple(field(0, 59), field(0, 59), field(0, 23), field(1, 28, false), field(1, 12), field(0, 6, false))
+    .map((f) => f.join(' '));
+  const instant = fc.integer({ min: Date.parse('2020-01-01T00:00:00Z'), max: Date.parse('2035-01-01T00:00:00Z') });
+
+  it.each(['UTC', 'Asia/Tokyo'])('gives the same next fire times as croner in %s', (tz) => {
+    fc.assert(
+      fc.property(expr, instant, (e, t) => {
+        const from = new Date(Math.floor(t / 1000) * 1000);
+        const ours = iso(nextFireTimes(e, tz, from, 5));
+        const theirs = iso(new Cron(e, { timezone: tz, paused: true }).nextRuns(5, from));
+        expect(ours).toEqual(theirs);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('yields strictly increasing instants across DST changes in many zones', () => {
+    const zones = [
+      'Europe/Berlin',
+      'America/New_York',
+      'Australia/Lord_Howe',
+      'America/Santiago',
+      'Asia/Tehran',
+      'Pacific/Chatham',
+    ];
+    fc.assert(
+      fc.property(expr, instant, fc.constantFrom(...zones), (e, t, tz) => {
+        const times = nextFireTimes(e, tz, new Date(t), 20).map((d) => d.getTime());
+        for (let i = 1; i < times.length; i++) expect(times[i]).toBeGreaterThan(times[i - 1]);
+        if (times.length > 0) expect(times[0]).toBeGreaterThan(t);
+      }),
+      { numRuns: 200 },
+    );
   });
 });

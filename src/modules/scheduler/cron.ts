@@ -5,8 +5,8 @@ import { badRequest } from '../../core/errors/domain-error';
  *
  * Expressions have 5 fields (minute hour day-of-month month day-of-week) or 6 (second first).
  * Fields accept `*`, numbers, ranges `a-b`, steps `x/n`, lists `a,b`, month and weekday names
- * (JAN-DEC, SUN-SAT; 0 and 7 are Sunday). When both day-of-month and day-of-week are restricted a
- * day matches when either matches (classic cron). Macros: @yearly @annually @monthly @weekly
+ * (JAN-DEC, SUN-SAT; 0 and 7 are Sunday). When both day-of-month and day-of-week are restricted
+ * (neither starts with `*`) a day matches when either matches, else when both match (classic cron). Macros: @yearly @annually @monthly @weekly
  * @daily @midnight @hourly.
  *
  * Matching happens on the local wall clock of the time zone; each matching wall-clock time maps to
@@ -218,10 +218,8 @@ function dayMatches(c: CronExpression, y: number, m: number, d: number): boolean
   if (d > dim) return false;
   const domOk = c.daysOfMonth.has(d);
   const dowOk = c.daysOfWeek.has(new Date(Date.UTC(y, m - 1, d)).getUTCDay());
-  if (c.domRestricted && c.dowRestricted) return domOk || dowOk;
-  if (c.domRestricted) return domOk;
-  if (c.dowRestricted) return dowOk;
-  return true;
+  // Classic cron: when either day field starts with `*` (`*`, `*/2`), a day must match both.
+  return c.domRestricted && c.dowRestricted ? domOk || dowOk : domOk && dowOk;
 }
 
 const sorted = (s: Set<number>) => [...s].sort((a, b) => a - b);
