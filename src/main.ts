@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import fs from 'node:fs';
 import { ConfigError, loadConfig } from './core/config/config';
 import { createRootLogger } from './core/logging/logger';
 import { startOrdo } from './ordo';
@@ -26,8 +27,11 @@ async function main(): Promise<void> {
     out.write(`  Tenant admin token (orchestrator:admin):\n    ${f.adminToken}\n`);
     out.write(`  Platform operator token (platform:admin):\n    ${f.platformToken}\n`);
     out.write(`\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken}" -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`);
-  } else if (ordo.firstStart) {
+  } else if (ordo.firstStart && fs.existsSync(ordo.firstStart.file)) {
     out.write(`  Auth:     tokens from the first start are in ${ordo.firstStart.file}; mint more with \`npx ordo tokens create\`\n`);
+  } else if (ordo.firstStart) {
+    // Tenants existed before this home's first start (another home, or the CLI): no secret was minted here.
+    out.write('  Auth:     mint tokens with `npx ordo tokens create --platform` or `npx ordo tokens create --tenant <id> --scopes admin`\n');
   }
   out.write('\n');
 
