@@ -185,6 +185,19 @@ describe('http plugin', () => {
     expect(everything).toContain('[redacted]');
   });
 
+  it('refuses a header value with a line break as INVALID_REQUEST without retry', async () => {
+    const r = await exec({ url: `${base}/json`, headers: { 'x-injected': 'a\r\nx-evil: 1' } });
+    expect(r).toMatchObject({ status: 'failed', error: { code: 'INVALID_REQUEST', retryable: false } });
+    expect(seen).toHaveLength(0);
+  });
+
+  it('redacts inside the JSON body without breaking it, even when a secret spans JSON syntax', async () => {
+    const ctx = pluginContext({ egress, secrets: ['","'] });
+    const r = await exec({ method: 'POST', url: `${base}/echo`, body: 'x' }, ctx);
+    expect(r.status).toBe('succeeded');
+    expect(r.outputs?.body).toEqual({ method: 'POST', body: 'x', ct: 'text/plain; charset=utf-8' });
+  });
+
   it('accepts template strings in numeric fields at publish time', () => {
     expect(
       plugin.configSchema.safeParse({

@@ -7,6 +7,7 @@ import {
   type PluginResult,
 } from '../../src/modules/plugins/plugin';
 import { egressRequest, RequestError } from '../../src/modules/sandbox/egress-http';
+import { redactJson } from '../../src/modules/sandbox/redact-json';
 
 const MIB = 1024 * 1024;
 /** A number, or a template string resolved before execution. */
@@ -67,10 +68,6 @@ function retryableStatus(status: number): boolean {
   return status >= 500 || status === 408 || status === 429;
 }
 
-function redactJson<T extends JsonValue>(value: T, ctx: PluginContext): T {
-  return JSON.parse(ctx.redact(JSON.stringify(value))) as T;
-}
-
 async function run(cfg: HttpConfig, ctx: PluginContext): Promise<PluginResult> {
   const method = cfg.method.toUpperCase();
   const timeoutMs = toInt(cfg.timeoutMs, ctx.timeoutMs, 'timeoutMs');
@@ -128,7 +125,9 @@ async function run(cfg: HttpConfig, ctx: PluginContext): Promise<PluginResult> {
     const v = res.headers[name];
     if (v !== undefined) outHeaders[name] = Array.isArray(v) ? v.join(', ') : v;
   }
-  const outputs = redactJson<JsonObject>({ status: res.status, headers: outHeaders, body: parsed }, ctx);
+  const outputs = redactJson<JsonObject>({ status: res.status, headers: outHeaders, body: parsed }, (t) =>
+    ctx.redact(t),
+  );
   ctx.log(
     'info',
     ctx.redact(`${method} ${res.url} -> ${res.status} in ${Date.now() - started} ms (${res.body.length} bytes)`),

@@ -8,6 +8,7 @@ import {
   type PluginResult,
 } from '../../src/modules/plugins/plugin';
 import { egressRequest, RequestError } from '../../src/modules/sandbox/egress-http';
+import { redactJson } from '../../src/modules/sandbox/redact-json';
 import { ScriptSandboxPool, type ScriptFailureCode } from '../../src/modules/sandbox/script-pool';
 
 const MIB = 1024 * 1024;
@@ -147,7 +148,7 @@ async function run(cfg: ScriptConfig, ctx: PluginContext): Promise<PluginResult>
       },
     };
   }
-  const value = JSON.parse(ctx.redact(outcome.json)) as JsonValue;
+  const value = redactJson(JSON.parse(outcome.json) as JsonValue, (t) => ctx.redact(t));
   const outputs: JsonObject =
     value !== null && typeof value === 'object' && !Array.isArray(value) ? value : { result: value };
   return { status: 'succeeded', outputs };

@@ -28,7 +28,13 @@ export interface EgressResponse {
 }
 
 export type RequestErrorCode =
-  'EGRESS_DENIED' | 'TIMEOUT' | 'ABORTED' | 'NETWORK_ERROR' | 'RESPONSE_TOO_LARGE' | 'TOO_MANY_REDIRECTS';
+  | 'INVALID_REQUEST'
+  | 'EGRESS_DENIED'
+  | 'TIMEOUT'
+  | 'ABORTED'
+  | 'NETWORK_ERROR'
+  | 'RESPONSE_TOO_LARGE'
+  | 'TOO_MANY_REDIRECTS';
 
 export class RequestError extends Error {
   constructor(
@@ -65,6 +71,10 @@ export async function egressRequest(req: EgressRequest): Promise<EgressResponse>
     if (req.signal.aborted) return new RequestError('ABORTED', 'the step was aborted', false);
     if (timeout.aborted) return new RequestError('TIMEOUT', `no complete response within ${req.timeoutMs} ms`, true);
     const err = e as NodeJS.ErrnoException;
+    // Node refuses malformed requests before sending anything (bad header names or values, bad method).
+    if (typeof err.code === 'string' && /^ERR_(INVALID|HTTP_INVALID|UNESCAPED)/.test(err.code)) {
+      return new RequestError('INVALID_REQUEST', `${err.code}: ${err.message}`, false);
+    }
     return new RequestError('NETWORK_ERROR', `${err.code ?? 'error'}: ${err.message}`, true);
   };
 

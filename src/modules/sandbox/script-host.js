@@ -142,7 +142,7 @@ async function run(job) {
         });
       }
       const reqId = ++fetchSeq;
-      const answer = new Promise((resolve) => pendingFetches.set(reqId, resolve));
+      const answer = new Promise((resolve) => pendingFetches.set(reqId, { resolve, job: job.id }));
       send({ type: 'fetch', id: job.id, reqId, url, init });
       return answer;
     });
@@ -172,6 +172,12 @@ async function run(job) {
     return { ok: false, code: c.code, message: c.message, fatal: c.fatal, logs, dropped };
   } finally {
     clearTimeout(timer);
+    // A fetch the script left unawaited is answered here: its step is over, the parent ignores it.
+    for (const [reqId, pending] of pendingFetches) {
+      if (pending.job !== job.id) continue;
+      pendingFetches.delete(reqId);
+      pending.resolve(JSON.stringify({ error: { code: 'STEP_ENDED', message: 'the step has ended' } }));
+    }
     for (const r of [logRef, fetchRef, context]) {
       try {
         if (r) r.release();
@@ -210,9 +216,9 @@ process.on('message', (msg) => {
         }),
     );
   } else if (msg.type === 'fetchResult') {
-    const resolve = pendingFetches.get(msg.reqId);
+    const pending = pendingFetches.get(msg.reqId);
     pendingFetches.delete(msg.reqId);
-    if (resolve) resolve(msg.result);
+    if (pending) pending.resolve(msg.result);
   }
 });
 
