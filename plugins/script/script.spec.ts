@@ -177,6 +177,7 @@ describe('script plugin', () => {
       await new Promise((r) => setTimeout(r, 20));
       pid = scriptPool().busyPids()[0];
     }
+    expect(pid).toBeDefined();
     ctx.controller.abort();
     expect(await running).toMatchObject({ status: 'failed', error: { code: 'ABORTED' } });
     for (let i = 0; i < 100 && alive(pid!); i++) await new Promise((r) => setTimeout(r, 20));
