@@ -242,6 +242,23 @@ describe('scheduler loop', () => {
     await service.delete(principal, s.id);
   });
 
+  it('resume with catch-up none skips every fire time that came due while paused, even within the grace period', async () => {
+    const s = await schedule('* * * * * *', { catchUp: 'none' });
+    clock.set(at(2_000));
+    await tickBoth();
+    await service.setPaused(principal, s.id, true);
+    clock.set(at(12_000));
+    await tickBoth();
+    const resumed = await service.setPaused(principal, s.id, false);
+    expect(resumed.nextFireAt).toBe(at(13_000).toISOString());
+    clock.set(at(14_000));
+    await tickBoth();
+    expect((await firesOf(s.id)).map((f) => f.fireTime)).toEqual(
+      [1_000, 2_000, 13_000, 14_000].map((ms) => at(ms).toISOString()),
+    );
+    await service.delete(principal, s.id);
+  });
+
   it("does not fire a disabled tenant's schedules until the tenant is enabled again", async () => {
     const s = await schedule('0 * * * * *', { catchUp: 'latest' });
     const setStatus = (status: 'active' | 'disabled') =>

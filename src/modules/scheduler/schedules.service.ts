@@ -7,7 +7,7 @@ import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import type { TenantPrincipalT } from '../../core/http/request-context';
 import { DagsRepository } from '../dags/dags.repository';
 import { Clock } from './clock';
-import { nextFireTimes, previewFireTimes, validateCron } from './cron';
+import { lastFireTimeBetween, nextFireTimes, previewFireTimes, validateCron } from './cron';
 import type { CreateScheduleBody, ScheduleDto, UpdateScheduleBody } from './schedules.dto';
 import { SchedulesRepository, type ScheduleChanges, type ScheduleRecord } from './schedules.repository';
 
@@ -103,9 +103,17 @@ export class SchedulesService {
     return toDto(row);
   }
 
-  /** Pausing stops fires; resuming continues from the first unhandled fire time under the catch-up policy. */
+  /**
+   * Pausing stops fires. Resuming applies the catch-up policy to the fire times that came due while
+   * paused: none skips them all, latest keeps the newest one, all keeps them (bounded by the loop).
+   */
   async setPaused(p: TenantPrincipalT, id: string, paused: boolean): Promise<ScheduleDto> {
-    const row = await this.db.withTenant(p.tenantId, (tx) => this.repo.update(tx, id, { paused }));
+    const now = this.clock.now();
+    const row = await this.db.withTenant(p.tenantId, async (tx) => {
+      const current = await this.repo.find(tx, id, { forUpdate: true });
+      if (!current) return undefined;
+      return this.repo.update(tx, id, { paused, ...(!paused && current.paused && resumeFrom(current, now)) });
+    });
     if (!row) throw notFound('schedule', 'SCHEDULE_NOT_FOUND');
     return toDto(row);
   }
@@ -158,6 +166,19 @@ export class SchedulesService {
         404,
       );
     }
+  }
+}
+
+/** The next fire time to handle when a paused schedule resumes at `now`, per its catch-up policy. */
+function resumeFrom(s: ScheduleRecord, now: Date): { nextFireAt?: Date | null } {
+  if (s.nextFireAt === null || s.nextFireAt > now) return {};
+  switch (s.catchUp) {
+    case 'none':
+      return { nextFireAt: firstFireAfter(s.cron, s.timezone, now) };
+    case 'latest':
+      return { nextFireAt: lastFireTimeBetween(s.cron, s.timezone, s.nextFireAt, now) ?? s.nextFireAt };
+    case 'all':
+      return {};
   }
 }
 
