@@ -119,6 +119,22 @@ describe('signed bundle import', () => {
     expect(await counts()).toEqual(before);
   });
 
+  it('imports one bundle sent five times at once exactly once', async () => {
+    const files = { 'dags/c.json': JSON.stringify({ id: 'concurrent-c', steps: [{ id: 's', plugin: 'noop' }] }) };
+    const m = manifestFor(files, { name: 'concurrent', dags: ['dags/c.json'] });
+    const b = await signedRaw(
+      m,
+      Object.entries(files).map(([name, content]) => ({ header: { name }, content })),
+      key.privateJwk,
+    );
+    const before = await counts();
+    const rs = await Promise.all(Array.from({ length: 5 }, () => importBundle(b.bundle, b.signature)));
+    expect(rs.map((r) => r.status).sort()).toEqual([200, 200, 200, 200, 201]);
+    expect(new Set(rs.map((r) => r.body.bundleHash)).size).toBe(1);
+    const after = await counts();
+    expect({ v: after.v - before.v, b: after.b - before.b, f: after.f - before.f }).toEqual({ v: 1, b: 1, f: 1 });
+  });
+
   it('refuses another version of name@version with 409 BUNDLE_VERSION_CONFLICT', async () => {
     const m1 = manifestFor({ 'x.txt': '1' }, { name: 'clash' });
     const m2 = manifestFor({ 'x.txt': '2' }, { name: 'clash' });

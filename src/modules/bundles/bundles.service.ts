@@ -64,9 +64,9 @@ export class BundlesService {
     const definitions = read.manifest.dags.map((path) => ({ path, ...parseDagFile(path, read.files.get(path)!) }));
     try {
       return await this.db.withTenant(tenantId, async (tx) => {
-        const existing = await this.repo.findByHash(tx, read.bundleHash);
-        if (existing) return { ...(await this.toDto(tx, existing)), imported: false };
+        // By name@version: this also sees a concurrent import of the same bundle committed meanwhile.
         const clash = await this.repo.findByNameVersion(tx, read.manifest.name, read.manifest.version);
+        if (clash?.bundleHash === read.bundleHash) return { ...(await this.toDto(tx, clash)), imported: false };
         if (clash) {
           throw new BundleError(
             'BUNDLE_VERSION_CONFLICT',
@@ -114,6 +114,13 @@ export class BundlesService {
         const existing = await this.db.withTenant(tenantId, (tx) => this.repo.findByHash(tx, read.bundleHash));
         if (existing)
           return { ...(await this.db.withTenant(tenantId, (tx) => this.toDto(tx, existing))), imported: false };
+        if ((e as { constraint?: string }).constraint === 'bundle_name_version_uq') {
+          throw new BundleError(
+            'BUNDLE_VERSION_CONFLICT',
+            `${read.manifest.name}@${read.manifest.version} was just imported with other content; publish a new version`,
+            409,
+          );
+        }
       }
       throw e;
     }
