@@ -9,6 +9,7 @@ import './commands/migrate';
 import './commands/tenants';
 import './commands/tokens';
 import './commands/keys';
+import './commands/export';
 import './commands/bundle';
 
 const EXIT_FAILURE = 1;

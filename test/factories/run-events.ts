@@ -95,3 +95,88 @@ export async function appendEvents(db: SystemDb, run: FactoryRun, events: EventS
     db,
   );
 }
+
+/** A step of a run with one finished attempt, its logs artifact (when given) and a span per attempt. */
+export async function insertStepWithAttempt(
+  db: SystemDb,
+  run: FactoryRun,
+  stepId: string,
+  opts: { topoIndex?: number; config?: Record<string, unknown>; logs?: string; status?: string; at?: Date } = {},
+): Promise<void> {
+  const at = opts.at ?? new Date();
+  const logsHash = opts.logs === undefined ? null : createHash('sha256').update(opts.logs).digest('hex');
+  if (opts.logs !== undefined && logsHash) {
+    await db
+      .insertInto('artifact')
+      .values({
+        tenant_id: run.tenantId,
+        sha256: logsHash,
+        media_type: 'text/plain',
+        size: Buffer.byteLength(opts.logs),
+        body_bytes: Buffer.from(opts.logs),
+      })
+      .onConflict((oc) => oc.doNothing())
+      .execute();
+  }
+  const status = opts.status ?? 'succeeded';
+  await db
+    .insertInto('step')
+    .values({
+      tenant_id: run.tenantId,
+      run_id: run.runId,
+      step_id: stepId,
+      status,
+      plugin: 'noop',
+      config: JSON.stringify(opts.config ?? {}),
+      spec: JSON.stringify({}),
+      depends_on: [],
+      topo_index: opts.topoIndex ?? 0,
+      pending_deps: 0,
+      dispatch_seq: (opts.topoIndex ?? 0) + 1,
+      attempts: 1,
+      logs_hash: logsHash,
+      queued_at: new Date(at.getTime() - 300),
+      started_at: new Date(at.getTime() - 200),
+      finished_at: at,
+    })
+    .execute();
+  await db
+    .insertInto('attempt')
+    .values({
+      tenant_id: run.tenantId,
+      run_id: run.runId,
+      step_id: stepId,
+      attempt: 1,
+      created_at: new Date(at.getTime() - 250),
+      epoch: 1,
+      worker_id: 'w1',
+      status,
+      lease_expires_at: new Date(at.getTime() + 30_000),
+      traceparent: `00-${run.traceId}-${'1'.repeat(16)}-01`,
+      queued_at: new Date(at.getTime() - 300),
+      claimed_at: new Date(at.getTime() - 250),
+      started_at: new Date(at.getTime() - 200),
+      finished_at: at,
+      terminated_at: at,
+      logs_hash: logsHash,
+    })
+    .execute();
+  await db
+    .insertInto('span')
+    .values({
+      tenant_id: run.tenantId,
+      trace_id: run.traceId,
+      span_id: createHash('sha256').update(`${run.runId}:${stepId}`).digest('hex').slice(0, 16),
+      parent_span_id: null,
+      name: 'orchestrator.step',
+      kind: 0,
+      run_id: run.runId,
+      step_id: stepId,
+      started_at: new Date(at.getTime() - 200),
+      ended_at: at,
+      status_code: 1,
+      status_message: null,
+      attributes: JSON.stringify({ tenant: run.tenantId, runId: run.runId, stepId, status }),
+    })
+    .execute();
+}

@@ -3,6 +3,7 @@ import { ArtifactsModule } from '../../modules/artifacts/artifacts.module';
 import { AuthModule } from '../../modules/auth/auth.module';
 import { BundlesModule } from '../../modules/bundles/bundles.module';
 import { DagsModule } from '../../modules/dags/dags.module';
+import { ExportModule } from '../../modules/export/export.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { ObservabilityModule } from '../../modules/observability/observability.module';
 import { RunsModule } from '../../modules/runs/runs.module';
@@ -14,6 +15,6 @@ import { TrustModule } from '../../modules/trust/trust.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
-  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, StreamModule, ObservabilityModule, SecretsModule],
+  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, StreamModule, ObservabilityModule, ExportModule, SecretsModule],
 })
 export class ApiRoleModule {}

@@ -1,0 +1,263 @@
+import { Injectable } from '@nestjs/common';
+import { CompactSign, type JWK } from 'jose';
+import { Database } from '../../core/database/database';
+import { badRequest } from '../../core/errors/domain-error';
+import { canonicalJson } from '../../core/json/canonical-json';
+import { SigningKeys } from '../auth/signing-keys';
+import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord, type Manifest } from './export-format';
+import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
+
+const RUN_PAGE = 100;
+const EVENT_PAGE = 2000;
+
+export interface ExportRequest {
+  from?: string;
+  to?: string;
+  dagId?: string;
+}
+
+export interface SignedManifest {
+  manifest: Manifest;
+  jws: string;
+  kid: string;
+  publicJwk: JWK;
+}
+
+/** Parses and checks an export range: ISO 8601 instants, from before to; 400 otherwise. */
+export function parseRange(req: ExportRequest): ExportRange {
+  const parse = (name: string, v: string | undefined) => {
+    if (v === undefined) return undefined;
+    const d = new Date(v);
+    if (!/^\d{4}-\d{2}-\d{2}(T[\d:.]+(Z|[+-]\d{2}:\d{2}))?$/.test(v) || Number.isNaN(d.getTime())) {
+      throw badRequest(
+        'INVALID_RANGE',
+        `${name} is not an ISO 8601 date or date-time with a zone (e.g. 2026-01-31T00:00:00Z)`,
+      );
+    }
+    return d;
+  };
+  const from = parse('from', req.from);
+  const to = parse('to', req.to);
+  if (from && to && from.getTime() > to.getTime()) throw badRequest('INVALID_RANGE', 'from is after to');
+  return { from, to, dagId: req.dagId };
+}
+
+/**
+ * The NDJSON audit export of one tenant. Runs are read page by page in export order, and each
+ * run's events page by page, each page in its own short tenant transaction, so memory stays
+ * constant whatever the volume (only the per-run chain heads, one entry per run, accumulate for
+ * the manifest). Events are read up to the count the run row had when its page was read, so the
+ * run record, its events and its chain head always agree.
+ */
+@Injectable()
+export class ExportService {
+  constructor(
+    private readonly db: Database,
+    private readonly repo: ExportRepository,
+    private readonly keys: SigningKeys,
+  ) {}
+
+  /** Yields NDJSON lines (each ending in a newline); returns the signed manifest once they are all out. */
+  async *lines(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {
+    const w = new ExportWriter(tenantId, {
+      from: iso(range.from),
+      to: iso(range.to),
+      dagId: range.dagId ?? null,
+    });
+    let after: RunKey | undefined;
+    for (;;) {
+      const page = await this.db.withTenant(tenantId, async (tx) => {
+        const runs = await this.repo.runsPage(tx, range, after, RUN_PAGE);
+        const ids = runs.map((r) => r.run_id);
+        const [steps, attempts, logs, spans] = await Promise.all([
+          this.repo.steps(tx, ids),
+          this.repo.attempts(tx, ids),
+          this.repo.logs(tx, ids),
+          this.repo.spans(tx, ids),
+        ]);
+        return { runs, steps: group(steps), attempts: group(attempts), logs: group(logs), spans: group(spans) };
+      });
+      for (const run of page.runs) {
+        yield w.line({
+          type: 'run',
+          tenant: tenantId,
+          runId: run.run_id,
+          dagId: run.dag_id,
+          dagVersion: run.dag_version,
+          contentHash: run.content_hash,
+          runToken: run.run_token,
+          inputs: run.inputs,
+          inputsHash: run.inputs_hash,
+          outputsHash: run.outputs_hash,
+          status: run.status,
+          reason: run.reason,
+          traceId: run.trace_id,
+          requestedBy: run.requested_by,
+          replayOf: run.replay_of,
+          rerunOf: run.rerun_of,
+          rerunFromStep: run.rerun_from_step,
+          createdUtc: iso(run.created_at),
+          startedUtc: iso(run.started_utc),
+          finishedUtc: iso(run.finished_at),
+          stepsTotal: run.steps_total,
+          stepsFailed: run.steps_failed,
+          eventCount: run.event_seq,
+          eventHead: run.event_hash,
+        });
+
+        let seq = 0;
+        let head = '';
+        while (seq < run.event_seq) {
+          const events = await this.db.withTenant(tenantId, (tx) =>
+            this.repo.events(tx, run.run_id, seq, run.event_seq, EVENT_PAGE),
+          );
+          if (events.length === 0) break;
+          for (const e of events) {
+            yield w.line({
+              type: 'event',
+              runId: run.run_id,
+              seq: e.seq,
+              createdAt: e.created_at.toISOString(),
+              eventType: e.type,
+              stepId: e.step_id,
+              attempt: e.attempt,
+              actor: e.actor,
+              data: e.data,
+              prevHash: e.prev_hash,
+              hash: e.hash,
+            });
+            seq = e.seq;
+            head = e.hash;
+          }
+        }
+        w.chain({ runId: run.run_id, events: seq, head });
+
+        for (const s of page.steps.get(run.run_id) ?? []) {
+          yield w.line({
+            type: 'step',
+            runId: run.run_id,
+            stepId: s.step_id,
+            status: s.status,
+            reason: s.reason,
+            plugin: s.plugin,
+            config: redactSecrets(s.config),
+            dependsOn: s.depends_on,
+            topoIndex: s.topo_index,
+            dispatchSeq: s.dispatch_seq,
+            attempts: s.attempts,
+            outputsHash: s.outputs_hash,
+            logsHash: s.logs_hash,
+            error: redactSecrets(s.error),
+            fromRerun: s.from_rerun,
+            queuedUtc: iso(s.queued_at),
+            startedUtc: iso(s.started_at),
+            finishedUtc: iso(s.finished_at),
+          });
+        }
+        const attempts = page.attempts.get(run.run_id) ?? [];
+        for (const a of attempts) {
+          yield w.line({
+            type: 'attempt',
+            runId: run.run_id,
+            stepId: a.step_id,
+            attempt: a.attempt,
+            epoch: a.epoch,
+            workerId: a.worker_id,
+            status: a.status,
+            traceparent: a.traceparent,
+            error: redactSecrets(a.error),
+            outputsHash: a.outputs_hash,
+            logsHash: a.logs_hash,
+            createdUtc: iso(a.created_at),
+            queuedUtc: iso(a.queued_at),
+            claimedUtc: iso(a.claimed_at),
+            constraintCheckedUtc: iso(a.constraint_checked_at),
+            startedUtc: iso(a.started_at),
+            finishedUtc: iso(a.finished_at),
+            terminatedUtc: iso(a.terminated_at),
+          });
+        }
+        for (const l of page.logs.get(run.run_id) ?? []) {
+          yield w.line({
+            type: 'log',
+            runId: run.run_id,
+            stepId: l.step_id,
+            attempt: l.attempt,
+            sha256: l.sha256,
+            mediaType: l.media_type,
+            size: l.size,
+            body: l.body_json ?? null,
+            bodyBase64: l.body_bytes ? l.body_bytes.toString('base64') : null,
+          });
+        }
+        for (const m of runMetrics(run, attempts)) yield w.line(m);
+        for (const s of page.spans.get(run.run_id) ?? []) {
+          yield w.line({
+            type: 'span',
+            runId: run.run_id,
+            traceId: s.trace_id,
+            spanId: s.span_id,
+            parentSpanId: s.parent_span_id,
+            name: s.name,
+            kind: s.kind,
+            stepId: s.step_id,
+            startedUtc: iso(s.started_at),
+            endedUtc: iso(s.ended_at),
+            statusCode: s.status_code,
+            statusMessage: s.status_message,
+            attributes: redactSecrets(s.attributes),
+          });
+        }
+      }
+      if (page.runs.length < RUN_PAGE) break;
+      const last = page.runs[page.runs.length - 1];
+      after = { startedAt: last.started_utc, dagId: last.dag_id, runId: last.run_id };
+    }
+    return this.sign(w.manifest());
+  }
+
+  /** Signs the manifest (JWS compact, EdDSA, the instance's active key; kid in the protected header). */
+  async sign(manifest: Manifest): Promise<SignedManifest> {
+    const key = this.keys.active;
+    const jws = await new CompactSign(Buffer.from(canonicalJson(manifest), 'utf8'))
+      .setProtectedHeader({ alg: 'EdDSA', kid: key.kid, typ: JWS_TYPE })
+      .sign(key.privateKey);
+    return { manifest, jws, kid: key.kid, publicJwk: { ...key.publicJwk, kid: key.kid, alg: 'EdDSA', use: 'sig' } };
+  }
+}
+
+function group<T extends { run_id: string | null }>(rows: T[]): Map<string, T[]> {
+  const m = new Map<string, T[]>();
+  for (const r of rows) {
+    if (!r.run_id) continue;
+    const list = m.get(r.run_id);
+    if (list) list.push(r);
+    else m.set(r.run_id, [r]);
+  }
+  return m;
+}
+
+/** Per-run and per-attempt timings, derived from the stored timestamps. */
+function runMetrics(
+  run: { run_id: string; created_at: Date; started_at: Date | null; finished_at: Date | null },
+  attempts: {
+    step_id: string;
+    attempt: number;
+    queued_at: Date | null;
+    claimed_at: Date;
+    started_at: Date | null;
+    finished_at: Date | null;
+  }[],
+): ExportRecord[] {
+  const out: ExportRecord[] = [];
+  const metric = (name: string, value: number | null, stepId: string | null = null, attempt: number | null = null) => {
+    if (value !== null) out.push({ type: 'metric', runId: run.run_id, stepId, attempt, name, value, unit: 'seconds' });
+  };
+  metric('run.queued_seconds', seconds(run.created_at, run.started_at));
+  metric('run.duration_seconds', seconds(run.started_at, run.finished_at));
+  for (const a of attempts) {
+    metric('attempt.dispatch_latency_seconds', seconds(a.queued_at, a.claimed_at), a.step_id, a.attempt);
+    metric('attempt.execution_seconds', seconds(a.started_at, a.finished_at), a.step_id, a.attempt);
+  }
+  return out;
+}

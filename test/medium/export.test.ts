@@ -1,0 +1,269 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { once } from 'node:events';
+import { SigningKeys } from '../../src/modules/auth/signing-keys';
+import { canonicalJson } from '../../src/core/json/canonical-json';
+import {
+  JWS_FILE,
+  KEY_FILE,
+  MANIFEST_FILE,
+  NDJSON_FILE,
+  formatLine,
+  lineHash,
+  splitLine,
+} from '../../src/modules/export/export-format';
+import { verifyExport } from '../../src/modules/export/export-verify';
+import { ExportRepository } from '../../src/modules/export/export.repository';
+import { ExportService, parseRange, type SignedManifest } from '../../src/modules/export/export.service';
+import { DomainError } from '../../src/core/errors/domain-error';
+import { appendEvents, insertRun, insertStepWithAttempt, type FactoryRun } from '../factories/run-events';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+describe('NDJSON export', () => {
+  let t: TestDatabase;
+  let keys: SigningKeys;
+  let service: ExportService;
+  let tmp: string;
+  const runsA: FactoryRun[] = [];
+  const SECRET = 'sk-live-export-secret-4711';
+
+  async function exportTo(
+    dir: string,
+    tenant: string,
+    req: { from?: string; to?: string; dagId?: string } = {},
+  ): Promise<SignedManifest> {
+    fs.mkdirSync(dir, { recursive: true });
+    const file = fs.createWriteStream(path.join(dir, NDJSON_FILE));
+    const it = service.lines(tenant, parseRange(req));
+    let r = await it.next();
+    while (!r.done) {
+      if (!file.write(r.value)) await once(file, 'drain');
+      r = await it.next();
+    }
+    file.end();
+    await once(file, 'finish');
+    fs.writeFileSync(path.join(dir, MANIFEST_FILE), JSON.stringify(r.value.manifest, null, 2));
+    fs.writeFileSync(path.join(dir, JWS_FILE), r.value.jws);
+    fs.writeFileSync(path.join(dir, KEY_FILE), JSON.stringify(r.value.publicJwk));
+    return r.value;
+  }
+
+  const lines = (dir: string) =>
+    fs
+      .readFileSync(path.join(dir, NDJSON_FILE), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as Record<string, any>);
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-export-'));
+    keys = await SigningKeys.open(path.join(tmp, 'keys'), { create: true });
+    service = new ExportService(t.db, new ExportRepository(), keys);
+    const db = t.db.system;
+    await db
+      .insertInto('tenant')
+      .values([
+        { id: 'exp-a', name: 'a' },
+        { id: 'exp-b', name: 'b' },
+      ])
+      .execute();
+    // Runs out of insertion order: export order is (startedUtc, dagId, runId).
+    const day = (h: number) => new Date(Date.UTC(2026, 0, 10, h));
+    const specs: [string, Date][] = [
+      ['zeta', day(3)],
+      ['alpha', day(1)],
+      ['beta', day(1)],
+      ['alpha', day(2)],
+    ];
+    for (const [dag, at] of specs) {
+      const run = await insertRun(db, 'exp-a', dag, {
+        createdAt: new Date(at.getTime() - 1000),
+        startedAt: at,
+        finishedAt: new Date(at.getTime() + 5000),
+        status: 'succeeded',
+        inputs: { n: 1 },
+      });
+      await appendEvents(db, run, [
+        { type: 'run.created', createdAt: at },
+        { type: 'run.running', createdAt: at },
+        { type: 'step.succeeded', stepId: 'one', attempt: 1, data: { outputsHash: 'f'.repeat(64) }, createdAt: at },
+        { type: 'run.succeeded', createdAt: at },
+      ]);
+      await insertStepWithAttempt(db, run, 'one', {
+        config: { url: 'https://x.test', password: SECRET },
+        logs: `log of ${run.runId}\n`,
+        at: new Date(at.getTime() + 4000),
+      });
+      runsA.push(run);
+    }
+    const runB = await insertRun(db, 'exp-b', 'alpha', { startedAt: day(1) });
+    await appendEvents(db, runB, [{ type: 'run.created', createdAt: day(1) }]);
+  });
+
+  afterAll(async () => {
+    await t.drop();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('writes runs in (startedUtc, dagId, runId) order, each followed by its events, steps, attempts, logs, metrics and spans', async () => {
+    const dir = path.join(tmp, 'all');
+    const signed = await exportTo(dir, 'exp-a');
+    const recs = lines(dir);
+    const runs = recs.filter((r) => r.type === 'run');
+    expect(runs.map((r) => [r.startedUtc, r.dagId])).toEqual([
+      ['2026-01-10T01:00:00.000Z', 'alpha'],
+      ['2026-01-10T01:00:00.000Z', 'beta'],
+      ['2026-01-10T02:00:00.000Z', 'alpha'],
+      ['2026-01-10T03:00:00.000Z', 'zeta'],
+    ]);
+    const firstRun = recs.slice(
+      0,
+      recs.findIndex((r, i) => i > 0 && r.type === 'run'),
+    );
+    expect(firstRun.map((r) => r.type)).toEqual([
+      'run',
+      'event',
+      'event',
+      'event',
+      'event',
+      'step',
+      'attempt',
+      'log',
+      'metric',
+      'metric',
+      'metric',
+      'metric',
+      'span',
+    ]);
+    expect(firstRun.filter((r) => r.type === 'event').map((r) => r.seq)).toEqual([1, 2, 3, 4]);
+    expect(signed.manifest).toMatchObject({
+      tenant: 'exp-a',
+      counts: { run: 4, event: 16, step: 4, attempt: 4, log: 4, metric: 16, span: 4 },
+      lines: 52,
+    });
+    expect(signed.manifest.chains).toHaveLength(4);
+    const byId = new Map(runsA.map((r) => [r.runId, r]));
+    for (const c of signed.manifest.chains)
+      expect(c).toEqual({ runId: c.runId, events: 4, head: byId.get(c.runId)!.hash });
+    expect(await verifyExport(dir)).toMatchObject({ ok: true, lines: 52 });
+  });
+
+  it('exports the same data byte-identically twice', async () => {
+    const a = path.join(tmp, 'twice-1');
+    const b = path.join(tmp, 'twice-2');
+    await exportTo(a, 'exp-a');
+    await exportTo(b, 'exp-a');
+    for (const f of [NDJSON_FILE, MANIFEST_FILE, JWS_FILE]) {
+      expect(fs.readFileSync(path.join(a, f)).equals(fs.readFileSync(path.join(b, f)))).toBe(true);
+    }
+  });
+
+  it('names the first bad line when one byte changes anywhere in the NDJSON', async () => {
+    const dir = path.join(tmp, 'tamper');
+    await exportTo(dir, 'exp-a');
+    const file = path.join(dir, NDJSON_FILE);
+    const original = fs.readFileSync(file);
+    const text = original.toString('utf8');
+    const starts = [0];
+    for (let i = 0; i < text.length - 1; i++) if (text[i] === '\n') starts.push(i + 1);
+    for (const line of [1, 3, 17, 30, starts.length]) {
+      // A byte inside a value: a digit of the line's lineHash neighbour field or a letter of a string.
+      const offset = starts[line - 1] + 12;
+      const copy = Buffer.from(original);
+      copy[offset] = copy[offset] === 0x61 ? 0x62 : 0x61;
+      fs.writeFileSync(file, copy);
+      const r = await verifyExport(dir);
+      expect(r.ok).toBe(false);
+      expect(r.problem?.line).toBe(line);
+    }
+    fs.writeFileSync(file, original);
+    expect((await verifyExport(dir)).ok).toBe(true);
+  });
+
+  it('catches an event edited with every line hash recomputed: its run hash chain breaks at that line', async () => {
+    const dir = path.join(tmp, 'rehash');
+    await exportTo(dir, 'exp-a');
+    const file = path.join(dir, NDJSON_FILE);
+    const src = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean);
+    const target = src.findIndex((l) => l.includes('"eventType":"step.succeeded"'));
+    let prev = '';
+    const out = src.map((l, i) => {
+      const { record } = splitLine(l);
+      if (i === target) (record as Record<string, unknown>).data = { outputsHash: '0'.repeat(64) };
+      const body = canonicalJson(record);
+      prev = lineHash(prev, body);
+      return formatLine(body, prev);
+    });
+    fs.writeFileSync(file, `${out.join('\n')}\n`);
+    const r = await verifyExport(dir);
+    expect(r.ok).toBe(false);
+    expect(r.problem).toEqual({ line: target + 1, message: expect.stringMatching(/event hash does not match/) });
+  });
+
+  it('rejects a manifest signed by another key, and a manifest.json that differs from the signed one', async () => {
+    const dir = path.join(tmp, 'forged');
+    await exportTo(dir, 'exp-a');
+    const other = await SigningKeys.open(path.join(tmp, 'other-keys'), { create: true });
+    fs.writeFileSync(path.join(dir, KEY_FILE), JSON.stringify(other.active.publicJwk));
+    expect((await verifyExport(dir)).problem?.message).toMatch(/signature does not verify/);
+    const good = path.join(tmp, 'edited-manifest');
+    const signed = await exportTo(good, 'exp-a');
+    fs.writeFileSync(path.join(good, MANIFEST_FILE), JSON.stringify({ ...signed.manifest, tenant: 'exp-b' }));
+    expect((await verifyExport(good)).problem?.message).toMatch(/differs from the signed manifest/);
+  });
+
+  it('limits the export to the range and DAG, and tenant B export holds none of tenant A records', async () => {
+    const dir = path.join(tmp, 'range');
+    const signed = await exportTo(dir, 'exp-a', { from: '2026-01-10T01:30:00Z', to: '2026-01-10T03:00:00Z' });
+    expect(
+      lines(dir)
+        .filter((r) => r.type === 'run')
+        .map((r) => r.dagId),
+    ).toEqual(['alpha']);
+    expect(signed.manifest.range).toEqual({
+      from: '2026-01-10T01:30:00.000Z',
+      to: '2026-01-10T03:00:00.000Z',
+      dagId: null,
+    });
+    const dag = path.join(tmp, 'dag');
+    await exportTo(dag, 'exp-a', { dagId: 'alpha' });
+    expect(lines(dag).filter((r) => r.type === 'run')).toHaveLength(2);
+
+    const b = path.join(tmp, 'tenant-b');
+    await exportTo(b, 'exp-b');
+    const text = fs.readFileSync(path.join(b, NDJSON_FILE), 'utf8');
+    for (const r of runsA) expect(text).not.toContain(r.runId);
+    expect(lines(b).filter((r) => r.type === 'run')).toHaveLength(1);
+    expect(await verifyExport(b)).toMatchObject({ ok: true });
+  });
+
+  it('never writes secret values', async () => {
+    const dir = path.join(tmp, 'secrets');
+    await exportTo(dir, 'exp-a');
+    const text = fs.readFileSync(path.join(dir, NDJSON_FILE), 'utf8');
+    expect(text).not.toContain(SECRET);
+    expect(text).toContain('"password":"[redacted]"');
+  });
+
+  it('answers a bad range with 400 INVALID_RANGE', () => {
+    const bad = [
+      { from: '2026-02-01T00:00:00Z', to: '2026-01-01T00:00:00Z' },
+      { from: 'yesterday' },
+      { to: '2026-13-45T00:00:00Z' },
+      { from: '2026-01-01T00:00:00' },
+    ];
+    for (const req of bad) {
+      let err: unknown;
+      try {
+        parseRange(req);
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(DomainError);
+      expect((err as DomainError).status).toBe(400);
+      expect((err as DomainError).code).toBe('INVALID_RANGE');
+    }
+  });
+});
