@@ -169,8 +169,18 @@ describe('script plugin', () => {
     expect(await exec('return 2')).toEqual({ status: 'succeeded', outputs: { result: 2 } });
   });
 
+  it('ends a step aborted while its sandbox process is still starting', async () => {
+    await plugin.close!();
+    const ctx = pluginContext();
+    const pending = exec('return 1', {}, ctx);
+    ctx.controller.abort();
+    expect(await pending).toMatchObject({ status: 'failed', error: { code: 'ABORTED' } });
+    expect(await exec('return 3')).toEqual({ status: 'succeeded', outputs: { result: 3 } });
+  });
+
   it('stops a running script when the step is aborted and kills its process', async () => {
     const ctx = pluginContext();
+    await scriptPool().warm();
     const running = exec('while (true) {}', { timeoutMs: 30_000 }, ctx);
     let pid: number | undefined;
     for (let i = 0; i < 100 && pid === undefined; i++) {

@@ -226,6 +226,11 @@ export class ScriptSandboxPool {
       child.on('message', onMessage);
       child.on('exit', onExit);
       hooks.signal.addEventListener('abort', onAbort, { once: true });
+      // Aborted while the process was starting: the listener above would never fire, and the
+      // process, which has run nothing, goes back to the pool.
+      if (hooks.signal.aborted) {
+        return finish({ ok: false, code: 'ABORTED', message: 'the step was aborted', logs: [], dropped: 0 }, false);
+      }
       child.send({ type: 'run', id, ...job }, (err) => {
         if (err) onExit(null, null);
       });
