@@ -266,8 +266,15 @@ export class ScriptSandboxPool {
     this.stats.started++;
     const slot: Slot = { child, busy: false, dead: false, stderr: '', ready: Promise.resolve() };
     slot.ready = new Promise<void>((resolve, reject) => {
+      // A process that does not come up in time is killed; its step fails as SANDBOX_CRASHED.
+      const startup = setTimeout(() => {
+        reject(new Error('no ready signal within 30 s'));
+        child.kill('SIGKILL');
+      }, 30_000);
+      startup.unref();
       const onMsg = (m: HostMessage) => {
         if (m.type === 'ready') {
+          clearTimeout(startup);
           child.off('message', onMsg);
           resolve();
         }
