@@ -366,6 +366,12 @@ export class EngineRepository {
       job_key => ${opts.jobKey}, max_attempts => ${opts.maxAttempts})`.execute(tx);
   }
 
+  /** Announces ended runs on channel ordo_run_finished (payload: run id), delivered at commit. */
+  async notifyFinished(tx: SystemTx, runIds: string[]): Promise<void> {
+    if (runIds.length === 0) return;
+    await sql`select pg_notify('ordo_run_finished', id) from unnest(${runIds}::text[]) as id`.execute(tx);
+  }
+
   async notifyReady(tx: SystemTx): Promise<void> {
     await sql`select pg_notify('ordo_ready', '')`.execute(tx);
   }

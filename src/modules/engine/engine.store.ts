@@ -92,6 +92,8 @@ export class EngineStore {
       const books = new RunBooks(await this.runs.lockRuns(tx, uniqRuns(completions)));
       const ctx = new CycleContext(books);
       if (completions.length > 0) await this.applyCompletions(tx, ctx, completions);
+      // Released slots count before this cycle claims: the successors of these results can start now.
+      await this.engine.adjustInFlight(tx, ctx.takeDeltas());
       const claimed = opts.capacity > 0 ? await this.claim(tx, ctx, books, opts) : [];
       await this.flush(tx, ctx, books);
       return claimed;
@@ -529,6 +531,10 @@ export class EngineStore {
     await this.runs.insertEvents(tx, books.events());
     await this.runs.updateRunBooks(tx, books.updates());
     await this.engine.adjustInFlight(tx, ctx.deltas);
+    await this.engine.notifyFinished(
+      tx,
+      ending.map((b) => b.row.run_id),
+    );
   }
 
   /** Expired leases: the attempts become orphaned and are retried, or fail when no retry is left. */
@@ -609,6 +615,13 @@ class CycleContext {
   artifact(a: NewArtifact): string {
     this.artifacts.push(a);
     return a.sha256;
+  }
+
+  /** Hands over the deltas accumulated so far (to be written now) and starts afresh. */
+  takeDeltas(): Map<string, { delta: number; served: boolean }> {
+    const d = new Map(this.deltas);
+    this.deltas.clear();
+    return d;
   }
 
   inFlight(tenantId: string, delta: number, served = false): void {

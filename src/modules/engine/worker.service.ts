@@ -35,6 +35,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly log = new Logger('worker');
   private readonly running = new Map<string, Running>();
+  /** Claimed steps waiting for a free execution slot (leased, heartbeated like running ones). */
+  private local: ClaimedWork[] = [];
   private completions: Completion[] = [];
   private wake = true;
   private stopping = false;
@@ -43,6 +45,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private listener: pg.Client | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private readonly concurrency: number;
+  /** Steps claimed ahead of free slots: claims and results travel in batches of up to this size. */
+  private readonly prefetch: number;
   private readonly leaseMs: number;
   private readonly tenantCap: number;
 
@@ -54,6 +58,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     private readonly constraints: ConstraintsService,
   ) {
     this.concurrency = config.ORDO_WORKER_CONCURRENCY;
+    this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 4);
     this.leaseMs = config.ORDO_LEASE_TTL_MS;
     this.tenantCap = config.ORDO_TENANT_MAX_IN_FLIGHT;
   }
@@ -67,9 +72,11 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   async onApplicationShutdown(): Promise<void> {
     this.stopping = true;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
-    for (const r of this.running.values()) this.stop(r, 'shutdown');
     const deadline = Date.now() + 5_000;
-    while (this.running.size > 0 && Date.now() < deadline) await sleep(10);
+    while (this.local.length > 0 && Date.now() < deadline) await sleep(10);
+    for (const w of this.local.splice(0)) this.completions.push(abortedCompletion(w, this.workerId));
+    for (const r of this.running.values()) this.stop(r, 'shutdown');
+    while (this.running.size > 0 && Date.now() < deadline + 5_000) await sleep(10);
     this.signal();
     await this.loopDone;
     const l = this.listener;
@@ -90,6 +97,12 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         this.signal();
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
+        const drop = this.local.filter((w) => w.runId === n.payload);
+        if (drop.length > 0) {
+          this.local = this.local.filter((w) => w.runId !== n.payload);
+          for (const w of drop) this.completions.push(abortedCompletion(w, this.workerId));
+          this.signal();
+        }
       }
     });
     client.on('error', (e) => {
@@ -127,7 +140,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private async loop(): Promise<void> {
     let failures = 0;
     for (;;) {
-      const capacity = this.stopping ? 0 : this.concurrency - this.running.size;
+      const capacity = this.stopping ? 0 : this.prefetch - this.running.size - this.local.length;
       if (this.completions.length === 0 && (capacity <= 0 || !this.wake)) {
         if (this.stopping) return;
         await this.waitForSignal(IDLE_POLL_MS);
@@ -145,7 +158,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         });
         failures = 0;
         if (capacity > 0 && claimed.length >= capacity) this.wake = true;
-        for (const w of claimed) this.start(w);
+        this.local.push(...claimed);
+        this.pump();
       } catch (e) {
         // Nothing of the batch was applied (one transaction): report it again after a short pause.
         this.completions = [...batch, ...this.completions];
@@ -158,6 +172,11 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     }
   }
 
+  /** Starts locally queued steps while execution slots are free. */
+  private pump(): void {
+    while (this.running.size < this.concurrency && this.local.length > 0) this.start(this.local.shift()!);
+  }
+
   private start(work: ClaimedWork): void {
     const key = `${work.tenantId}/${work.runId}/${work.stepId}`;
     const r: Running = { work, ac: new AbortController(), reason: null };
@@ -165,6 +184,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     void this.execute(r).then((c) => {
       this.running.delete(key);
       this.completions.push(c);
+      if (!this.stopping) this.pump();
       this.signal();
     });
   }
@@ -311,12 +331,12 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
 
   /** Extends the leases of every running step in one statement; steps whose lease was lost are stopped. */
   private async heartbeat(): Promise<void> {
-    if (this.running.size === 0) return;
-    const items = [...this.running.values()].map((r) => ({
-      tenantId: r.work.tenantId,
-      runId: r.work.runId,
-      stepId: r.work.stepId,
-      epoch: r.work.epoch,
+    if (this.running.size === 0 && this.local.length === 0) return;
+    const items = [...[...this.running.values()].map((r) => r.work), ...this.local].map((w) => ({
+      tenantId: w.tenantId,
+      runId: w.runId,
+      stepId: w.stepId,
+      epoch: w.epoch,
     }));
     try {
       const held = new Set(
@@ -324,14 +344,34 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           (k) => `${k.tenantId}/${k.runId}/${k.stepId}`,
         ),
       );
-      for (const [key, r] of this.running) {
-        if (!held.has(key) && items.some((i) => `${i.tenantId}/${i.runId}/${i.stepId}` === key))
-          this.stop(r, 'lease_lost');
+      const asked = new Set(items.map((i) => `${i.tenantId}/${i.runId}/${i.stepId}`));
+      for (const [key, r] of this.running) if (asked.has(key) && !held.has(key)) this.stop(r, 'lease_lost');
+      const lost = this.local.filter(
+        (w) => asked.has(`${w.tenantId}/${w.runId}/${w.stepId}`) && !held.has(`${w.tenantId}/${w.runId}/${w.stepId}`),
+      );
+      if (lost.length > 0) {
+        this.local = this.local.filter((w) => !lost.includes(w));
+        for (const w of lost) this.completions.push(abortedCompletion(w, this.workerId));
+        this.signal();
       }
     } catch (e) {
       this.log.warn({ err: e }, 'heartbeat failed');
     }
   }
+}
+
+function abortedCompletion(w: ClaimedWork, workerId: string): Completion {
+  return {
+    tenantId: w.tenantId,
+    runId: w.runId,
+    stepId: w.stepId,
+    attempt: w.attempt,
+    epoch: w.epoch,
+    workerId,
+    outcome: { status: 'aborted', logs: [] },
+    startedAt: null,
+    finishedAt: null,
+  };
 }
 
 function fail(code: string, message: string, retryable: boolean): PluginResult {

@@ -1,0 +1,473 @@
+import 'reflect-metadata';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import pino from 'pino';
+import { loadConfig } from '../src/core/config/config';
+import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../src/core/database/embedded';
+import { migrate } from '../src/core/database/migrator';
+import { canonicalHash } from '../src/core/json/canonical-json';
+import { dagDefinition, type DagDefinitionInput } from '../src/modules/dags/dag-definition';
+import { DagsRepository } from '../src/modules/dags/dags.repository';
+import { RunsRepository } from '../src/modules/runs/runs.repository';
+import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
+import { startOrdo, type RunningOrdo } from '../src/ordo';
+
+const HELP = `Usage: npm run bench -- [options]
+
+Ordo engine benchmark (the DAG workload of ../shared/bench-peers: burst, light, dispatch,
+fairness, RSS, queries per step). Starts its own embedded PostgreSQL unless --db or
+DATABASE_URL names a server (a fresh database is created on it and dropped afterwards).
+
+Options:
+  --db <url>               PostgreSQL server (owner) URL; default: DATABASE_URL, else embedded
+  --concurrency <n>        worker concurrency (default 16)
+  --burst-repeats <n>      burst repeats (default 3; throughput is the median)
+  --light-runs <n>         light-phase runs, one every --light-interval ms (default 50)
+  --light-interval <ms>    (default 100)
+  --backlog <n>            fairness: queued steps of the busy tenant (default 50000)
+  --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 30)
+  --idle-seconds <s>       idle query-rate window (default 10)
+  --only <list>            comma list of burst,light,fairness,idle (default all)
+  --out <dir>              results directory (default bench/results)
+  --help                   this text
+
+Writes <out>/engine-<timestamp>.json and prints a table.`;
+
+interface Stats {
+  n: number;
+  p50: number | null;
+  p99: number | null;
+  max: number | null;
+  mean: number | null;
+}
+
+function stats(xs: number[]): Stats {
+  if (xs.length === 0) return { n: 0, p50: null, p99: null, max: null, mean: null };
+  const s = [...xs].sort((a, b) => a - b);
+  const q = (p: number) => s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))];
+  const r = (v: number) => Math.round(v * 100) / 100;
+  return {
+    n: s.length,
+    p50: r(q(0.5)),
+    p99: r(q(0.99)),
+    max: r(s[s.length - 1]),
+    mean: r(s.reduce((a, b) => a + b, 0) / s.length),
+  };
+}
+
+const median = (xs: number[]) => stats(xs).p50;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const now = () => performance.now();
+
+/** Counts every query any pg client of this process sends (engine, graphile-worker, driver). */
+let queryCount = 0;
+const origQuery = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  queryCount++;
+  return (origQuery as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof pg.Client.prototype.query;
+
+function chain(id: string): DagDefinitionInput {
+  return {
+    id,
+    steps: Array.from({ length: 10 }, (_, i) => ({
+      id: `s${String(i + 1).padStart(2, '0')}`,
+      plugin: 'noop',
+      dependsOn: i === 0 ? [] : [`s${String(i).padStart(2, '0')}`],
+    })),
+  };
+}
+function diamond(id: string): DagDefinitionInput {
+  const branches = Array.from({ length: 8 }, (_, i) => `b${i + 1}`);
+  return {
+    id,
+    steps: [
+      { id: 'start', plugin: 'noop' },
+      ...branches.map((b) => ({ id: b, plugin: 'noop', dependsOn: ['start'] })),
+      { id: 'join', plugin: 'noop', dependsOn: branches },
+    ],
+  };
+}
+const shapeOf = (k: number) => (k % 7 < 5 ? 'chain' : 'diamond');
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      db: { type: 'string' },
+      concurrency: { type: 'string', default: '16' },
+      'burst-repeats': { type: 'string', default: '3' },
+      'light-runs': { type: 'string', default: '50' },
+      'light-interval': { type: 'string', default: '100' },
+      backlog: { type: 'string', default: '50000' },
+      'quiet-runs': { type: 'string', default: '30' },
+      'idle-seconds': { type: 'string', default: '10' },
+      only: { type: 'string', default: 'burst,light,fairness,idle' },
+      out: { type: 'string', default: 'bench/results' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.log(HELP);
+    return;
+  }
+  const only = new Set(values.only.split(','));
+  const concurrency = Number(values.concurrency);
+  const log = (m: string) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${m}`);
+
+  // ---- database ----
+  let embedded: EmbeddedPostgresHandle | undefined;
+  let serverUrl = values.db ?? process.env.DATABASE_URL;
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-bench-'));
+  if (!serverUrl) {
+    embedded = await startEmbeddedPostgres(path.join(tmp, 'pg'), {
+      port: 56000 + (process.pid % 3000),
+      database: 'postgres',
+    });
+    serverUrl = embedded.ownerUrl;
+  }
+  const dbName = `ordo_bench_${process.pid}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  await admin.query(`drop database if exists ${dbName}`);
+  await admin.query(`create database ${dbName}`);
+  const settings = (
+    await admin.query<{ name: string; setting: string }>(
+      `select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'server_version', 'shared_buffers')`,
+    )
+  ).rows;
+  const u = new URL(serverUrl);
+  u.pathname = `/${dbName}`;
+  const ownerUrl = u.toString();
+  const m = await migrate(ownerUrl);
+  const owner = new pg.Client({ connectionString: ownerUrl });
+  await owner.connect();
+
+  const config = loadConfig({
+    ORDO_HOME: path.join(tmp, 'home'),
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'silent',
+    ORDO_ROLES: 'worker',
+    ORDO_WORKER_CONCURRENCY: String(concurrency),
+    ORDO_TENANT_MAX_IN_FLIGHT: '64',
+  });
+  const ordo: RunningOrdo = await startOrdo(config, pino({ level: 'silent' }), {
+    appUrl: m.appUrl,
+    systemUrl: m.systemUrl,
+    ownerUrl,
+  });
+  const db = ordo.database;
+  const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
+
+  await owner.query(`insert into tenant (id, name) values ('bench', 'bench'), ('busy', 'busy'), ('quiet', 'quiet')`);
+  const publish = async (tenantId: string, input: DagDefinitionInput) => {
+    const def = dagDefinition.parse(input);
+    const repo = new DagsRepository();
+    await db.withTenant(tenantId, async (tx) => {
+      const latest = await repo.lockDag(tx, def.id);
+      await repo.insertVersion(tx, {
+        dagId: def.id,
+        version: latest + 1,
+        contentHash: canonicalHash(def),
+        definition: def,
+        sourceFormat: 'json',
+        owner: 'bench',
+        signature: null,
+        bundleHash: null,
+      });
+    });
+  };
+  await publish('bench', chain('chain'));
+  await publish('bench', diamond('diamond'));
+  await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+  await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+
+  // Run completion times as the engine announces them (NOTIFY at commit).
+  const finishedAt = new Map<string, number>();
+  const listener = new pg.Client({ connectionString: m.systemUrl });
+  await listener.connect();
+  listener.on('notification', (n) => {
+    if (n.payload) finishedAt.set(n.payload, now());
+  });
+  await listener.query('listen ordo_run_finished');
+
+  const result: Record<string, unknown> = {
+    system: 'ordo',
+    startedAt: new Date().toISOString(),
+    machine: {
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model,
+      memGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+      loadavgAtStart: os.loadavg(),
+    },
+    postgres: {
+      embedded: embedded !== undefined,
+      settings: Object.fromEntries(settings.map((s) => [s.name, s.setting])),
+    },
+    settings: { concurrency, tenantMaxInFlight: 64, leaseTtlMs: config.ORDO_LEASE_TTL_MS, node: process.version },
+  };
+  let token = 0;
+  const waitAll = async (ids: string[], timeoutMs: number) => {
+    const deadline = now() + timeoutMs;
+    while (ids.some((id) => !finishedAt.has(id)) && now() < deadline) await sleep(5);
+    return ids.every((id) => finishedAt.has(id));
+  };
+
+  // ---- burst ----
+  if (only.has('burst')) {
+    const reps: Record<string, unknown>[] = [];
+    for (let rep = 0; rep < Number(values['burst-repeats']); rep++) {
+      const reqs: CreateRunRequest[] = Array.from({ length: 700 }, (_, k) => ({
+        dagId: shapeOf(k),
+        inputs: {},
+        runToken: `b${rep}-${k}-${token++}`,
+        requestedBy: 'bench',
+      }));
+      const q0 = queryCount;
+      const cpu0 = process.cpuUsage();
+      const load0 = os.loadavg()[0];
+      const t0 = now();
+      const made = await runs.createRuns('bench', reqs);
+      const submitMs = now() - t0;
+      const ok = await waitAll(
+        made.map((r) => r.runId),
+        120_000,
+      );
+      const done = made.filter((r) => finishedAt.has(r.runId));
+      const end = Math.max(...done.map((r) => finishedAt.get(r.runId)!));
+      const elapsed = (end - t0) / 1000;
+      const steps = (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from attempt where tenant_id = 'bench' and status = 'succeeded' and run_id = any($1::uuid[])`,
+          [made.map((r) => r.runId)],
+        )
+      ).rows[0].n;
+      const bad = (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from run where run_id = any($1::uuid[]) and status <> 'succeeded'`,
+          [made.map((r) => r.runId)],
+        )
+      ).rows[0].n;
+      const cpu = process.cpuUsage(cpu0);
+      const mk = done.map((r) => finishedAt.get(r.runId)! - t0);
+      const row = {
+        repeat: rep,
+        completed: ok,
+        runsNotSucceeded: bad,
+        steps,
+        submitMs: Math.round(submitMs),
+        elapsedS: Math.round(elapsed * 1000) / 1000,
+        stepsPerS: Math.round(steps / elapsed),
+        makespanMs: stats(mk),
+        queriesPerStep: Math.round(((queryCount - q0) / Math.max(1, steps)) * 100) / 100,
+        nodeCpuMsPerStep: Math.round(((cpu.user + cpu.system) / 1000 / Math.max(1, steps)) * 1000) / 1000,
+        loadavg1: [load0, os.loadavg()[0]],
+      };
+      log(
+        `burst #${rep}: ${row.stepsPerS} steps/s (${steps} steps in ${row.elapsedS} s, submit ${row.submitMs} ms), ${row.queriesPerStep} queries/step`,
+      );
+      reps.push(row);
+      await sleep(500);
+    }
+    result.burst = { repeats: reps, stepsPerSMedian: median(reps.map((r) => r.stepsPerS as number)) };
+  }
+
+  // ---- light ----
+  if (only.has('light')) {
+    await sleep(1000);
+    const n = Number(values['light-runs']);
+    const interval = Number(values['light-interval']);
+    const submitted: { runId: string; shape: string; t: number }[] = [];
+    const pending: Promise<void>[] = [];
+    const t0 = now();
+    for (let k = 0; k < n; k++) {
+      const d = t0 + k * interval - now();
+      if (d > 0) await sleep(d);
+      const t = now();
+      pending.push(
+        runs
+          .createRun('bench', { dagId: shapeOf(k), inputs: {}, runToken: `l-${k}-${token++}`, requestedBy: 'bench' })
+          .then((r) => {
+            submitted.push({ runId: r.runId, shape: shapeOf(k), t });
+          }),
+      );
+    }
+    await Promise.all(pending);
+    await waitAll(
+      submitted.map((s) => s.runId),
+      60_000,
+    );
+    const mk = (shape: string) =>
+      submitted.filter((s) => s.shape === shape && finishedAt.has(s.runId)).map((s) => finishedAt.get(s.runId)! - s.t);
+    const chainIds = submitted.filter((s) => s.shape === 'chain').map((s) => s.runId);
+    // Dispatch latency: predecessor's plugin returned → successor's plugin started (both worker clock).
+    const disp = (
+      await owner.query<{ ms: number }>(
+        `select extract(epoch from (b.started_at - a.finished_at)) * 1000 as ms
+       from attempt a join attempt b on b.tenant_id = a.tenant_id and b.run_id = a.run_id
+        and b.step_id = 's' || lpad((substr(a.step_id, 2)::int + 1)::text, 2, '0')
+       where a.run_id = any($1::uuid[]) and a.step_id <> 's10' and a.status = 'succeeded' and b.attempt = 1`,
+        [chainIds],
+      )
+    ).rows.map((r) => Number(r.ms));
+    const claim = (
+      await owner.query<{ ms: number }>(
+        `select extract(epoch from (b.claimed_at - a.finished_at)) * 1000 as ms
+       from attempt a join attempt b on b.tenant_id = a.tenant_id and b.run_id = a.run_id
+        and b.step_id = 's' || lpad((substr(a.step_id, 2)::int + 1)::text, 2, '0')
+       where a.run_id = any($1::uuid[]) and a.step_id <> 's10' and a.status = 'succeeded' and b.attempt = 1`,
+        [chainIds],
+      )
+    ).rows.map((r) => Number(r.ms));
+    result.light = {
+      runs: n,
+      intervalMs: interval,
+      chainMakespanMs: stats(mk('chain')),
+      diamondMakespanMs: stats(mk('diamond')),
+      dispatchLatencyMs: stats(disp),
+      doneToClaimTxStartMs: stats(claim),
+      loadavg1: os.loadavg()[0],
+    };
+    const cm = (result.light as { chainMakespanMs: Stats }).chainMakespanMs;
+    log(
+      `light: chain makespan p50 ${cm.p50} ms p99 ${cm.p99} ms; dispatch p50 ${stats(disp).p50} ms p99 ${stats(disp).p99} ms`,
+    );
+  }
+
+  // ---- fairness ----
+  if (only.has('fairness')) {
+    await sleep(500);
+    const quiet = async (label: string) => {
+      const ids: string[] = [];
+      for (let k = 0; k < Number(values['quiet-runs']); k++) {
+        ids.push(
+          (
+            await runs.createRun('quiet', {
+              dagId: 'one',
+              inputs: {},
+              runToken: `q-${label}-${k}-${token++}`,
+              requestedBy: 'bench',
+            })
+          ).runId,
+        );
+        await sleep(100);
+      }
+      await waitAll(ids, 60_000);
+      // Claim latency: the run's creation committed → its step claimed (both database clock).
+      const rows = (
+        await owner.query<{ ms: number }>(
+          `select extract(epoch from (a.claimed_at - r.created_at)) * 1000 as ms from attempt a
+         join run r on r.tenant_id = a.tenant_id and r.run_id = a.run_id where a.run_id = any($1::uuid[])`,
+          [ids],
+        )
+      ).rows.map((r) => Number(r.ms));
+      return stats(rows);
+    };
+    const idle = await quiet('idle');
+    const backlog = Number(values.backlog);
+    log(`fairness: queueing ${backlog} steps for tenant busy`);
+    const busyIds: string[] = [];
+    for (let i = 0; i < backlog; i += 5000) {
+      const chunk = Array.from({ length: Math.min(5000, backlog - i) }, (_, k) => ({
+        dagId: 'one',
+        inputs: {},
+        runToken: `busy-${i + k}-${token++}`,
+        requestedBy: 'bench',
+      }));
+      busyIds.push(...(await runs.createRuns('busy', chunk)).map((r) => r.runId));
+    }
+    const queuedBefore = (
+      await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
+    ).rows[0].n;
+    const loaded = await quiet('loaded');
+    const queuedAfter = (
+      await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
+    ).rows[0].n;
+    result.fairness = {
+      backlog,
+      busyQueuedAtStart: queuedBefore,
+      busyQueuedAtEnd: queuedAfter,
+      quietIdleClaimMs: idle,
+      quietLoadedClaimMs: loaded,
+      p99Ratio: idle.p99 && loaded.p99 ? Math.round((loaded.p99 / idle.p99) * 100) / 100 : null,
+      loadavg1: os.loadavg()[0],
+    };
+    log(`fairness: quiet claim p99 idle ${idle.p99} ms, with ${queuedBefore} queued for busy ${loaded.p99} ms`);
+    log('fairness: draining the busy tenant');
+    await waitAll(busyIds, 300_000);
+  }
+
+  // ---- idle ----
+  if (only.has('idle')) {
+    await sleep(3000);
+    const q0 = queryCount;
+    const secs = Number(values['idle-seconds']);
+    await sleep(secs * 1000);
+    result.idle = {
+      seconds: secs,
+      queriesPerS: Math.round(((queryCount - q0) / secs) * 100) / 100,
+      note: 'every query of this process: worker claims, heartbeats, graphile-worker',
+    };
+    log(`idle: ${(result.idle as { queriesPerS: number }).queriesPerS} queries/s`);
+  }
+
+  result.peakRssMb = Math.round(process.resourceUsage().maxRSS / 1024);
+  result.loadavgAtEnd = os.loadavg();
+  result.finishedAt = new Date().toISOString();
+
+  await listener.end();
+  await ordo.close();
+  await owner.end();
+  await admin.query(`drop database if exists ${dbName} with (force)`);
+  await admin.end();
+  await embedded?.stop();
+  fs.rmSync(tmp, { recursive: true, force: true });
+
+  fs.mkdirSync(values.out, { recursive: true });
+  const file = path.join(values.out, `engine-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  fs.writeFileSync(file, JSON.stringify(result, null, 2));
+  printTable(result);
+  console.log(`\nresults: ${file}`);
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the result object is assembled ad hoc above
+function printTable(r: Record<string, any>): void {
+  const rows: [string, string, string][] = [];
+  if (r.burst) {
+    rows.push(['burst: steps/s (median)', String(r.burst.stepsPerSMedian), '≥ 4000']);
+    rows.push(['burst: queries per step', String((r.burst.repeats as { queriesPerStep: number }[]).map((x) => x.queriesPerStep).join(' / ')), '']);
+  }
+  if (r.light) {
+    rows.push([
+      'light: 10-step chain makespan p50 / p99 ms',
+      `${r.light.chainMakespanMs.p50} / ${r.light.chainMakespanMs.p99}`,
+      '≤ 10 / ≤ 25',
+    ]);
+    rows.push(['light: diamond makespan p50 ms', String(r.light.diamondMakespanMs.p50), '']);
+    rows.push([
+      'dispatch latency p50 / p99 ms',
+      `${r.light.dispatchLatencyMs.p50} / ${r.light.dispatchLatencyMs.p99}`,
+      '',
+    ]);
+  }
+  if (r.fairness) {
+    rows.push([
+      'fairness: quiet claim p99 idle / loaded ms',
+      `${r.fairness.quietIdleClaimMs.p99} / ${r.fairness.quietLoadedClaimMs.p99} (×${r.fairness.p99Ratio})`,
+      '≤ 2×',
+    ]);
+  }
+  if (r.idle) rows.push(['idle queries/s', String(r.idle.queriesPerS), 'a few']);
+  rows.push(['peak RSS MB (worker + driver)', String(r.peakRssMb), '']);
+  rows.push(['load average 1/5/15 at end', r.loadavgAtEnd.map((x: number) => x.toFixed(2)).join(' / '), '']);
+  console.log('\n| metric | ordo | target |\n|---|---|---|');
+  for (const [a, b, c] of rows) console.log(`| ${a} | ${b} | ${c} |`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});
