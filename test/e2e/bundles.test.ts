@@ -135,6 +135,26 @@ describe('signed bundle import', () => {
     expect({ v: after.v - before.v, b: after.b - before.b, f: after.f - before.f }).toEqual({ v: 1, b: 1, f: 1 });
   });
 
+  it('satisfies requireSignedDags: a bundle publishes while unsigned API publishes are refused', async () => {
+    expect((await app.request('PUT', '/api/v1/policy', { as: admin, body: { requireSignedDags: true } })).status).toBe(
+      200,
+    );
+    try {
+      const files = { 'p.json': JSON.stringify({ id: 'policy-p', steps: [{ id: 's', plugin: 'noop' }] }) };
+      const m = manifestFor(files, { name: 'policy', dags: ['p.json'] });
+      const b = await signedRaw(m, [{ header: { name: 'p.json' }, content: files['p.json'] }], key.privateJwk);
+      expect((await importBundle(b.bundle, b.signature)).status).toBe(201);
+      const unsigned = await app.request('POST', '/api/v1/dags', {
+        as: admin,
+        body: { id: 'policy-q', steps: [{ id: 's', plugin: 'noop' }] },
+      });
+      expect(unsigned.status).toBe(403);
+      expect(unsigned.body.error.code).toBe('DAG_SIGNATURE_REQUIRED');
+    } finally {
+      await app.request('PUT', '/api/v1/policy', { as: admin, body: { requireSignedDags: false } });
+    }
+  });
+
   it('refuses another version of name@version with 409 BUNDLE_VERSION_CONFLICT', async () => {
     const m1 = manifestFor({ 'x.txt': '1' }, { name: 'clash' });
     const m2 = manifestFor({ 'x.txt': '2' }, { name: 'clash' });
