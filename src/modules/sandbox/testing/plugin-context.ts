@@ -1,4 +1,5 @@
 import type { PluginContext, StepLogLine } from '../../plugins/plugin';
+import { makeRedactor } from '../../secrets/redact';
 
 export interface TestContext extends PluginContext {
   lines: StepLogLine[];
@@ -9,8 +10,8 @@ export interface TestContext extends PluginContext {
 export function pluginContext(over: Partial<PluginContext> & { secrets?: string[] } = {}): TestContext {
   const controller = new AbortController();
   const lines: StepLogLine[] = [];
-  const secrets = [...(over.secrets ?? [])].sort((a, b) => b.length - a.length);
-  const redact = (text: string) => secrets.reduce((t, s) => (s ? t.split(s).join('[redacted]') : t), text);
+  // The redactor the engine uses for the secrets injected into a step.
+  const redact = makeRedactor(over.secrets ?? []);
   const { secrets: _s, ...rest } = over;
   return {
     tenantId: 'tenant-a',
