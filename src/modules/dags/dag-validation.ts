@@ -71,6 +71,30 @@ function configIssues(schema: z.ZodType, config: unknown): z.core.$ZodIssue[] {
   );
 }
 
+/** Deepest nesting a definition may have (the YAML reader applies the same bound). */
+export const MAX_DEFINITION_DEPTH = 200;
+
+/**
+ * Finds what JSON.parse lets through but a definition cannot hold: a number that is not finite
+ * (`1e309` parses as Infinity, which has no JSON form and no canonical hash) and nesting deeper
+ * than MAX_DEFINITION_DEPTH. Walks iteratively, so hostile depth cannot exhaust the stack.
+ */
+function jsonShapeProblem(raw: unknown): DagIssue | undefined {
+  const stack: { v: unknown; path: string[] }[] = [{ v: raw, path: [] }];
+  while (stack.length > 0) {
+    const { v, path } = stack.pop()!;
+    if (typeof v === 'number' && !Number.isFinite(v)) {
+      return { path: path.join('.'), message: 'numbers must be finite (1e309 and the like have no JSON value)' };
+    }
+    if (v === null || typeof v !== 'object') continue;
+    if (path.length >= MAX_DEFINITION_DEPTH) {
+      return { path: path.slice(0, 8).join('.') + '…', message: `nested deeper than ${MAX_DEFINITION_DEPTH} levels` };
+    }
+    for (const [k, x] of Object.entries(v)) stack.push({ v: x, path: [...path, k] });
+  }
+  return undefined;
+}
+
 function fail(issues: DagIssue[]): never {
   const first = issues[0];
   const message = `${first.step !== undefined ? `step "${first.step}": ` : ''}${first.message} (at ${first.path || '(root)'})`;
@@ -88,6 +112,8 @@ function fail(issues: DagIssue[]): never {
  * steps' outputs), and the inputs JSON Schema.
  */
 export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagDefinition {
+  const shapeProblem = jsonShapeProblem(raw);
+  if (shapeProblem) fail([shapeProblem]);
   const parsed = dagDefinition.safeParse(raw);
   if (!parsed.success) {
     fail(

@@ -59,6 +59,54 @@ const jsonSchemaShape: z.ZodType = z.lazy(() =>
   ]),
 );
 
+/** Every `$ref` string inside `v`, not descending into nested `$defs` (they are nodes of their own). */
+function refsIn(v: unknown, top = true): string[] {
+  const out: string[] = [];
+  const stack: unknown[] = [v];
+  while (stack.length > 0) {
+    const x = stack.pop();
+    if (Array.isArray(x)) stack.push(...(x as unknown[]));
+    else if (x !== null && typeof x === 'object') {
+      for (const [k, y] of Object.entries(x)) {
+        if (k === '$ref' && typeof y === 'string') out.push(y);
+        else if (!(top && x === v && k === '$defs')) stack.push(y);
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * A reference cycle among the root (`#`) and its `$defs` (`#/$defs/x` → … → `#/$defs/x`), as the
+ * list of references on it. Run inputs are plain JSON objects, so recursive schemas are refused
+ * at publish: validating against them recurses without bound.
+ */
+function refCycle(schema: Record<string, unknown>): string[] | undefined {
+  const defs = (schema.$defs ?? {}) as Record<string, unknown>;
+  const edges = new Map<string, string[]>([['#', refsIn(schema)]]);
+  for (const [name, def] of Object.entries(defs)) edges.set(`#/$defs/${name}`, refsIn(def, false));
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (node: string): string[] | undefined => {
+    if (state.get(node) === 'open') return [...path.slice(path.indexOf(node)), node];
+    if (state.get(node) === 'done' || !edges.has(node)) return undefined;
+    state.set(node, 'open');
+    path.push(node);
+    for (const next of edges.get(node)!) {
+      const found = visit(next);
+      if (found) return found;
+    }
+    path.pop();
+    state.set(node, 'done');
+    return undefined;
+  };
+  for (const node of edges.keys()) {
+    const found = visit(node);
+    if (found) return found;
+  }
+  return undefined;
+}
+
 /** Run inputs of a DAG that declares no input schema: any JSON object. */
 const anyInputs = z.record(z.string(), z.unknown());
 
@@ -77,6 +125,10 @@ export function compileInputSchema(json: unknown): z.ZodType {
   }
   if (typeof json !== 'object' || Array.isArray(json)) {
     throw badRequest('INPUT_SCHEMA_INVALID', 'inputs schema must be a JSON Schema object');
+  }
+  const cycle = refCycle(json as Record<string, unknown>);
+  if (cycle) {
+    throw badRequest('INPUT_SCHEMA_INVALID', `inputs schema: recursive $ref (${cycle.join(' → ')}) is not supported`);
   }
   const t = (json as { type?: unknown }).type;
   if (t !== undefined && t !== 'object') {
