@@ -111,8 +111,8 @@ export const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 2, arbitrary: fc.constantFrom<unknown>(...NUMBERS_AT_EDGES) },
   { weight: 1, arbitrary: fc.constantFrom<unknown>(null, true, false, [], {}, [null], { '': null }) },
   { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }) },
-  { weight: 1, arbitrary: fc.integer({ min: 50, max: 3_000 }).map((d) => deepValue(d)) },
-  { weight: 1, arbitrary: fc.integer({ min: 50, max: 3_000 }).map((d) => deepValue(d, 'object')) },
+  { weight: 1, arbitrary: fc.integer({ min: 50, max: 1_000 }).map((d) => deepValue(d)) },
+  { weight: 1, arbitrary: fc.integer({ min: 50, max: 1_000 }).map((d) => deepValue(d, 'object')) },
   {
     weight: 1,
     arbitrary: fc.constantFrom('__proto__', 'constructor', 'prototype').map((k) => withKey({}, k, { polluted: true })),
