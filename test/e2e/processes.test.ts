@@ -139,8 +139,11 @@ describe('Ordo processes', () => {
     it('runs api and worker+scheduler processes on one database; first start prints secrets once; SIGTERM stops each', async () => {
       const home = tempHome();
       const env = { DATABASE_URL: db.ownerUrl, ORDO_HOME: home };
-      const api = await start({ ...env, ORDO_ROLES: 'api' });
-      const workers = await start({ ...env, ORDO_ROLES: 'worker,scheduler' });
+      // Started together: both migrate under the advisory lock; only the api process bootstraps.
+      const [api, workers] = await Promise.all([
+        start({ ...env, ORDO_ROLES: 'api' }),
+        start({ ...env, ORDO_ROLES: 'worker,scheduler' }),
+      ]);
 
       // The first start printed the tenant and both tokens, and saved them with mode 0600.
       const file = path.join(home, 'admin-credentials.json');
@@ -159,8 +162,7 @@ describe('Ordo processes', () => {
       const w = await fetch(`${workers.url}/healthz`);
       expect(w.status).toBe(200);
 
-      for (const p of [api, workers]) {
-        const s = await p.stop();
+      for (const s of await Promise.all([api.stop(), workers.stop()])) {
         expect({ code: s.code, signal: s.signal }).toEqual({ code: 0, signal: null });
         expect(s.ms).toBeLessThan(10_000);
       }
@@ -175,22 +177,31 @@ describe('Ordo processes', () => {
       expect((await again.stop()).code).toBe(0);
     });
 
-    it.each([
-      ['PORT', 'abc'],
-      ['ORDO_ROLES', 'foo'],
-      ['DATABASE_URL', 'mysql://x'],
-    ])('refuses to start with %s=%s, naming the variable, with a non-zero exit', async (name, value) => {
-      const child = spawn(process.execPath, [dist.main], {
-        env: { PATH: process.env.PATH, ORDO_HOME: tempHome(), DATABASE_URL: db.ownerUrl, [name]: value },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      started.push(child);
-      let err = '';
-      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-      expect(code).not.toBe(0);
-      expect(code).not.toBeNull();
-      expect(err).toContain(name);
+    it('refuses to start with a bad PORT, ORDO_ROLES or DATABASE_URL, naming the variable, with a non-zero exit', async () => {
+      const bad: [string, string][] = [
+        ['PORT', 'abc'],
+        ['ORDO_ROLES', 'foo'],
+        ['DATABASE_URL', 'mysql://x'],
+      ];
+      const results = await Promise.all(
+        bad.map(
+          ([name, value]) =>
+            new Promise<{ code: number | null; err: string }>((resolve) => {
+              const child = spawn(process.execPath, [dist.main], {
+                env: { PATH: process.env.PATH, ORDO_HOME: tempHome(), DATABASE_URL: db.ownerUrl, [name]: value },
+                stdio: ['ignore', 'pipe', 'pipe'],
+              });
+              started.push(child);
+              let err = '';
+              child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+              child.once('exit', (code) => resolve({ code, err }));
+            }),
+        ),
+      );
+      for (const [i, [name]] of bad.entries()) {
+        expect({ name, code: results[i].code }).toEqual({ name, code: 2 });
+        expect(results[i].err).toContain(`${name}:`);
+      }
     });
   });
 
