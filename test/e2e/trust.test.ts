@@ -124,6 +124,17 @@ describe('trust store', () => {
       expect(r.body.error.code).toBe('DAG_SIGNATURE_INVALID');
     });
 
+    it('answers 422 DAG_SIGNATURE_INVALID, never 500, for a signed body nested too deep to canonicalize', async () => {
+      const depth = 200_000;
+      const r = await app.request('POST', '/api/v1/dags', {
+        as: a,
+        rawBody: `{"id":"deep","steps":[],"x":${'['.repeat(depth)}${']'.repeat(depth)}}`,
+        headers: { 'content-type': 'application/json', 'x-ordo-dag-signature': await sign({}) },
+      });
+      expect(r.status).toBe(422);
+      expect(r.body.error.code).toBe('DAG_SIGNATURE_INVALID');
+    });
+
     it('refuses a signature by a revoked key (422 DAG_KEY_REVOKED)', async () => {
       const k = await generateSigningKeyPair('rev-dag');
       await add({ kid: 'rev-dag', owner: 'ci', publicJwk: k.publicJwk });

@@ -4,7 +4,7 @@ import type { TenantTx } from '../../core/database/handles';
 import { badRequest, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import { YAML_TYPES } from '../../core/http/app-factory';
-import { canonicalHash, canonicalJson } from '../../core/json/canonical-json';
+import { canonicalHash } from '../../core/json/canonical-json';
 import { PluginRegistry } from '../plugins/plugin-registry';
 import { TrustService } from '../trust/trust.service';
 import { graphDot, graphJson, type DagGraphJson } from './dag-graph';
@@ -111,7 +111,7 @@ export class DagsService {
     jws: string | undefined,
   ): Promise<DagSignature | undefined> {
     if (jws === undefined) return undefined;
-    const signer = await this.trust.verifyDetached(tenantId, Buffer.from(canonicalJson(raw), 'utf8'), jws, 'DAG');
+    const signer = await this.trust.verifyDetachedJson(tenantId, raw, jws, 'DAG');
     return { kid: signer.kid, signer: signer.owner, alg: signer.alg, source: 'api' };
   }
 

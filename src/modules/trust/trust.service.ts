@@ -3,6 +3,7 @@ import { Database } from '../../core/database/database';
 import type { TenantTx } from '../../core/database/handles';
 import { badRequest, conflict, DomainError, forbidden, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
+import { canonicalJson } from '../../core/json/canonical-json';
 import type { TenantPrincipalT } from '../../core/http/request-context';
 import {
   DETACHED_JWS_ALG,
@@ -112,6 +113,22 @@ export class TrustService {
     ctx: SignatureContext = 'DAG',
   ): Promise<VerifiedSigner> {
     return this.db.withTenant(tenantId, (tx) => this.verifyDetachedIn(tx, payload, jws, ctx));
+  }
+
+  /** As verifyDetached, over the RFC 8785 canonical JSON of `value` (a DAG definition as submitted). */
+  async verifyDetachedJson(
+    tenantId: string,
+    value: unknown,
+    jws: string,
+    ctx: SignatureContext = 'DAG',
+  ): Promise<VerifiedSigner> {
+    let bytes: Buffer;
+    try {
+      bytes = Buffer.from(canonicalJson(value), 'utf8');
+    } catch {
+      throw signatureError(ctx, 'SIGNATURE_INVALID', 'the signed content has no RFC 8785 canonical JSON form');
+    }
+    return this.verifyDetached(tenantId, bytes, jws, ctx);
   }
 
   /** As verifyDetached, inside the caller's tenant transaction. */
