@@ -268,6 +268,41 @@ describe('run execution (api + worker + scheduler roles)', () => {
     expect(ev.at(-1)).toMatchObject({ type: 'run.rerun', data: { newRunId: rr.body.runId, fromStep: 'b' } });
   });
 
+  it('queues runs beyond maxConcurrentRuns (action queue) and admits them one at a time', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'limited',
+      constraints: { maxConcurrentRuns: { limit: 1, action: 'queue' } },
+      steps: [{ id: 'w', plugin: 'noop', with: { sleepMs: 200 } }],
+    });
+    const ids = [await start('limited'), await start('limited'), await start('limited')];
+    const waiting = await app.request('GET', `/api/v1/runs/${ids[2]}`, { as });
+    expect(waiting.body.status).toBe('queued');
+    const done = [];
+    for (const id of ids) done.push(await waitForRun(app, as, id));
+    expect(done.map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    // Never two at once: each run's step starts after the previous one finished.
+    const spans = done.map((r) => steps(r).get('w') as unknown as { startedUtc: string; finishedUtc: string });
+    for (let i = 1; i < spans.length; i++)
+      expect(Date.parse(spans[i].startedUtc)).toBeGreaterThanOrEqual(Date.parse(spans[i - 1].finishedUtc));
+    const ev = await events(ids[1]);
+    expect(ev.map((e) => e.type).slice(0, 4)).toEqual(['run.created', 'run.waiting', 'run.admitted', 'step.queued']);
+  });
+
+  it('skips runs beyond maxConcurrentRuns (action skip): they end cancelled with the reason', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'limited-skip',
+      constraints: { maxConcurrentRuns: { limit: 1, action: 'skip' } },
+      steps: [{ id: 'w', plugin: 'noop', with: { sleepMs: 300 } }],
+    });
+    const first = await start('limited-skip');
+    const second = await start('limited-skip');
+    const r2 = await app.request('GET', `/api/v1/runs/${second}`, { as });
+    expect(r2.body).toMatchObject({ status: 'cancelled', reason: 'max_concurrent_runs' });
+    expect((await waitForRun(app, as, first)).status).toBe('succeeded');
+    // With the slot free again, the next run starts.
+    expect((await waitForRun(app, as, await start('limited-skip'))).status).toBe('succeeded');
+  });
+
   it('records maxExpectedRunTime as an event and lets the step finish', async () => {
     await publishDag(app, app.tenantId, {
       id: 'expected',

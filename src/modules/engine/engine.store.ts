@@ -6,6 +6,7 @@ import { canonicalHash } from '../../core/json/canonical-json';
 import { jsonArtifact, type NewArtifact, ArtifactsRepository } from '../artifacts/artifacts.repository';
 import { backoffMs } from '../dags/dag-definition';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
+import { admitWaitingRuns } from '../runs/run-admission';
 import { RunBooks, runKey } from '../runs/run-book';
 import type { StepSpec } from '../runs/run-plan';
 import { RunsRepository } from '../runs/runs.repository';
@@ -518,6 +519,7 @@ export class EngineStore {
         b.outputsHash = canonicalHash(byRun.get(runKey(b.row.tenant_id, b.row.run_id)) ?? {});
         books.transition(b, b.stepsFailed > 0 ? 'failed' : 'succeeded', 'engine', { outputsHash: b.outputsHash });
       }
+      await admitWaitingRuns(tx, this.runs, books, ending);
     }
     await this.artifacts.insertMany(tx, ctx.artifacts);
     for (const j of ctx.jobs) {

@@ -11,7 +11,7 @@ export interface StepSpec {
   disabled: boolean;
 }
 
-export type InitialStepStatus = 'pending' | 'queued' | 'skipped' | 'succeeded';
+export type InitialStepStatus = 'pending' | 'queued' | 'skipped' | 'succeeded' | 'cancelled';
 
 export interface PlannedStep {
   stepId: string;

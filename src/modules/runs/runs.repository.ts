@@ -17,7 +17,7 @@ export interface NewRun {
   runToken: string;
   inputs: JsonValue;
   inputsHash: string;
-  status: 'queued' | 'succeeded';
+  status: 'queued' | 'succeeded' | 'cancelled';
   reason: string | null;
   traceId: string;
   requestedBy: string;
@@ -182,7 +182,7 @@ export class RunsRepository {
       select ${tenantId}, u.run_id, u.step_id, u.status, u.reason, u.plugin, u.config::jsonb, u.spec::jsonb,
         array(select jsonb_array_elements_text(u.deps::jsonb)), u.topo_index, u.pending_deps, u.from_rerun, u.outputs::jsonb,
         u.outputs_hash, case when u.status = 'queued' then ${now}::timestamptz end,
-        case when u.status in ('skipped', 'succeeded') then ${now}::timestamptz end
+        case when u.status in ('skipped', 'succeeded', 'cancelled') then ${now}::timestamptz end
       from unnest(${steps.map((s) => s.runId)}::uuid[], ${steps.map((s) => s.stepId)}::text[], ${steps.map((s) => s.status)}::text[],
         ${steps.map((s) => s.reason)}::text[], ${steps.map((s) => s.plugin)}::text[],
         ${steps.map((s) => JSON.stringify(s.config))}::text[], ${steps.map((s) => JSON.stringify(s.spec))}::text[],
@@ -394,6 +394,76 @@ export class RunsRepository {
       .where('run_id', '=', runId)
       .where('status', '=', 'succeeded')
       .execute();
+  }
+
+  /** DAGs (of the given runs) that have runs waiting for a maxConcurrentRuns slot, locked (advisory, in key order). */
+  async lockWaitingDags(
+    tx: AnyTx,
+    runs: { tenantId: string; dagId: string }[],
+  ): Promise<{ tenant_id: string; dag_id: string }[]> {
+    if (runs.length === 0) return [];
+    const r = await sql<{ tenant_id: string; dag_id: string }>`
+      select d.tenant_id, d.dag_id, pg_advisory_xact_lock(hashtext(d.tenant_id || '/' || d.dag_id))
+      from (
+        select distinct u.tenant_id, u.dag_id from unnest(${runs.map((x) => x.tenantId)}::text[], ${runs.map((x) => x.dagId)}::text[]) as u(tenant_id, dag_id)
+        where exists (select 1 from run r where r.tenant_id = u.tenant_id and r.dag_id = u.dag_id and r.status = 'queued' and not r.admitted)
+        order by 1, 2
+      ) d`.execute(asTrx(tx));
+    return r.rows;
+  }
+
+  /**
+   * Runs waiting for a maxConcurrentRuns slot of the DAGs of `ending` that may start now: per DAG,
+   * oldest first, as many as its limit leaves free once the ending runs are no longer counted.
+   */
+  async admissible(
+    tx: AnyTx,
+    ending: { tenantId: string; runId: string; dagId: string }[],
+  ): Promise<{ tenant_id: string; run_id: string }[]> {
+    if (ending.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string }>`
+      with e as (
+        select * from unnest(${ending.map((e) => e.tenantId)}::text[], ${ending.map((e) => e.runId)}::uuid[], ${ending.map((e) => e.dagId)}::text[])
+          as e(tenant_id, run_id, dag_id)
+      ),
+      d as (select distinct tenant_id, dag_id from e),
+      w as (
+        select r.tenant_id, r.run_id, r.dag_id, r.dag_version,
+          row_number() over (partition by r.tenant_id, r.dag_id order by r.created_at, r.run_id) as rn
+        from run r join d on r.tenant_id = d.tenant_id and r.dag_id = d.dag_id
+        where r.status = 'queued' and not r.admitted
+      ),
+      active as (
+        select r.tenant_id, r.dag_id, count(*) as n
+        from run r join d on r.tenant_id = d.tenant_id and r.dag_id = d.dag_id
+        where r.status in ('queued', 'running') and r.admitted
+          and not exists (select 1 from e where e.tenant_id = r.tenant_id and e.run_id = r.run_id)
+        group by r.tenant_id, r.dag_id
+      )
+      select w.tenant_id, w.run_id from w
+      join dag_version dv on dv.tenant_id = w.tenant_id and dv.dag_id = w.dag_id and dv.version = w.dag_version
+      left join active a on a.tenant_id = w.tenant_id and a.dag_id = w.dag_id
+      where w.rn <= coalesce((dv.definition->'constraints'->'maxConcurrentRuns'->>'limit')::int, 1000000) - coalesce(a.n, 0)
+      order by w.tenant_id, w.run_id`.execute(asTrx(tx));
+    return r.rows;
+  }
+
+  /** Admits waiting runs: their ready root steps become queued; returns those steps in topological order. */
+  async admit(
+    tx: AnyTx,
+    runs: { tenantId: string; runId: string }[],
+  ): Promise<{ tenant_id: string; run_id: string; step_id: string }[]> {
+    if (runs.length === 0) return [];
+    await sql`
+      update run r set admitted = true
+      from unnest(${runs.map((x) => x.tenantId)}::text[], ${runs.map((x) => x.runId)}::uuid[]) as u(tenant_id, run_id)
+      where r.tenant_id = u.tenant_id and r.run_id = u.run_id`.execute(asTrx(tx));
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string; topo_index: number }>`
+      update step s set status = 'queued', queued_at = now()
+      from unnest(${runs.map((x) => x.tenantId)}::text[], ${runs.map((x) => x.runId)}::uuid[]) as u(tenant_id, run_id)
+      where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.status = 'pending' and s.pending_deps = 0
+      returning s.tenant_id, s.run_id, s.step_id, s.topo_index`.execute(asTrx(tx));
+    return r.rows.sort((a, b) => (a.run_id === b.run_id ? a.topo_index - b.topo_index : a.run_id < b.run_id ? -1 : 1));
   }
 
   async countActiveRuns(tx: TenantTx, dagId: string): Promise<number> {

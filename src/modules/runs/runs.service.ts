@@ -9,6 +9,7 @@ import type { DagDefinition } from '../dags/dag-definition';
 import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
 import { compileInputSchema } from '../dags/input-schema';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
+import { admitWaitingRuns } from './run-admission';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
 import { descendants, planRun, type PlannedStep, type ReusedOutputs } from './run-plan';
@@ -87,6 +88,12 @@ export class RunsService {
     const planned = new Map<string, { run: NewRun; steps: PlannedStep[]; events: ChainedEvent[] }>();
     const now = new Date();
     const seenTokens = new Map<string, string>();
+    // maxConcurrentRuns: slots left per DAG (counted under a per-DAG advisory lock, so concurrent creators agree).
+    const slots = new Map<string, number>();
+    for (const v of versions.values()) {
+      const c = v.definition.constraints?.maxConcurrentRuns;
+      if (c && !slots.has(v.dagId)) slots.set(v.dagId, c.limit - (await this.repo.countActiveRuns(tx, v.dagId)));
+    }
     for (const r of reqs) {
       const v = versions.get(`${r.dagId}@${r.version ?? 'latest'}`)!;
       const inputs = this.validateInputs(v.definition, r.inputs);
@@ -99,8 +106,25 @@ export class RunsService {
       seenTokens.set(tokenKey, inputsHash);
       const runId = randomUUID();
       const traceId = randomBytes(16).toString('hex');
-      const plan = planRun(v.definition, lineage.reuse);
-      const remaining = plan.filter((s) => s.status !== 'skipped' && s.status !== 'succeeded').length;
+      let plan = planRun(v.definition, lineage.reuse);
+      let admission: 'admitted' | 'waiting' | 'skipped' = 'admitted';
+      const limit = v.definition.constraints?.maxConcurrentRuns;
+      if (limit) {
+        const left = slots.get(v.dagId)!;
+        if (left > 0) slots.set(v.dagId, left - 1);
+        else admission = limit.action === 'queue' ? 'waiting' : 'skipped';
+      }
+      if (admission === 'waiting') {
+        // Waits for a slot: nothing is queued until the run is admitted (when another run of the DAG ends).
+        plan = plan.map((s) => (s.status === 'queued' ? { ...s, status: 'pending' } : s));
+      } else if (admission === 'skipped') {
+        plan = plan.map((s) =>
+          s.status === 'pending' || s.status === 'queued'
+            ? { ...s, status: 'cancelled', reason: 'max_concurrent_runs' }
+            : s,
+        );
+      }
+      const remaining = plan.filter((s) => s.status === 'pending' || s.status === 'queued').length;
       const drafts: EventDraft[] = [
         {
           type: 'run.created',
@@ -125,8 +149,16 @@ export class RunsService {
             data: s.reason ? { reason: s.reason } : s.fromRerun ? { outputsHash: s.outputsHash } : {},
           })),
       ];
+      if (admission === 'waiting')
+        drafts.push({ type: 'run.waiting', actor: 'engine', data: { reason: 'max_concurrent_runs' } });
       const finishedNow = remaining === 0;
-      if (finishedNow) drafts.push({ type: 'run.succeeded', actor: 'engine', data: {} });
+      const endStatus = admission === 'skipped' ? 'cancelled' : 'succeeded';
+      if (finishedNow)
+        drafts.push({
+          type: `run.${endStatus}`,
+          actor: 'engine',
+          data: admission === 'skipped' ? { reason: 'max_concurrent_runs' } : {},
+        });
       const chained = chain(tenantId, runId, { seq: 0, hash: '' }, drafts, now);
       const run: NewRun = {
         runId,
@@ -136,14 +168,14 @@ export class RunsService {
         runToken: r.runToken,
         inputs: inputs,
         inputsHash,
-        status: finishedNow ? 'succeeded' : 'queued',
-        reason: null,
+        status: finishedNow ? endStatus : 'queued',
+        reason: admission === 'skipped' ? 'max_concurrent_runs' : null,
         traceId,
         requestedBy: r.requestedBy,
         replayOf: lineage.replayOf ?? null,
         rerunOf: lineage.rerunOf ?? null,
         rerunFromStep: lineage.rerunFromStep ?? null,
-        admitted: true,
+        admitted: admission !== 'waiting',
         stepsTotal: plan.length,
         stepsRemaining: remaining,
         eventSeq: chained.length,
@@ -164,10 +196,8 @@ export class RunsService {
     }
     await this.repo.insertSteps(tx, tenantId, steps);
     await this.repo.insertEvents(tx, events);
-    if (queue.length > 0) {
-      await this.repo.ensureTenantQueue(tx);
-      await this.repo.enqueue(tx, queue);
-    }
+    if (steps.length > 0) await this.repo.ensureTenantQueue(tx);
+    await this.repo.enqueue(tx, queue);
     // Requests whose token already had a run: same inputs → that run; other inputs → conflict.
     const existing = new Map<string, RunRow>();
     const missing = newRuns.filter((r) => !inserted.has(r.runId));
@@ -312,6 +342,7 @@ export class RunsService {
         b.stepsRemaining = 0;
         b.reason = `cancelled by ${actor}`;
         books.transition(b, 'cancelled', actor);
+        await admitWaitingRuns(tx, this.repo, books, [b]);
         await this.repo.insertEvents(tx, books.events());
         await this.repo.updateRunBooks(tx, books.updates());
       }
