@@ -2,6 +2,12 @@ import { createHash } from 'node:crypto';
 import type { Database } from '../../src/core/database/database';
 import { dagDefinition } from '../../src/modules/dags/dag-definition';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
+import { RunsRepository } from '../../src/modules/runs/runs.repository';
+import { RunsService } from '../../src/modules/runs/runs.service';
+import { SystemClock } from '../../src/modules/scheduler/clock';
+import { RunsScheduleRunner } from '../../src/modules/scheduler/runs-schedule-runner';
+import { SchedulerLoop } from '../../src/modules/scheduler/scheduler-loop';
+import { SchedulesRepository } from '../../src/modules/scheduler/schedules.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
 
 async function publishDag(db: Database, tenantId: string, dagId: string): Promise<void> {
@@ -244,17 +250,31 @@ describe('schedules API', () => {
   });
 });
 
-describe('schedules with the scheduler role running', () => {
+describe('schedules fired by a scheduler loop', () => {
   let app: TestApp;
+  let loop: SchedulerLoop;
   let as: { token: string; tenantId: string };
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   beforeAll(async () => {
-    app = await startTestApp({ ORDO_ROLES: 'api,scheduler' });
+    app = await startTestApp();
     as = { token: app.adminToken, tenantId: app.tenantId };
     await publishDag(app.testDb.db, app.tenantId, 'beat');
+    // The scheduler role's loop, on the app's database, with the real clock.
+    const db = app.ordo.database;
+    const runs = app.ordo.app.get(RunsService, { strict: false });
+    loop = new SchedulerLoop(
+      db,
+      new SchedulesRepository(),
+      new RunsScheduleRunner(db, runs, new RunsRepository()),
+      new SystemClock(),
+    );
+    await loop.start();
   });
-  afterAll(async () => app.close());
+  afterAll(async () => {
+    await loop.stop();
+    await app.close();
+  });
 
   const fires = async (id: string) =>
     (await app.request('GET', `/api/v1/schedules/${id}/fires?limit=500`, { as })).body.items.reverse();

@@ -185,7 +185,7 @@ function instantsOf(tz: string, wall: number): { instants: number[]; gapEnd?: nu
   const before = offsetAt(tz, wall - 86_400_000);
   const after = offsetAt(tz, wall + 86_400_000);
   // No later wall-clock time maps to an instant before this one.
-  const earliest = wall - Math.max(before, after) - Math.abs(before - after);
+  const earliest = wall - Math.max(before, after);
   const instants: number[] = [];
   for (const o of before === after ? [before] : [before, after]) {
     const t = wall - o;
@@ -247,7 +247,10 @@ function* wallTimes(c: CronExpression, fromWall: number): Generator<number> {
           continue;
         }
         for (const h of hours) {
+          // On the first day, whole hours and minutes before the start are skipped without enumeration.
+          if (first && Date.UTC(y, mo - 1, d, h, 59, 59) < fromWall) continue;
           for (const mi of mins) {
+            if (first && Date.UTC(y, mo - 1, d, h, mi, 59) < fromWall) continue;
             for (const s of secs) {
               const wall = Date.UTC(y, mo - 1, d, h, mi, s);
               if (first && wall < fromWall) continue;
@@ -269,26 +272,47 @@ export function* fireTimes(expr: string | CronExpression, tz: string, afterUtc: 
   const c = typeof expr === 'string' ? parseCron(expr) : expr;
   assertTimeZone(tz);
   const after = afterUtc.getTime();
-  // Start at the local reading of `after`, earlier by the size of a nearby transition: in an
-  // overlap, earlier wall-clock times map to later instants.
+  // Wall-clock times that can map to an instant after `after` start at its reading under the
+  // smaller nearby offset (in an overlap, earlier wall-clock times map to later instants).
   const o1 = offsetAt(tz, after - 86_400_000);
   const o2 = offsetAt(tz, after + 86_400_000);
-  const fromWall = Math.floor((after + Math.min(o1, o2)) / 1000) * 1000 - Math.abs(o1 - o2);
-  // Instants produced but not yet emitted; once a wall time's `earliest` passes them they are final.
+  const fromWall = Math.floor((after + Math.min(o1, o2)) / 1000) * 1000;
+  // Instants produced but not yet emitted, ascending; once a wall time's `earliest` passes them
+  // they are final. Outside overlaps each instant is emitted as soon as it is produced.
   const pending: number[] = [];
   let last = after;
   for (const wall of wallTimes(c, fromWall)) {
     const { instants, gapEnd, earliest } = instantsOf(tz, wall);
     const chosen = c.everyHour ? instants : instants.length > 0 ? [instants[0]] : gapEnd !== undefined ? [gapEnd] : [];
-    for (const t of chosen) if (t > last && !pending.includes(t)) pending.push(t);
-    pending.sort((a, b) => a - b);
-    while (pending.length > 0 && pending[0] <= earliest) {
-      const t = pending.shift()!;
-      last = t;
-      yield new Date(t);
+    for (const t of chosen) if (t > last) insertSorted(pending, t);
+    let k = 0;
+    while (k < pending.length && pending[k] <= earliest) k++;
+    if (k > 0) {
+      const ready = pending.splice(0, k);
+      for (const t of ready) {
+        last = t;
+        yield new Date(t);
+      }
     }
   }
   for (const t of pending) yield new Date(t);
+}
+
+/** Inserts `t` into the ascending array `xs` unless present. */
+function insertSorted(xs: number[], t: number): void {
+  const n = xs.length;
+  if (n === 0 || t > xs[n - 1]) {
+    xs.push(t);
+    return;
+  }
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (xs[mid] < t) lo = mid + 1;
+    else hi = mid;
+  }
+  if (xs[lo] !== t) xs.splice(lo, 0, t);
 }
 
 /** The next `count` fire instants strictly after `afterUtc`. */
@@ -311,16 +335,22 @@ export function previewFireTimes(expr: string, tz: string, afterUtc: Date, count
 export function lastFireTimeBetween(expr: string, tz: string, notBefore: Date, atOrBefore: Date): Date | undefined {
   const c = parseCron(expr);
   const end = atOrBefore.getTime();
-  // Widen a window backwards until it holds a fire time, then walk it forward.
-  for (let span = 1000; ; span *= 4) {
-    const from = Math.max(end - span, notBefore.getTime());
-    let found: Date | undefined;
-    for (const t of fireTimes(c, tz, new Date(from - 1))) {
-      if (t.getTime() > end) break;
-      found = t;
-    }
-    if (found || from <= notBefore.getTime()) return found;
+  const firstAfter = (t: number): number => {
+    const next = fireTimes(c, tz, new Date(t)).next();
+    return next.done ? Infinity : next.value.getTime();
+  };
+  // Fire instants are whole seconds. Bisect for the smallest second s whose next fire lies beyond
+  // `end`: the latest fire is s itself.
+  const lo0 = notBefore.getTime() - 1;
+  if (firstAfter(lo0) > end) return undefined;
+  let lo = Math.floor(lo0 / 1000);
+  let hi = Math.floor(end / 1000);
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (firstAfter(mid * 1000) > end) hi = mid;
+    else lo = mid;
   }
+  return new Date(hi * 1000);
 }
 
 /**
