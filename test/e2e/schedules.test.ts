@@ -10,9 +10,18 @@ import { SchedulerLoop } from '../../src/modules/scheduler/scheduler-loop';
 import { SchedulesRepository } from '../../src/modules/scheduler/schedules.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
 
-async function publishDag(db: Database, tenantId: string, dagId: string): Promise<void> {
+async function publishDag(
+  db: Database,
+  tenantId: string,
+  dagId: string,
+  inputs?: Record<string, unknown>,
+): Promise<void> {
   const repo = new DagsRepository();
-  const definition = dagDefinition.parse({ id: dagId, steps: [{ id: 'a', plugin: 'noop' }] });
+  const definition = dagDefinition.parse({
+    id: dagId,
+    ...(inputs && { inputs }),
+    steps: [{ id: 'a', plugin: 'noop' }],
+  });
   await db.withTenant(tenantId, async (tx) => {
     const latest = await repo.lockDag(tx, dagId);
     await repo.insertVersion(tx, {
@@ -44,6 +53,16 @@ describe('schedules API', () => {
     b = await app.tenant('tenant-b');
     await publishDag(app.testDb.db, app.tenantId, 'nightly');
     await publishDag(app.testDb.db, app.tenantId, 'other');
+    await publishDag(app.testDb.db, app.tenantId, 'typed', {
+      type: 'object',
+      properties: { day: { type: 'string' } },
+      required: ['day'],
+      additionalProperties: false,
+    });
+    await publishDag(app.testDb.db, app.tenantId, 'other');
+    await app.testDb.db.withTenant(app.tenantId, (tx) =>
+      new DagsRepository().setStatus(tx, 'other', 2, 'disabled', 'test'),
+    );
   });
   afterAll(async () => app.close());
 
@@ -110,6 +129,9 @@ describe('schedules API', () => {
     [{ ...base, timezone: 'Mars/Olympus_Mons' }, 400, 'INVALID_TIMEZONE'],
     [{ ...base, dagId: 'missing' }, 404, 'DAG_NOT_FOUND'],
     [{ ...base, version: 7 }, 404, 'DAG_NOT_FOUND'],
+    [{ ...base, dagId: 'typed', inputs: { day: 3 } }, 400, 'INVALID_INPUTS'],
+    [{ ...base, dagId: 'typed' }, 400, 'INVALID_INPUTS'],
+    [{ ...base, dagId: 'other', version: 2 }, 409, 'DAG_VERSION_DISABLED'],
     [{ ...base, catchUp: 'some' }, 400, undefined],
     [{ ...base, overlap: 'replace' }, 400, undefined],
     [{ ...base, surprise: true }, 400, undefined],

@@ -2,10 +2,11 @@ import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { Database } from '../../core/database/database';
 import type { TenantTx } from '../../core/database/handles';
-import { DomainError, notFound } from '../../core/errors/domain-error';
+import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import type { TenantPrincipalT } from '../../core/http/request-context';
 import { DagsRepository } from '../dags/dags.repository';
+import { compileInputSchema } from '../dags/input-schema';
 import { Clock } from './clock';
 import { lastFireTimeBetween, nextFireTimes, previewFireTimes, validateCron } from './cron';
 import type { CreateScheduleBody, ScheduleDto, UpdateScheduleBody } from './schedules.dto';
@@ -33,7 +34,7 @@ export class SchedulesService {
     const now = this.clock.now();
     validateCron(body.cron, body.timezone, now);
     const row = await this.db.withTenant(p.tenantId, async (tx) => {
-      await this.assertDag(tx, body.dagId, body.version);
+      await this.assertDag(tx, body.dagId, body.version, body.inputs);
       return this.repo.insert(tx, {
         id: randomUUID(),
         dagId: body.dagId,
@@ -83,7 +84,9 @@ export class SchedulesService {
       validateCron(cron, timezone, now);
       const dagId = body.dagId ?? current.dagId;
       const version = body.version === undefined ? current.dagVersion : body.version;
-      if (body.dagId !== undefined || body.version !== undefined) await this.assertDag(tx, dagId, version ?? undefined);
+      if (body.dagId !== undefined || body.version !== undefined || body.inputs !== undefined) {
+        await this.assertDag(tx, dagId, version ?? undefined, body.inputs ?? current.inputs);
+      }
       const changes: ScheduleChanges = {
         dagId: body.dagId,
         dagVersion: body.version,
@@ -156,8 +159,16 @@ export class SchedulesService {
     };
   }
 
-  /** The DAG (and pinned version) must exist in this tenant; another tenant's DAG is unknown here. */
-  private async assertDag(tx: TenantTx, dagId: string, version: number | undefined): Promise<void> {
+  /**
+   * The DAG (and pinned version) must exist in this tenant and be active, and the inputs must match
+   * its input schema; another tenant's DAG is unknown here.
+   */
+  private async assertDag(
+    tx: TenantTx,
+    dagId: string,
+    version: number | undefined,
+    inputs: Record<string, unknown>,
+  ): Promise<void> {
     const v = await this.dags.findVersion(tx, dagId, version);
     if (!v) {
       throw new DomainError(
@@ -165,6 +176,13 @@ export class SchedulesService {
         version === undefined ? `DAG ${dagId} has no active version` : `DAG ${dagId} version ${version} not found`,
         404,
       );
+    }
+    if (v.status !== 'active') throw conflict('DAG_VERSION_DISABLED', `DAG ${dagId} version ${v.version} is disabled`);
+    const r = compileInputSchema(v.definition.inputs).safeParse(inputs);
+    if (!r.success) {
+      const i = r.error.issues[0];
+      const where = i.path.length > 0 ? i.path.map(String).join('.') : '(root)';
+      throw badRequest('INVALID_INPUTS', `inputs ${where}: ${i.message}`, { path: i.path.map(String) });
     }
   }
 }
