@@ -1,7 +1,38 @@
 import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemTx } from '../../core/database/handles';
+import type { NewArtifact } from '../artifacts/artifacts.repository';
 import type { JobName } from './jobs';
+
+export interface FinishAttempt extends StepKey {
+  attempt: number;
+  epoch: number;
+  status: string;
+  error: unknown;
+  outputsHash: string | null;
+  logsHash: string | null;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
+export interface SetStep extends StepKey {
+  from: string[];
+  to: string;
+  reason?: string | null;
+  outputs?: unknown;
+  outputsHash?: string | null;
+  logsHash?: string | null;
+  error?: unknown;
+  terminal: boolean;
+  queued?: boolean;
+}
+
+export interface OpenAttempt extends StepKey {
+  attempt: number;
+  epoch: number;
+  traceparent: string;
+  queuedAt: Date | null;
+}
 
 export interface StepKey {
   tenantId: string;
@@ -115,19 +146,32 @@ export class EngineRepository {
     return r.rows;
   }
 
-  async leaseItems(
+  /** Leases claimed queue items to the worker and opens their attempts (one statement). */
+  async leaseAndOpen(
     tx: SystemTx,
     items: { tenantId: string; id: number; epoch: number }[],
+    attempts: OpenAttempt[],
     workerId: string,
     leaseMs: number,
   ): Promise<void> {
     if (items.length === 0) return;
     await sql`
-      update queue_item q set state = 'leased', worker_id = ${workerId}, epoch = u.epoch,
-        lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
-      from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.id)}::bigint[], ${items.map((i) => i.epoch)}::int[])
-        as u(tenant_id, id, epoch)
-      where q.tenant_id = u.tenant_id and q.id = u.id`.execute(tx);
+      with l as (
+        update queue_item q set state = 'leased', worker_id = ${workerId}, epoch = u.epoch,
+          lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
+        from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.id)}::bigint[], ${items.map((i) => i.epoch)}::int[])
+          as u(tenant_id, id, epoch)
+        where q.tenant_id = u.tenant_id and q.id = u.id
+        returning 1
+      )
+      insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at, claimed_at,
+        constraint_checked_at)
+      select u.tenant_id, u.run_id, u.step_id, u.attempt, u.epoch, ${workerId}, now() + make_interval(secs => ${leaseMs / 1000}),
+        u.traceparent, u.queued_at, now(), now()
+      from unnest(${attempts.map((r) => r.tenantId)}::text[], ${attempts.map((r) => r.runId)}::uuid[], ${attempts.map((r) => r.stepId)}::text[],
+        ${attempts.map((r) => r.attempt)}::int[], ${attempts.map((r) => r.epoch)}::int[], ${attempts.map((r) => r.traceparent)}::text[],
+        ${attempts.map((r) => r.queuedAt)}::timestamptz[])
+        as u(tenant_id, run_id, step_id, attempt, epoch, traceparent, queued_at)`.execute(tx);
   }
 
   async deleteItems(tx: SystemTx, items: { tenantId: string; id: number }[]): Promise<void> {
@@ -155,93 +199,82 @@ export class EngineRepository {
     return r.rows;
   }
 
-  async insertAttempts(
-    tx: SystemTx,
-    rows: (StepKey & {
-      attempt: number;
-      epoch: number;
-      workerId: string;
-      leaseMs: number;
-      traceparent: string;
-      queuedAt: Date | null;
-    })[],
-  ): Promise<void> {
-    if (rows.length === 0) return;
-    await sql`
-      insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at, claimed_at,
-        constraint_checked_at)
-      select u.tenant_id, u.run_id, u.step_id, u.attempt, u.epoch, u.worker_id, now() + make_interval(secs => u.lease_ms / 1000.0),
-        u.traceparent, u.queued_at, now(), now()
-      from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
-        ${rows.map((r) => r.attempt)}::int[], ${rows.map((r) => r.epoch)}::int[], ${rows.map((r) => r.workerId)}::text[],
-        ${rows.map((r) => r.leaseMs)}::int[], ${rows.map((r) => r.traceparent)}::text[], ${rows.map((r) => r.queuedAt)}::timestamptz[])
-        as u(tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_ms, traceparent, queued_at)`.execute(tx);
-  }
-
   /** Ends running attempts (only those still running at that epoch). */
-  async finishAttempts(
-    tx: SystemTx,
-    rows: (StepKey & {
-      attempt: number;
-      epoch: number;
-      status: string;
-      error: unknown;
-      outputsHash: string | null;
-      logsHash: string | null;
-      startedAt: Date | null;
-      finishedAt: Date | null;
-    })[],
-  ): Promise<void> {
+  async finishAttempts(tx: SystemTx, rows: FinishAttempt[]): Promise<void> {
     if (rows.length === 0) return;
-    await sql`
-      update attempt a set status = u.status, error = u.error::jsonb, outputs_hash = u.outputs_hash, logs_hash = u.logs_hash,
-        started_at = coalesce(u.started_at, a.started_at), finished_at = coalesce(u.finished_at, a.finished_at), terminated_at = now()
-      from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
-        ${rows.map((r) => r.attempt)}::int[], ${rows.map((r) => r.epoch)}::int[], ${rows.map((r) => r.status)}::text[],
-        ${rows.map((r) => (r.error === null || r.error === undefined ? null : JSON.stringify(r.error)))}::text[],
-        ${rows.map((r) => r.outputsHash)}::text[], ${rows.map((r) => r.logsHash)}::text[],
-        ${rows.map((r) => r.startedAt)}::timestamptz[], ${rows.map((r) => r.finishedAt)}::timestamptz[])
-        as u(tenant_id, run_id, step_id, attempt, epoch, status, error, outputs_hash, logs_hash, started_at, finished_at)
-      where a.tenant_id = u.tenant_id and a.run_id = u.run_id and a.step_id = u.step_id and a.attempt = u.attempt
-        and a.epoch = u.epoch and a.status = 'running'`.execute(tx);
+    await sql`${finishAttemptsSql(rows)}`.execute(tx);
   }
 
   /** Sets step states (each write names the states it may come from: the transition table). */
-  async setSteps(
-    tx: SystemTx,
-    rows: (StepKey & {
-      from: string[];
-      to: string;
-      reason?: string | null;
-      outputs?: unknown;
-      outputsHash?: string | null;
-      logsHash?: string | null;
-      error?: unknown;
-      terminal: boolean;
-      queued?: boolean;
-    })[],
-  ): Promise<StepKey[]> {
+  async setSteps(tx: SystemTx, rows: SetStep[]): Promise<StepKey[]> {
     if (rows.length === 0) return [];
-    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
-      update step s set status = u.status, reason = coalesce(u.reason, s.reason),
-        outputs = coalesce(u.outputs::jsonb, s.outputs), outputs_hash = coalesce(u.outputs_hash, s.outputs_hash),
-        logs_hash = coalesce(u.logs_hash, s.logs_hash), error = coalesce(u.error::jsonb, s.error),
-        finished_at = case when u.terminal then now() else s.finished_at end,
-        queued_at = case when u.queued then now() else s.queued_at end
-      from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
-        ${rows.map((r) => JSON.stringify(r.from))}::text[], ${rows.map((r) => r.to)}::text[], ${rows.map((r) => r.reason ?? null)}::text[],
-        ${rows.map((r) => (r.outputs === undefined || r.outputs === null ? null : JSON.stringify(r.outputs)))}::text[],
-        ${rows.map((r) => r.outputsHash ?? null)}::text[], ${rows.map((r) => r.logsHash ?? null)}::text[],
-        ${rows.map((r) => (r.error === undefined || r.error === null ? null : JSON.stringify(r.error)))}::text[],
-        ${rows.map((r) => r.terminal)}::bool[], ${rows.map((r) => r.queued ?? false)}::bool[])
-        as u(tenant_id, run_id, step_id, from_states, status, reason, outputs, outputs_hash, logs_hash, error, terminal, queued)
-      where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id
-        and s.status in (select jsonb_array_elements_text(u.from_states::jsonb))
-      returning s.tenant_id, s.run_id, s.step_id`.execute(tx);
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`${setStepsSql(rows)}`.execute(tx);
     return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
   }
 
   /**
+   * The write half of applying a batch of results, as one statement: attempts end, steps move on
+   * (returned, to check every transition was allowed), the workers' leases are released (and their
+   * tenants' in-flight counters lowered) and artifacts are stored.
+   */
+  async completeBatch(
+    tx: SystemTx,
+    b: {
+      attempts: FinishAttempt[];
+      steps: SetStep[];
+      released: (StepKey & { epoch: number })[];
+      artifacts: NewArtifact[];
+    },
+  ): Promise<StepKey[]> {
+    const rel = b.released;
+    const arts = [...new Map(b.artifacts.map((a) => [`${a.tenantId}/${a.sha256}`, a])).values()];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
+      with fa as (${b.attempts.length > 0 ? sql`${finishAttemptsSql(b.attempts)} returning 1` : sql`select 1`}),
+      st as (${b.steps.length > 0 ? setStepsSql(b.steps) : sql`select null::text as tenant_id, null::uuid as run_id, null::text as step_id where false`}),
+      rl as (
+        delete from queue_item q
+        using unnest(${rel.map((k) => k.tenantId)}::text[], ${rel.map((k) => k.runId)}::uuid[], ${rel.map((k) => k.stepId)}::text[],
+          ${rel.map((k) => k.epoch)}::int[]) as u(tenant_id, run_id, step_id, epoch)
+        where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id and q.state = 'leased' and q.epoch = u.epoch
+        returning q.tenant_id
+      ),
+      rc as (select tenant_id, count(*)::int as n from rl group by tenant_id),
+      tq as (
+        update tenant_queue t set in_flight = greatest(0, t.in_flight - rc.n) from rc where t.tenant_id = rc.tenant_id returning 1
+      ),
+      ar as (
+        insert into artifact (tenant_id, sha256, media_type, size, body_json)
+        select u.tenant_id, u.sha256, u.media_type, octet_length(u.body), u.body::jsonb
+        from unnest(${arts.map((a) => a.tenantId)}::text[], ${arts.map((a) => a.sha256)}::text[],
+          ${arts.map((a) => a.mediaType)}::text[], ${arts.map((a) => a.json)}::text[]) as u(tenant_id, sha256, media_type, body)
+        on conflict do nothing
+        returning 1
+      )
+      select tenant_id, run_id, step_id from st`.execute(tx);
+    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
+  }
+
+  /** Moves pending steps to queued and puts them into the ready queue in the given order, waking workers (one statement). */
+  async queueSteps(tx: SystemTx, keys: StepKey[]): Promise<StepKey[]> {
+    if (keys.length === 0) return [];
+    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
+      with u as (
+        update step s set status = 'queued', queued_at = now()
+        from unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[], ${keys.map((k) => k.stepId)}::text[])
+          with ordinality as k(tenant_id, run_id, step_id, n)
+        where s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id and s.status = 'pending'
+        returning s.tenant_id, s.run_id, s.step_id, k.n
+      ),
+      i as (
+        insert into queue_item (tenant_id, run_id, step_id) select tenant_id, run_id, step_id from u order by n returning 1
+      ),
+      w as (select pg_notify('ordo_ready', '') as x)
+      select u.tenant_id, u.run_id, u.step_id, (select count(*) from w) as notified from u`.execute(tx);
+    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
+  }
+
+  /**
+   * Counts finished dependencies down  /**
    * Counts finished dependencies down: each pending step that depends on a step in `done` loses
    * one pending dependency per such step. Returns the steps that now have none left.
    */
@@ -400,4 +433,36 @@ export class EngineRepository {
     );
     return r.rows[0];
   }
+}
+
+const json = (v: unknown) => (v === undefined || v === null ? null : JSON.stringify(v));
+
+function finishAttemptsSql(rows: FinishAttempt[]) {
+  return sql`
+    update attempt a set status = u.status, error = u.error::jsonb, outputs_hash = u.outputs_hash, logs_hash = u.logs_hash,
+      started_at = coalesce(u.started_at, a.started_at), finished_at = coalesce(u.finished_at, a.finished_at), terminated_at = now()
+    from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
+      ${rows.map((r) => r.attempt)}::int[], ${rows.map((r) => r.epoch)}::int[], ${rows.map((r) => r.status)}::text[],
+      ${rows.map((r) => json(r.error))}::text[], ${rows.map((r) => r.outputsHash)}::text[], ${rows.map((r) => r.logsHash)}::text[],
+      ${rows.map((r) => r.startedAt)}::timestamptz[], ${rows.map((r) => r.finishedAt)}::timestamptz[])
+      as u(tenant_id, run_id, step_id, attempt, epoch, status, error, outputs_hash, logs_hash, started_at, finished_at)
+    where a.tenant_id = u.tenant_id and a.run_id = u.run_id and a.step_id = u.step_id and a.attempt = u.attempt
+      and a.epoch = u.epoch and a.status = 'running'`;
+}
+
+function setStepsSql(rows: SetStep[]) {
+  return sql`
+    update step s set status = u.status, reason = coalesce(u.reason, s.reason),
+      outputs = coalesce(u.outputs::jsonb, s.outputs), outputs_hash = coalesce(u.outputs_hash, s.outputs_hash),
+      logs_hash = coalesce(u.logs_hash, s.logs_hash), error = coalesce(u.error::jsonb, s.error),
+      finished_at = case when u.terminal then now() else s.finished_at end,
+      queued_at = case when u.queued then now() else s.queued_at end
+    from unnest(${rows.map((r) => r.tenantId)}::text[], ${rows.map((r) => r.runId)}::uuid[], ${rows.map((r) => r.stepId)}::text[],
+      ${rows.map((r) => JSON.stringify(r.from))}::text[], ${rows.map((r) => r.to)}::text[], ${rows.map((r) => r.reason ?? null)}::text[],
+      ${rows.map((r) => json(r.outputs))}::text[], ${rows.map((r) => r.outputsHash ?? null)}::text[], ${rows.map((r) => r.logsHash ?? null)}::text[],
+      ${rows.map((r) => json(r.error))}::text[], ${rows.map((r) => r.terminal)}::bool[], ${rows.map((r) => r.queued ?? false)}::bool[])
+      as u(tenant_id, run_id, step_id, from_states, status, reason, outputs, outputs_hash, logs_hash, error, terminal, queued)
+    where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id
+      and s.status in (select jsonb_array_elements_text(u.from_states::jsonb))
+    returning s.tenant_id, s.run_id, s.step_id`;
 }

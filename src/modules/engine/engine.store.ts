@@ -10,7 +10,13 @@ import { admitWaitingRuns } from '../runs/run-admission';
 import { RunBooks, runKey } from '../runs/run-book';
 import type { StepSpec } from '../runs/run-plan';
 import { RunsRepository } from '../runs/runs.repository';
-import { EngineRepository, type StepKey } from './engine.repository';
+import {
+  EngineRepository,
+  type FinishAttempt,
+  type OpenAttempt,
+  type SetStep,
+  type StepKey,
+} from './engine.repository';
 import { JOBS, type JobPayload } from './jobs';
 
 /** Outputs up to this size (canonical JSON bytes) also stay inline on the step row. */
@@ -166,9 +172,10 @@ export class EngineStore {
         actor: c.workerId,
       });
     }
-    await this.engine.finishAttempts(tx, aborted);
-    for (const r of await this.engine.releaseLeases(tx, released)) ctx.inFlight(r.tenant_id, -r.n);
-    await this.applyOutcomes(tx, ctx, outcomes, new Map([...states].map(([k, s]) => [k, s.spec as StepSpec])));
+    await this.applyOutcomes(tx, ctx, outcomes, new Map([...states].map(([k, s]) => [k, s.spec as StepSpec])), {
+      aborted,
+      released,
+    });
   }
 
   /** Applies current (not fenced-out) outcomes of running attempts. */
@@ -177,6 +184,7 @@ export class EngineStore {
     ctx: CycleContext,
     outcomes: Outcome[],
     specs: Map<string, StepSpec>,
+    extra: { aborted: FinishAttempt[]; released: (StepKey & { epoch: number })[] } = { aborted: [], released: [] },
   ): Promise<void> {
     const attempts: Parameters<EngineRepository['finishAttempts']>[1] = [];
     const stepWrites: Parameters<EngineRepository['setSteps']>[1] = [];
@@ -283,20 +291,34 @@ export class EngineStore {
         failed.push(pick(o));
       }
     }
-    await this.engine.finishAttempts(tx, attempts);
-    // Two passes when orphaned → retrying/failed: the step first becomes orphaned, then moves on.
-    const first = stepWrites.filter((w) => w.to === 'orphaned');
+    // Orphaned steps take two transitions (running → orphaned → retrying | failed): the first goes ahead alone.
+    await this.expectWritten(
+      tx,
+      stepWrites.filter((w) => w.to === 'orphaned'),
+    );
     const rest = stepWrites.filter((w) => w.to !== 'orphaned');
-    await this.expectWritten(tx, first);
-    await this.expectWritten(tx, rest);
+    const written = await this.engine.completeBatch(tx, {
+      attempts: [...extra.aborted, ...attempts],
+      steps: rest,
+      released: extra.released,
+      artifacts: ctx.artifacts.splice(0),
+    });
+    this.checkWritten(rest, written);
     await this.skipDownstreamOf(tx, ctx, failed);
     await this.release(tx, ctx, done);
   }
 
   /** Writes step transitions; a refused one (not in an allowed source state) is logged and aborts the transaction. */
-  private async expectWritten(tx: SystemTx, writes: Parameters<EngineRepository['setSteps']>[1]): Promise<void> {
+  private async expectWritten(tx: SystemTx, writes: SetStep[]): Promise<void> {
     if (writes.length === 0) return;
-    const ok = new Set((await this.engine.setSteps(tx, writes)).map(key3));
+    this.checkWritten(writes, await this.engine.setSteps(tx, writes));
+  }
+
+  private checkWritten(
+    writes: { tenantId: string; runId: string; stepId: string; to?: string; from?: string[] }[],
+    done: StepKey[],
+  ): void {
+    const ok = new Set(done.map(key3));
     const refused = writes.filter((w) => !ok.has(key3(w)));
     if (refused.length > 0) {
       this.log.error(
@@ -345,10 +367,11 @@ export class EngineStore {
         .map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
       const queue = ready.filter((r) => !r.disabled && ctx.books.isActive(ctx.books.get(r.tenant_id, r.run_id)!));
       const queueKeys = queue.map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
-      await this.expectWritten(tx, [
-        ...skip.map((k) => ({ ...k, from: ['pending'], to: 'skipped', reason: 'disabled', terminal: true })),
-        ...queueKeys.map((k) => ({ ...k, from: ['pending'], to: 'queued', terminal: false, queued: true })),
-      ]);
+      await this.expectWritten(
+        tx,
+        skip.map((k) => ({ ...k, from: ['pending'], to: 'skipped', reason: 'disabled', terminal: true })),
+      );
+      this.checkWritten(queueKeys, await this.engine.queueSteps(tx, queueKeys));
       for (const k of skip) {
         const b = ctx.books.get(k.tenantId, k.runId)!;
         ctx.books.event(b, { type: 'step.skipped', stepId: k.stepId, actor: 'engine', data: { reason: 'disabled' } });
@@ -360,7 +383,6 @@ export class EngineStore {
           stepId: k.stepId,
           actor: 'engine',
         });
-      await this.runs.enqueue(tx, queueKeys);
       wave = skip;
     }
   }
@@ -412,7 +434,7 @@ export class EngineStore {
       (await this.engine.dispatch(tx, toDispatch)).map((d) => [`${d.tenant_id}/${d.run_id}/${d.step_id}`, d]),
     );
     const leases: { tenantId: string; id: number; epoch: number }[] = [];
-    const attempts: Parameters<EngineRepository['insertAttempts']>[1] = [];
+    const attempts: OpenAttempt[] = [];
     const work: ClaimedWork[] = [];
     const needOutputs: StepKey[] = [];
     for (let n = 0; n < live.length; n++) {
@@ -434,8 +456,6 @@ export class EngineStore {
         stepId: d.step_id,
         attempt: d.attempts,
         epoch: d.epoch,
-        workerId: opts.workerId,
-        leaseMs: opts.leaseMs,
         traceparent,
         queuedAt: d.queued_at ?? i.enqueued_at,
       });
@@ -469,8 +489,7 @@ export class EngineStore {
       });
     }
     await this.engine.deleteItems(tx, stale);
-    await this.engine.leaseItems(tx, leases, opts.workerId, opts.leaseMs);
-    await this.engine.insertAttempts(tx, attempts);
+    await this.engine.leaseAndOpen(tx, leases, attempts, opts.workerId, opts.leaseMs);
     await this.fillTemplateScope(tx, work, needOutputs);
     return work;
   }
@@ -521,7 +540,7 @@ export class EngineStore {
       }
       await admitWaitingRuns(tx, this.runs, books, ending);
     }
-    await this.artifacts.insertMany(tx, ctx.artifacts);
+    if (ctx.artifacts.length > 0) await this.artifacts.insertMany(tx, ctx.artifacts);
     for (const j of ctx.jobs) {
       const spec = JOBS['ordo.engine.retry_step'];
       await this.engine.addJob(tx, 'ordo.engine.retry_step', j.payload, {
@@ -530,11 +549,11 @@ export class EngineStore {
         maxAttempts: spec.maxAttempts,
       });
     }
-    await this.runs.insertEvents(tx, books.events());
-    await this.runs.updateRunBooks(tx, books.updates());
-    await this.engine.adjustInFlight(tx, ctx.deltas);
-    await this.engine.notifyFinished(
+    await this.runs.writeBooks(
       tx,
+      books.events(),
+      books.updates(),
+      ctx.deltas,
       ending.map((b) => b.row.run_id),
     );
   }

@@ -195,16 +195,19 @@ export class RunsRepository {
     );
   }
 
-  /** Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes workers. */
+  /** Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes workers (one statement). */
   async enqueue(tx: AnyTx, items: { tenantId: string; runId: string; stepId: string }[]): Promise<void> {
     if (items.length === 0) return;
     await sql`
-      insert into queue_item (tenant_id, run_id, step_id)
-      select u.tenant_id, u.run_id, u.step_id
-      from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.runId)}::uuid[], ${items.map((i) => i.stepId)}::text[])
-        with ordinality as u(tenant_id, run_id, step_id, n)
-      order by u.n`.execute(asTrx(tx));
-    await sql`select pg_notify('ordo_ready', '')`.execute(asTrx(tx));
+      with i as (
+        insert into queue_item (tenant_id, run_id, step_id)
+        select u.tenant_id, u.run_id, u.step_id
+        from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.runId)}::uuid[], ${items.map((i) => i.stepId)}::text[])
+          with ordinality as u(tenant_id, run_id, step_id, n)
+        order by u.n
+        returning 1
+      )
+      select pg_notify('ordo_ready', '') where exists (select 1 from i)`.execute(asTrx(tx));
   }
 
   async ensureTenantQueue(tx: TenantTx): Promise<void> {
@@ -218,16 +221,7 @@ export class RunsRepository {
   /** Appends chained events (numbers and hashes already computed under the runs' row locks). */
   async insertEvents(tx: AnyTx, events: ChainedEvent[]): Promise<void> {
     if (events.length === 0) return;
-    await sql`
-      insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
-      select u.tenant_id, u.run_id, u.seq, u.created_at, u.type, u.step_id, u.attempt, u.actor, u.data::jsonb, u.prev_hash, u.hash
-      from unnest(${events.map((e) => e.tenantId)}::text[], ${events.map((e) => e.runId)}::uuid[], ${events.map((e) => e.seq)}::int[],
-        ${events.map((e) => e.createdAt)}::timestamptz[], ${events.map((e) => e.type)}::text[], ${events.map((e) => e.stepId)}::text[],
-        ${events.map((e) => e.attempt)}::int[], ${events.map((e) => e.actor)}::text[], ${events.map((e) => JSON.stringify(e.data))}::text[],
-        ${events.map((e) => e.prevHash)}::text[], ${events.map((e) => e.hash)}::text[])
-        as u(tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)`.execute(
-      asTrx(tx),
-    );
+    await sql`${eventsInsert(events)}`.execute(asTrx(tx));
   }
 
   /** Locks runs (in key order, so concurrent lockers cannot deadlock on them) and returns their bookkeeping. */
@@ -247,19 +241,34 @@ export class RunsRepository {
   /** Writes back the bookkeeping of locked runs in one statement. */
   async updateRunBooks(tx: AnyTx, books: RunBookUpdate[]): Promise<void> {
     if (books.length === 0) return;
+    await sql`${runBooksUpdate(books)}`.execute(asTrx(tx));
+  }
+
+  /**
+   * One statement for the end of an engine transaction: appends the events, writes the runs'
+   * bookkeeping, adjusts tenants' in-flight counters and announces ended runs (ordo_run_finished).
+   */
+  async writeBooks(
+    tx: AnyTx,
+    events: ChainedEvent[],
+    books: RunBookUpdate[],
+    inFlight: Map<string, { delta: number; served: boolean }>,
+    finished: string[],
+  ): Promise<void> {
+    if (events.length === 0 && books.length === 0 && inFlight.size === 0 && finished.length === 0) return;
+    const deltas = [...inFlight.entries()].sort(([x], [y]) => (x < y ? -1 : 1));
     await sql`
-      update run r set status = u.status, event_seq = u.event_seq, event_hash = u.event_hash, dispatch_count = u.dispatch_count,
-        steps_remaining = u.steps_remaining, steps_failed = u.steps_failed,
-        started_at = case when u.started then coalesce(r.started_at, now()) else r.started_at end,
-        finished_at = case when u.finished then coalesce(r.finished_at, now()) else r.finished_at end,
-        reason = coalesce(u.reason, r.reason), outputs_hash = coalesce(u.outputs_hash, r.outputs_hash)
-      from unnest(${books.map((b) => b.tenantId)}::text[], ${books.map((b) => b.runId)}::uuid[], ${books.map((b) => b.status)}::text[],
-        ${books.map((b) => b.eventSeq)}::int[], ${books.map((b) => b.eventHash)}::text[], ${books.map((b) => b.dispatchCount)}::int[],
-        ${books.map((b) => b.stepsRemaining)}::int[], ${books.map((b) => b.stepsFailed)}::int[], ${books.map((b) => b.started)}::bool[],
-        ${books.map((b) => b.finished)}::bool[], ${books.map((b) => b.reason)}::text[], ${books.map((b) => b.outputsHash)}::text[])
-        as u(tenant_id, run_id, status, event_seq, event_hash, dispatch_count, steps_remaining, steps_failed, started, finished,
-          reason, outputs_hash)
-      where r.tenant_id = u.tenant_id and r.run_id = u.run_id`.execute(asTrx(tx));
+      with ev as (${events.length > 0 ? eventsInsert(events) : sql`select 1`}),
+      rb as (${books.length > 0 ? sql`${runBooksUpdate(books)} returning 1` : sql`select 1`}),
+      tq as (
+        update tenant_queue tq set in_flight = greatest(0, tq.in_flight + u.delta),
+          served_at = case when u.served then clock_timestamp() else tq.served_at end
+        from unnest(${deltas.map(([t]) => t)}::text[], ${deltas.map(([, d]) => d.delta)}::int[], ${deltas.map(([, d]) => d.served)}::bool[])
+          as u(tenant_id, delta, served)
+        where tq.tenant_id = u.tenant_id
+        returning 1
+      )
+      select pg_notify('ordo_run_finished', id) from unnest(${finished}::text[]) as id`.execute(asTrx(tx));
   }
 
   /** Step outputs hashes of runs that just ended, for the run's outputs hash. */
@@ -478,4 +487,31 @@ export class RunsRepository {
       .executeTakeFirstOrThrow();
     return Number(r.n);
   }
+}
+
+function eventsInsert(events: ChainedEvent[]) {
+  return sql`
+    insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
+    select u.tenant_id, u.run_id, u.seq, u.created_at, u.type, u.step_id, u.attempt, u.actor, u.data::jsonb, u.prev_hash, u.hash
+    from unnest(${events.map((e) => e.tenantId)}::text[], ${events.map((e) => e.runId)}::uuid[], ${events.map((e) => e.seq)}::int[],
+      ${events.map((e) => e.createdAt)}::timestamptz[], ${events.map((e) => e.type)}::text[], ${events.map((e) => e.stepId)}::text[],
+      ${events.map((e) => e.attempt)}::int[], ${events.map((e) => e.actor)}::text[], ${events.map((e) => JSON.stringify(e.data))}::text[],
+      ${events.map((e) => e.prevHash)}::text[], ${events.map((e) => e.hash)}::text[])
+      as u(tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)`;
+}
+
+function runBooksUpdate(books: RunBookUpdate[]) {
+  return sql`
+    update run r set status = u.status, event_seq = u.event_seq, event_hash = u.event_hash, dispatch_count = u.dispatch_count,
+      steps_remaining = u.steps_remaining, steps_failed = u.steps_failed,
+      started_at = case when u.started then coalesce(r.started_at, now()) else r.started_at end,
+      finished_at = case when u.finished then coalesce(r.finished_at, now()) else r.finished_at end,
+      reason = coalesce(u.reason, r.reason), outputs_hash = coalesce(u.outputs_hash, r.outputs_hash)
+    from unnest(${books.map((b) => b.tenantId)}::text[], ${books.map((b) => b.runId)}::uuid[], ${books.map((b) => b.status)}::text[],
+      ${books.map((b) => b.eventSeq)}::int[], ${books.map((b) => b.eventHash)}::text[], ${books.map((b) => b.dispatchCount)}::int[],
+      ${books.map((b) => b.stepsRemaining)}::int[], ${books.map((b) => b.stepsFailed)}::int[], ${books.map((b) => b.started)}::bool[],
+      ${books.map((b) => b.finished)}::bool[], ${books.map((b) => b.reason)}::text[], ${books.map((b) => b.outputsHash)}::text[])
+      as u(tenant_id, run_id, status, event_seq, event_hash, dispatch_count, steps_remaining, steps_failed, started, finished,
+        reason, outputs_hash)
+    where r.tenant_id = u.tenant_id and r.run_id = u.run_id`;
 }
