@@ -143,9 +143,11 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
         ws.close(CLOSE.BAD_MESSAGE, 'the first message must be {"type":"auth","token","tenantId"}');
         return;
       }
+      const early = bufferMessages(ws);
       this.verify(msg.token, msg.tenantId).then(
-        (who) => this.open(ws, who, msg.since !== undefined ? parseCursor(msg.since) : since),
+        (who) => this.open(ws, who, msg.since !== undefined ? parseCursor(msg.since) : since, early),
         (e: unknown) => {
+          early.stop();
           const err = toAuthError(e);
           ws.close(
             err.status === 403 ? CLOSE.FORBIDDEN : err.status === 400 ? CLOSE.BAD_MESSAGE : CLOSE.UNAUTHORIZED,
@@ -157,15 +159,27 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
     ws.on('close', () => clearTimeout(timer));
   }
 
-  private async open(ws: WebSocket, who: Authenticated, since: Cursor | undefined): Promise<void> {
+  /**
+   * Registers an authenticated socket. Messages that arrive while its start position is read are
+   * kept and handled afterwards, and every message is handled after the previous one finished,
+   * so a subscribe sent right after the upgrade (or the auth message) is never lost or reordered.
+   */
+  private async open(
+    ws: WebSocket,
+    who: Authenticated,
+    since: Cursor | undefined,
+    early = bufferMessages(ws),
+  ): Promise<void> {
     let cursor: Cursor;
     try {
       cursor = since ?? (await this.headCursor(who.tenantId));
     } catch (e) {
+      early.stop();
       this.log.warn({ err: e, tenant: who.tenantId }, 'stream cannot read its start position');
       ws.close(1011, 'internal error');
       return;
     }
+    early.stop();
     if (ws.readyState !== ws.OPEN) return;
     const client: StreamClient = {
       ws,
@@ -179,8 +193,18 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
     this.hub.add(client);
     ws.on('close', () => this.hub.remove(client));
     ws.on('error', () => this.hub.remove(client));
-    ws.on('message', (data: RawData, isBinary: boolean) => void this.onMessage(client, data, isBinary));
+    let queue = Promise.resolve();
+    const handle = (data: RawData, isBinary: boolean) => {
+      queue = queue
+        .then(() => this.onMessage(client, data, isBinary))
+        .catch((e: unknown) => {
+          this.log.warn({ err: e, tenant: client.tenantId }, 'stream message failed');
+          this.hub.send(client, { type: 'error', code: 'INTERNAL', message: 'the message could not be handled' });
+        });
+    };
+    ws.on('message', handle);
     this.hub.send(client, { type: 'ready', tenant: who.tenantId, cursor: formatCursor(cursor) });
+    for (const [data, isBinary] of early.messages) handle(data, isBinary);
   }
 
   private async headCursor(tenantId: string): Promise<Cursor> {
@@ -249,6 +273,16 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
       }
     }
   }
+}
+
+/** Keeps a socket's messages until `stop` (while the connection is being set up). */
+function bufferMessages(ws: WebSocket): { messages: [RawData, boolean][]; stop(): void } {
+  const messages: [RawData, boolean][] = [];
+  const listener = (data: RawData, isBinary: boolean) => {
+    if (messages.length < 100) messages.push([data, isBinary]);
+  };
+  ws.on('message', listener);
+  return { messages, stop: () => ws.off('message', listener) };
 }
 
 function parse(data: RawData): ClientMessage | undefined {

@@ -1,0 +1,87 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import WebSocket from 'ws';
+import { JWS_FILE, KEY_FILE, MANIFEST_FILE, NDJSON_FILE } from '../../src/modules/export/export-format';
+import { verifyExport } from '../../src/modules/export/export-verify';
+import { chainDag, publishDag, waitForRun } from './runs-support';
+import { startTestApp, type TestApp } from '../support/test-app';
+
+interface Msg {
+  type: string;
+  [k: string]: any;
+}
+
+describe('stream and export over runs executed by the engine', () => {
+  let app: TestApp;
+  let tmp: string;
+  beforeAll(async () => {
+    app = await startTestApp({ ORDO_ROLES: 'api,worker' });
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-stream-engine-'));
+  });
+  afterAll(async () => {
+    // The worker's job runner ends its own pool after shutdown; give it a moment before the
+    // test database is dropped (a forced drop would fail its still-open connections).
+    await app.ordo.close();
+    await new Promise((r) => setTimeout(r, 1000));
+    await app.close();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('streams a run from start to completion and exports it with a verifiable hash chain', async () => {
+    const as = { token: app.adminToken, tenantId: app.tenantId };
+    await publishDag(app, app.tenantId, chainDag('pipe', 3));
+    const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/stream`, {
+      headers: { authorization: `Bearer ${app.adminToken}`, 'x-tenant-id': app.tenantId },
+    });
+    const messages: Msg[] = [];
+    ws.on('message', (d) => messages.push(JSON.parse((d as Buffer).toString('utf8')) as Msg));
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    try {
+      ws.send(JSON.stringify({ type: 'subscribe', id: 'pipe', filter: { dagId: 'pipe' } }));
+      const deadline = Date.now() + 10_000;
+      while (!messages.some((m) => m.type === 'subscribed')) {
+        if (Date.now() > deadline) throw new Error('not subscribed');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const created = await app.request('POST', '/api/v1/runs', {
+        as,
+        body: { dagId: 'pipe', inputs: {}, runToken: 'stream-1' },
+      });
+      expect(created.status).toBe(201);
+      const runId = created.body.runId as string;
+      const run = await waitForRun(app, as, runId);
+      expect(run.status).toBe('succeeded');
+      while (!messages.some((m) => m.type === 'event' && m.event === 'run.completed')) {
+        if (Date.now() > deadline + 10_000) throw new Error(`no run.completed: ${JSON.stringify(messages)}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const events = messages.filter((m) => m.type === 'event');
+      expect(events.every((e) => e.runId === runId && e.dagId === 'pipe' && e.traceId === run.traceId)).toBe(true);
+      expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+      expect(events.filter((e) => e.event === 'step.updated' && e.status === 'succeeded').map((e) => e.stepId)).toEqual(
+        ['s01', 's02', 's03'],
+      );
+      expect(events[events.length - 1]).toMatchObject({ event: 'run.completed', status: 'succeeded' });
+    } finally {
+      ws.terminate();
+    }
+
+    const r = await app.request('GET', '/api/v1/export?dagId=pipe', { as });
+    expect(r.status).toBe(200);
+    const lines = r.text.split('\n').filter(Boolean);
+    const last = JSON.parse(lines.pop()!) as Record<string, any>;
+    const dir = path.join(tmp, 'pipe');
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, NDJSON_FILE), lines.map((l) => `${l}\n`).join(''));
+    fs.writeFileSync(path.join(dir, MANIFEST_FILE), JSON.stringify(last.manifest));
+    fs.writeFileSync(path.join(dir, JWS_FILE), last.jws as string);
+    fs.writeFileSync(path.join(dir, KEY_FILE), JSON.stringify(last.publicJwk));
+    expect(last.manifest.counts).toMatchObject({ run: 1, step: 3, attempt: 3 });
+    expect(last.manifest.counts.event).toBeGreaterThan(6);
+    expect(await verifyExport(dir)).toMatchObject({ ok: true });
+  });
+});
