@@ -223,10 +223,25 @@ describe('ordo CLI', () => {
     expect((await app.request('GET', '/api/v1/tokens', { as: { token, tenantId: app.tenantId } })).status).toBe(200);
   });
 
-  it('mints a platform token with --platform that manages tenants', async () => {
+  it('mints, lists and revokes platform tokens with --platform', async () => {
     const r = await ordo('tokens', 'create', '--platform', '--subject', 'ops');
     expect(r.code).toBe(0);
-    const res = await app.request('GET', '/api/v1/tenants', { as: { token: r.stdout.trim() } });
-    expect(res.status).toBe(200);
+    const token = r.stdout.trim();
+    expect((await app.request('GET', '/api/v1/tenants', { as: { token } })).status).toBe(200);
+    const jti = (JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString()) as { jti: string }).jti;
+    const l = await ordo('tokens', 'list', '--platform', '--json');
+    expect(l.code).toBe(0);
+    expect((JSON.parse(l.stdout) as { jti: string; subject: string }[]).find((t) => t.jti === jti)).toMatchObject({
+      subject: 'ops',
+    });
+    const rv = await ordo('tokens', 'revoke', '--platform', jti);
+    expect(rv.code).toBe(0);
+    const after = await app.request('GET', '/api/v1/tenants', { as: { token } });
+    expect(after.status).toBe(401);
+    expect(after.body.error.code).toBe('TOKEN_REVOKED');
+    expect((await app.request('GET', '/api/v1/tenants', { as: { token: app.platformToken } })).status).toBe(200);
+    const missing = await ordo('tokens', 'revoke', '--platform', '00000000-0000-4000-8000-000000000000');
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('not found');
   });
 });

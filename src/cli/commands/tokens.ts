@@ -15,7 +15,9 @@ const help = `Usage:
   ordo tokens create --tenant <id> --scopes <a,b> [--subject <sub>] [--ttl <duration>] [--description <text>]
   ordo tokens create --platform [--subject <sub>] [--ttl <duration>]
   ordo tokens list --tenant <id> [--json]
+  ordo tokens list --platform [--json]
   ordo tokens revoke --tenant <id> <jti>
+  ordo tokens revoke --platform <jti>
 
 Scopes: orchestrator:read, orchestrator:write, orchestrator:admin (or read, write, admin).
 --platform mints a platform operator token (scope platform:admin: manages tenants).
@@ -113,9 +115,38 @@ async function create(args: string[], io: CliIo): Promise<void> {
 }
 
 async function list(args: string[], io: CliIo): Promise<void> {
-  const p = parseFlags(args, { tenant: { type: 'string' }, json: { type: 'boolean' } }, help, io);
+  const p = parseFlags(
+    args,
+    { tenant: { type: 'string' }, platform: { type: 'boolean' }, json: { type: 'boolean' } },
+    help,
+    io,
+  );
   if (!p) return;
   positionals(p.positionals, [], help);
+  if (p.values.platform) {
+    if (flag(p.values, 'tenant') !== undefined) throw new UsageError('--platform takes no --tenant', help);
+    const rows = await withContext(io, [AuthModule], (ctx) =>
+      ctx.get(AuthRepository).listPlatformTokens(ctx.database.system),
+    );
+    const items = rows.map((t) => ({
+      jti: t.jti,
+      subject: t.subject,
+      description: t.description,
+      createdAt: t.createdAt.toISOString(),
+      expiresAt: t.expiresAt.toISOString(),
+      revokedAt: t.revokedAt?.toISOString() ?? null,
+    }));
+    if (p.values.json) io.out(`${JSON.stringify(items, null, 2)}\n`);
+    else {
+      io.out(
+        table([
+          ['JTI', 'SUBJECT', 'CREATED', 'EXPIRES', 'REVOKED'],
+          ...items.map((t) => [t.jti, t.subject, t.createdAt, t.expiresAt, t.revokedAt ?? '-']),
+        ]),
+      );
+    }
+    return;
+  }
   const tenantId = requireTenant(flag(p.values, 'tenant'));
   const items = await withContext(io, [TenantsModule], async (ctx) => {
     const principal = await operatorOf(ctx, tenantId);
@@ -142,11 +173,20 @@ async function list(args: string[], io: CliIo): Promise<void> {
 }
 
 async function revoke(args: string[], io: CliIo): Promise<void> {
-  const p = parseFlags(args, { tenant: { type: 'string' } }, help, io);
+  const p = parseFlags(args, { tenant: { type: 'string' }, platform: { type: 'boolean' } }, help, io);
   if (!p) return;
   const [jti] = positionals(p.positionals, ['jti'], help);
-  const tenantId = requireTenant(flag(p.values, 'tenant'));
   if (!jtiParams.safeParse({ jti }).success) throw new UsageError(`"${jti}" is not a token id (a UUID)`, help);
+  if (p.values.platform) {
+    if (flag(p.values, 'tenant') !== undefined) throw new UsageError('--platform takes no --tenant', help);
+    const at = await withContext(io, [AuthModule], (ctx) =>
+      ctx.get(AuthRepository).revokePlatformToken(ctx.database.system, jti),
+    );
+    if (!at) throw new Error(`platform token ${jti} not found`);
+    io.err(`ordo: platform token ${jti} revoked at ${at.toISOString()}\n`);
+    return;
+  }
+  const tenantId = requireTenant(flag(p.values, 'tenant'));
   const r = await withContext(io, [TenantsModule], async (ctx) =>
     ctx.get(TokensService).revoke(await operatorOf(ctx, tenantId), jti),
   );

@@ -22,6 +22,15 @@ export interface TokenRecord {
   createdKey: string;
 }
 
+export interface PlatformTokenRecord {
+  jti: string;
+  subject: string;
+  description: string | null;
+  createdAt: Date;
+  expiresAt: Date;
+  revokedAt: Date | null;
+}
+
 @Injectable()
 export class AuthRepository {
   /** Revocation and tenant status for a presented tenant token; undefined when this instance never minted it. */
@@ -49,6 +58,35 @@ export class AuthRepository {
       .insertInto('platform_token')
       .values({ jti: t.jti, subject: t.subject, description: t.description, expires_at: t.expiresAt })
       .execute();
+  }
+
+  /** Platform operator tokens, newest first (a handful per instance: no paging). */
+  async listPlatformTokens(db: SystemDb): Promise<PlatformTokenRecord[]> {
+    const rows = await db
+      .selectFrom('platform_token')
+      .select(['jti', 'subject', 'description', 'created_at', 'expires_at', 'revoked_at'])
+      .orderBy('created_at', 'desc')
+      .orderBy('jti')
+      .execute();
+    return rows.map((r) => ({
+      jti: r.jti,
+      subject: r.subject,
+      description: r.description,
+      createdAt: r.created_at,
+      expiresAt: r.expires_at,
+      revokedAt: r.revoked_at,
+    }));
+  }
+
+  /** Marks a platform token revoked (the first time is kept); undefined when there is no such token. */
+  async revokePlatformToken(db: SystemDb, jti: string): Promise<Date | undefined> {
+    const row = await db
+      .updateTable('platform_token')
+      .set({ revoked_at: sql<Date>`coalesce(revoked_at, now())` })
+      .where('jti', '=', jti)
+      .returning('revoked_at')
+      .executeTakeFirst();
+    return row?.revoked_at ?? undefined;
   }
 
   async insertToken(
