@@ -17,11 +17,14 @@ export class ValidationGuard implements CanActivate {
     const spec = this.reflector.get<RouteSpec | undefined>(ROUTE_SPEC, ctx.getHandler());
     if (!spec) return true;
     const req = ctx.switchToHttp().getRequest<FastifyRequest>();
+    assertStorable(req.params, 'path');
+    assertStorable(req.query, 'query');
     const params = spec.params ? parse(spec.params, req.params ?? {}, 'path') : {};
     const query = spec.query ? parse(spec.query, req.query ?? {}, 'query') : {};
     let body: unknown = undefined;
     if (spec.body) {
       checkContentType(req, spec);
+      assertStorable(req.body, 'body');
       body = parse(spec.body, req.body, 'body');
     } else if (
       req.body !== undefined &&
@@ -53,6 +56,62 @@ function checkContentType(req: FastifyRequest, spec: RouteSpec): void {
     `content type ${type} is not accepted here (use application/json)`,
     415,
   );
+}
+
+/** Deepest nesting accepted in any input (far beyond real documents; bounds every recursive walk after this one). */
+export const MAX_INPUT_DEPTH = 256;
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function textProblem(s: string): string | undefined {
+  if (s.includes('\u0000')) return 'contains a NUL character';
+  if (LONE_SURROGATE.test(s)) return 'contains a lone surrogate (not valid Unicode)';
+  return undefined;
+}
+
+/**
+ * Refuses, anywhere in an input, what JSON.parse lets through but nothing downstream can hold:
+ * NUL characters and lone surrogates (PostgreSQL text and jsonb reject them, UTF-8 cannot encode
+ * them), non-finite numbers (`1e309` parses as Infinity: no JSON form, no canonical hash) and
+ * nesting deeper than MAX_INPUT_DEPTH. Walks iteratively, so hostile depth cannot exhaust the stack.
+ */
+function assertStorable(value: unknown, where: 'path' | 'query' | 'body'): void {
+  interface Node {
+    v: unknown;
+    key?: string;
+    parent?: Node;
+    depth: number;
+  }
+  const pathOf = (n: Node): string => {
+    const keys: string[] = [];
+    for (let x: Node | undefined = n; x?.key !== undefined; x = x.parent) keys.push(x.key);
+    return [where, ...keys.reverse()].join('.');
+  };
+  const reject = (n: Node, message: string): never => {
+    const path = pathOf(n);
+    throw badRequest('VALIDATION_FAILED', `${path}: ${message}`, {
+      issues: [{ path, message, code: 'invalid_value' }],
+    });
+  };
+  const stack: Node[] = [{ v: value, depth: 0 }];
+  while (stack.length > 0) {
+    const n = stack.pop()!;
+    const v = n.v;
+    if (typeof v === 'string') {
+      const p = textProblem(v);
+      if (p) reject(n, p);
+    } else if (typeof v === 'number') {
+      if (!Number.isFinite(v)) reject(n, 'numbers must be finite (1e309 and the like have no JSON value)');
+    } else if (v !== null && typeof v === 'object' && !Buffer.isBuffer(v)) {
+      if (n.depth >= MAX_INPUT_DEPTH) reject(n, `nested deeper than ${MAX_INPUT_DEPTH} levels`);
+      for (const [k, x] of Object.entries(v)) {
+        const child: Node = { v: x, key: k, parent: n, depth: n.depth + 1 };
+        const p = textProblem(k);
+        if (p) reject(child, `key ${p}`);
+        stack.push(child);
+      }
+    }
+  }
 }
 
 function parse(schema: z.ZodType, value: unknown, where: 'path' | 'query' | 'body'): unknown {
