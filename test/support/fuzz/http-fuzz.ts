@@ -4,7 +4,7 @@ import type { TenantFixtures } from '../fixtures/tenant-fixtures';
 import { ID_PROPERTIES, RECIPES, queryFixture, recipeKeysOf } from '../fixtures/tenant-fixtures';
 import { countDiff, type DbSnapshots } from '../fixtures/db-snapshot';
 import { hostileString, hostileValue, mutated, valid, type SchemaContext } from './arbitrary-from-schema';
-import { deref, encodeSegment, type OpenApiDocument, type Operation } from './openapi-doc';
+import { deref, encodeSegment, type JsonSchema, type OpenApiDocument, type Operation } from './openapi-doc';
 
 /** Cases per operation: ORDO_FUZZ_RUNS (on demand, e.g. 1000), else a CI default. */
 export const fuzzRuns = (ciDefault: number): number => {
@@ -82,10 +82,14 @@ export function requestArbitrary(
   const query = fc
     .tuple(
       fc.record(queryModel),
-      fc.option(fc.tuple(fc.constantFrom('extra', '__proto__', 'constructor', 'limit[]'), shortHostile), {
-        freq: 8,
-        nil: undefined,
-      }),
+      // An unknown query parameter in about one request in eight.
+      fc.oneof(
+        { weight: 7, arbitrary: fc.constant(undefined) },
+        {
+          weight: 1,
+          arbitrary: fc.tuple(fc.constantFrom('extra', '__proto__', 'constructor', 'limit[]'), shortHostile),
+        },
+      ),
     )
     .map(([q, extra]) => {
       const out: Record<string, string> = {};
@@ -243,4 +247,25 @@ export async function fuzzOperation(
 function seedFromEnv(): number | undefined {
   const s = Number(process.env.ORDO_FUZZ_SEED);
   return Number.isInteger(s) ? s : undefined;
+}
+
+/** A body that passes schema validation where generation allows, with the tenant's ids and example values. */
+export function sampleBody(op: Operation, doc: OpenApiDocument, fx: TenantFixtures, seed = 7): unknown {
+  if (!op.bodySchema) return undefined;
+  const s = deref(op.bodySchema, doc);
+  const body = fc.sample(valid(s, { deref: (x) => deref(x, doc), overrides: { plugin: ['noop'] } }), {
+    numRuns: 1,
+    seed,
+  })[0];
+  if (body && typeof body === 'object' && !Array.isArray(body)) {
+    const props = (s.properties as Record<string, JsonSchema> | undefined) ?? {};
+    const out = body as Record<string, unknown>;
+    for (const [k, v] of Object.entries(fx.examples)) if (k in props) out[k] = v;
+    for (const [k, field] of Object.entries(ID_PROPERTIES)) {
+      const v = fx.values[field];
+      if (!(k in props) || v === undefined) continue;
+      out[k] = JSON.stringify(deref(props[k], doc)).includes('"integer"') ? Number(v) : v;
+    }
+  }
+  return body;
 }
