@@ -4,6 +4,7 @@ import path from 'node:path';
 import WebSocket from 'ws';
 import { JWS_FILE, KEY_FILE, MANIFEST_FILE, NDJSON_FILE } from '../../src/modules/export/export-format';
 import { verifyExport } from '../../src/modules/export/export-verify';
+import { ObservabilityService } from '../../src/modules/observability/observability.service';
 import { chainDag, publishDag, waitForRun } from './runs-support';
 import { startTestApp, type TestApp } from '../support/test-app';
 
@@ -35,6 +36,7 @@ describe('stream and export over runs executed by the engine', () => {
       headers: { authorization: `Bearer ${app.adminToken}`, 'x-tenant-id': app.tenantId },
     });
     const messages: Msg[] = [];
+    let traceId = '';
     ws.on('message', (d) => messages.push(JSON.parse((d as Buffer).toString('utf8')) as Msg));
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
@@ -54,6 +56,7 @@ describe('stream and export over runs executed by the engine', () => {
       expect(created.status).toBe(201);
       const runId = created.body.runId as string;
       const run = await waitForRun(app, as, runId);
+      traceId = run.traceId as string;
       expect(run.status).toBe('succeeded');
       while (!messages.some((m) => m.type === 'event' && m.event === 'run.completed')) {
         if (Date.now() > deadline + 10_000) throw new Error(`no run.completed: ${JSON.stringify(messages)}`);
@@ -70,6 +73,14 @@ describe('stream and export over runs executed by the engine', () => {
       ws.terminate();
     }
 
+    // The engine counted the run and recorded its span once the finishing transaction committed.
+    const m = await app.request('GET', '/metrics', { as: { token: app.platformToken } });
+    expect(m.text).toMatch(
+      new RegExp(`orchestrator_runs_total\\{tenant="${app.tenantId}",status="succeeded"\\} [1-9]`),
+    );
+    expect(m.text).toMatch(/orchestrator_dispatch_latency_seconds_count\{tenant="default"\} [3-9]/);
+    await app.ordo.app.get(ObservabilityService, { strict: false }).flushSpans();
+
     const r = await app.request('GET', '/api/v1/export?dagId=pipe', { as });
     expect(r.status).toBe(200);
     const lines = r.text.split('\n').filter(Boolean);
@@ -83,5 +94,9 @@ describe('stream and export over runs executed by the engine', () => {
     expect(last.manifest.counts).toMatchObject({ run: 1, step: 3, attempt: 3 });
     expect(last.manifest.counts.event).toBeGreaterThan(6);
     expect(await verifyExport(dir)).toMatchObject({ ok: true });
+    const runSpan = lines
+      .map((l) => JSON.parse(l) as Record<string, any>)
+      .find((x) => x.type === 'span' && x.name === 'orchestrator.run');
+    expect(runSpan).toMatchObject({ traceId, attributes: { status: 'succeeded', dagId: 'pipe' } });
   });
 });

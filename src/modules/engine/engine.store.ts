@@ -3,6 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { Database } from '../../core/database/database';
 import type { SystemTx } from '../../core/database/handles';
 import { canonicalHash } from '../../core/json/canonical-json';
+import { recordDispatch } from '../../core/telemetry/metrics';
+import { observeCommittedEvents } from '../../core/telemetry/run-observer';
 import { jsonArtifact, type NewArtifact, ArtifactsRepository } from '../artifacts/artifacts.repository';
 import { backoffMs } from '../dags/dag-definition';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
@@ -95,8 +97,9 @@ export class EngineStore {
 
   /** Applies `completions` and claims up to `opts.capacity` steps, in one transaction. */
   async cycle(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
-    return this.db.withSystem(async (tx) => {
-      const books = new RunBooks(await this.runs.lockRuns(tx, uniqRuns(completions)));
+    const committed: { books?: RunBooks } = {};
+    const claimedWork = await this.db.withSystem(async (tx) => {
+      const books = (committed.books = new RunBooks(await this.runs.lockRuns(tx, uniqRuns(completions))));
       const ctx = new CycleContext(books);
       if (completions.length > 0) await this.applyCompletions(tx, ctx, completions);
       // Released slots count before this cycle claims: the successors of these results can start now.
@@ -105,6 +108,8 @@ export class EngineStore {
       await this.flush(tx, ctx, books);
       return claimed;
     });
+    if (committed.books) observe(committed.books);
+    return claimedWork;
   }
 
   private async applyCompletions(tx: SystemTx, ctx: CycleContext, completions: Completion[]): Promise<void> {
@@ -459,6 +464,7 @@ export class EngineStore {
         traceparent,
         queuedAt: d.queued_at ?? i.enqueued_at,
       });
+      recordDispatch(d.tenant_id, d.queued_at ?? i.enqueued_at, books.now);
       books.event(b, {
         type: 'step.running',
         stepId: d.step_id,
@@ -560,12 +566,13 @@ export class EngineStore {
 
   /** Expired leases: the attempts become orphaned and are retried, or fail when no retry is left. */
   async reap(limit = 100): Promise<number> {
-    return this.db.withSystem(async (tx) => {
+    const committed: { books?: RunBooks } = {};
+    const reaped = await this.db.withSystem(async (tx) => {
       const expired = await this.engine.expiredLeases(tx, limit);
       if (expired.length === 0) return 0;
-      const books = new RunBooks(
+      const books = (committed.books = new RunBooks(
         await this.runs.lockRuns(tx, uniqRuns(expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id })))),
-      );
+      ));
       const ctx = new CycleContext(books);
       const keys = expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id, stepId: e.step_id }));
       const states = new Map(
@@ -595,6 +602,8 @@ export class EngineStore {
       await this.flush(tx, ctx, books);
       return outcomes.length;
     });
+    if (committed.books) observe(committed.books);
+    return reaped;
   }
 
   /** A retry's backoff elapsed: the step (still retrying at that attempt) is queued again. */
@@ -690,4 +699,16 @@ export function fairShares(
     if (left === before) break;
   }
   return [...got.entries()].map(([tenantId, n]) => ({ tenantId, n }));
+}
+
+/** Metrics and run spans for what a committed engine transaction did (finished runs, retries). */
+function observe(books: RunBooks): void {
+  observeCommittedEvents(
+    books.events(),
+    (tenantId, runId) => {
+      const b = books.get(tenantId, runId);
+      return b && { dagId: b.row.dag_id, traceId: b.row.trace_id, startedAt: b.row.started_at };
+    },
+    books.now,
+  );
 }
