@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { Database } from '../../src/core/database/database';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import { dagDefinition } from '../../src/modules/dags/dag-definition';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
-import { ManualClock } from '../../src/modules/scheduler/clock';
+import { ManualClock, SystemClock } from '../../src/modules/scheduler/clock';
 import { CATCH_UP_ALL_LIMIT } from '../../src/modules/scheduler/fire-plan';
 import { RunsScheduleRunner } from '../../src/modules/scheduler/runs-schedule-runner';
 import { scheduleRunToken } from '../../src/modules/scheduler/schedule-runner';
@@ -293,6 +294,45 @@ describe('scheduler loop', () => {
     } finally {
       await t.db.withTenant(TENANT, (tx) => new DagsRepository().setStatus(tx, 'tick', 1, 'active', 'test'));
       await service.delete(principal, s.id);
+    }
+  });
+
+  it('connects its NOTIFY listener again after the connection is killed', async () => {
+    const admin = new pg.Client({ connectionString: t.ownerUrl });
+    await admin.connect();
+    const loop = new SchedulerLoop(
+      t.db,
+      new SchedulesRepository(),
+      new RunsScheduleRunner(t.db, a.runs, new RunsRepository()),
+      new SystemClock(),
+    );
+    const listeners = async () =>
+      (
+        await admin.query<{ pid: number }>(
+          `select pid from pg_stat_activity where datname = current_database() and application_name = 'ordo:scheduler:listen'`,
+        )
+      ).rows.map((r) => r.pid);
+    const waitFor = async (check: (pids: number[]) => boolean) => {
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const pids = await listeners();
+        if (check(pids)) return pids;
+        if (Date.now() > deadline) throw new Error(`listener state not reached: ${JSON.stringify(pids)}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    try {
+      await loop.start();
+      const [first] = await waitFor((pids) => pids.length === 1);
+      await admin.query('select pg_terminate_backend($1)', [first]);
+      const again = await waitFor((pids) => pids.length === 1 && pids[0] !== first);
+      expect(again[0]).not.toBe(first);
+      await loop.stop();
+      // Stopping closes the listener.
+      expect(await waitFor((pids) => pids.length === 0)).toEqual([]);
+    } finally {
+      await loop.stop();
+      await admin.end();
     }
   });
 });

@@ -66,7 +66,6 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    await this.listen();
     this.loopDone = this.loop();
   }
 
@@ -82,8 +81,23 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
 
   private async listen(): Promise<void> {
     // A dedicated connection: LISTEN does not survive being returned to a pool.
-    const client = new pg.Client({ connectionString: this.db.urls.system, application_name: 'ordo:scheduler:listen' });
-    client.on('error', (e) => this.log.warn(`schedule listener lost: ${e.message}`));
+    const client = new pg.Client({
+      connectionString: this.db.urls.system,
+      application_name: 'ordo:scheduler:listen',
+      connectionTimeoutMillis: 5_000,
+      keepAlive: true,
+    });
+    const lost = () => {
+      if (this.listener !== client) return;
+      // The loop connects again on its next turn; until then the bounded sleep covers changes.
+      this.listener = undefined;
+      void client.end().catch(() => undefined);
+    };
+    client.on('error', (e) => {
+      if (this.listener === client) this.log.warn(`schedule listener lost: ${e.message}`);
+      lost();
+    });
+    client.on('end', lost);
     client.on('notification', () => this.wake?.());
     try {
       await client.connect();
@@ -99,6 +113,7 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
   private async loop(): Promise<void> {
     while (this.running) {
       let sleepMs = MAX_SLEEP_MS;
+      if (!this.listener) await this.listen();
       try {
         const done = await this.tick();
         const next = await this.repo.systemEarliestNextFire(this.db.system);
