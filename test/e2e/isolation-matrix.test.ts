@@ -122,6 +122,7 @@ describe('isolation matrix over every operation of the route table', () => {
       operations: new Map(l.operations.map((o) => [o.label, o])),
     })));
     snaps = await DbSnapshots.open(app.testDb.ownerUrl);
+    await snaps.settle();
   });
   afterAll(async () => {
     await snaps?.close();
