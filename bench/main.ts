@@ -24,6 +24,7 @@ DATABASE_URL names a server (a fresh database is created on it and dropped after
 Options:
   --db <url>               PostgreSQL server (owner) URL; default: DATABASE_URL, else embedded
   --concurrency <n>        worker concurrency (default 16)
+  --tenant-cap <n>         ORDO_TENANT_MAX_IN_FLIGHT (default 128; the worker claims up to 8 x concurrency ahead)
   --burst-repeats <n>      burst repeats (default 3; throughput is the median)
   --light-runs <n>         light-phase runs, one every --light-interval ms (default 50)
   --light-interval <ms>    (default 100)
@@ -98,6 +99,7 @@ async function main(): Promise<void> {
     options: {
       db: { type: 'string' },
       concurrency: { type: 'string', default: '16' },
+      'tenant-cap': { type: 'string', default: '128' },
       'burst-repeats': { type: 'string', default: '3' },
       'light-runs': { type: 'string', default: '50' },
       'light-interval': { type: 'string', default: '100' },
@@ -152,7 +154,7 @@ async function main(): Promise<void> {
     LOG_LEVEL: 'silent',
     ORDO_ROLES: 'worker',
     ORDO_WORKER_CONCURRENCY: String(concurrency),
-    ORDO_TENANT_MAX_IN_FLIGHT: '64',
+    ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],
   });
   const ordo: RunningOrdo = await startOrdo(config, pino({ level: 'silent' }), {
     appUrl: m.appUrl,
@@ -207,7 +209,12 @@ async function main(): Promise<void> {
       embedded: embedded !== undefined,
       settings: Object.fromEntries(settings.map((s) => [s.name, s.setting])),
     },
-    settings: { concurrency, tenantMaxInFlight: 64, leaseTtlMs: config.ORDO_LEASE_TTL_MS, node: process.version },
+    settings: {
+      concurrency,
+      tenantMaxInFlight: Number(values['tenant-cap']),
+      leaseTtlMs: config.ORDO_LEASE_TTL_MS,
+      node: process.version,
+    },
   };
   let token = 0;
   const waitAll = async (ids: string[], timeoutMs: number) => {
@@ -438,7 +445,11 @@ function printTable(r: Record<string, any>): void {
   const rows: [string, string, string][] = [];
   if (r.burst) {
     rows.push(['burst: steps/s (median)', String(r.burst.stepsPerSMedian), '≥ 4000']);
-    rows.push(['burst: queries per step', String((r.burst.repeats as { queriesPerStep: number }[]).map((x) => x.queriesPerStep).join(' / ')), '']);
+    rows.push([
+      'burst: queries per step',
+      String((r.burst.repeats as { queriesPerStep: number }[]).map((x) => x.queriesPerStep).join(' / ')),
+      '',
+    ]);
   }
   if (r.light) {
     rows.push([

@@ -165,6 +165,27 @@ describe('runs API', () => {
     expect(ev.body.items.at(-1)).toMatchObject({ type: 'run.replayed', data: { newRunId: r.body.runId } });
   });
 
+  it('documents every run and artifact route in the OpenAPI document', async () => {
+    const r = await app.request('GET', '/api/v1/openapi.json');
+    expect(r.status).toBe(200);
+    const ops = Object.values(r.body.paths as Record<string, Record<string, { operationId: string }>>).flatMap((p) =>
+      Object.values(p).map((o) => o.operationId),
+    );
+    for (const op of [
+      'createRun',
+      'listRuns',
+      'getRun',
+      'listStepAttempts',
+      'listRunEvents',
+      'cancelRun',
+      'replayRun',
+      'rerunRun',
+      'getArtifact',
+    ]) {
+      expect(ops).toContain(op);
+    }
+  });
+
   it('answers 404 for unknown runs and 400 for malformed ids', async () => {
     const id = '00000000-0000-4000-8000-000000000000';
     expect((await app.request('GET', `/api/v1/runs/${id}`, { as })).status).toBe(404);

@@ -58,7 +58,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     private readonly constraints: ConstraintsService,
   ) {
     this.concurrency = config.ORDO_WORKER_CONCURRENCY;
-    this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 4);
+    this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
     this.leaseMs = config.ORDO_LEASE_TTL_MS;
     this.tenantCap = config.ORDO_TENANT_MAX_IN_FLIGHT;
   }
@@ -147,6 +147,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         continue;
       }
       this.wake = false;
+      // One event-loop turn lets results that are already settling join this batch (group commit).
+      await new Promise<void>((r) => setImmediate(r));
       const batch = this.completions;
       this.completions = [];
       try {
