@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import pino from 'pino';
 import WebSocket from 'ws';
 import { loadConfig } from '../../src/core/config/config';
@@ -215,6 +216,34 @@ describe('WebSocket stream', () => {
     await again.until(() => again.events().length === 3, 'three replayed events');
     await new Promise((r) => setTimeout(r, 300));
     expect(again.events().map((e) => e.seq)).toEqual([3, 4, 5]);
+  });
+
+  it('holds an event back while an older transaction is open, so cursors never skip a later commit', async () => {
+    const db = app.ordo.database.system;
+    const run = await insertRun(db, app.tenantId, 'fence');
+    const c = track(await Client.as(app.url, app.adminToken, app.tenantId));
+    await c.subscribe('f', { runId: run.runId });
+    const older = new pg.Client({ connectionString: app.testDb.systemUrl });
+    await older.connect();
+    try {
+      // The older transaction takes its transaction id first, then a younger one commits an event.
+      await older.query('begin');
+      await older.query('select pg_current_xact_id()');
+      await appendEvents(db, run, [{ type: 'run.running' }]);
+      await new Promise((r) => setTimeout(r, 700));
+      expect(c.events()).toEqual([]);
+      await older.query(
+        `insert into run_event (tenant_id, run_id, seq, created_at, type, actor, data, prev_hash, hash)
+         values ($1, $2, 100, now(), 'step.running', 'test', '{}', '', repeat('0', 64))`,
+        [app.tenantId, run.runId],
+      );
+      await older.query('commit');
+      await c.until(() => c.events().length === 2, 'both events');
+      // Stream order is commit-safe order: the older transaction's event comes first.
+      expect(c.events().map((e) => e.eventType)).toEqual(['step.running', 'run.running']);
+    } finally {
+      await older.end();
+    }
   });
 
   it('filters by dagId and status', async () => {

@@ -26,14 +26,13 @@ interface TenantFeed {
   clients: Set<StreamClient>;
   pulling: boolean;
   again: boolean;
-  /** Notified stream ids not delivered yet (their transaction waits behind an older one). */
-  pending: Set<number>;
+  /** The last pull saw committed events it could not deliver yet, or failed: pull again shortly. */
+  heldBack: boolean;
   retry?: NodeJS.Timeout;
   retryDelay: number;
 }
 
 const BATCH = 500;
-const MAX_PENDING = 10_000;
 const AUTH_RECHECK_MS = 5_000;
 
 /**
@@ -59,7 +58,7 @@ export class StreamHub implements OnModuleInit, OnModuleDestroy {
 
   async onModuleInit(): Promise<void> {
     const handlers = {
-      events: (tenantId: string, maxId: number) => this.wake(tenantId, maxId),
+      events: (tenantId: string) => this.wake(tenantId),
       revoked: (tenantId: string, jti: string) => this.closeToken(tenantId, jti, 'token revoked'),
       resync: () => {
         for (const t of this.feeds.keys()) this.wake(t);
@@ -92,7 +91,7 @@ export class StreamHub implements OnModuleInit, OnModuleDestroy {
   add(client: StreamClient): void {
     let feed = this.feeds.get(client.tenantId);
     if (!feed) {
-      feed = { clients: new Set(), pulling: false, again: false, pending: new Set(), retryDelay: 100 };
+      feed = { clients: new Set(), pulling: false, again: false, heldBack: false, retryDelay: 100 };
       this.feeds.set(client.tenantId, feed);
     }
     feed.clients.add(client);
@@ -110,11 +109,14 @@ export class StreamHub implements OnModuleInit, OnModuleDestroy {
     metrics.streamConnections.set(this.clientCount);
   }
 
-  /** Pulls the tenant's new events now (after a subscription, a notification or a resync). */
-  wake(tenantId: string, notifiedId?: number): void {
+  /**
+   * Pulls the tenant's new events now (after a subscription, a notification or a resync). A
+   * notification follows its commit, so the pull sees the notified events: delivered, or held back
+   * behind an older transaction (then the feed looks again shortly).
+   */
+  wake(tenantId: string): void {
     const feed = this.feeds.get(tenantId);
     if (!feed) return;
-    if (notifiedId !== undefined && feed.pending.size < MAX_PENDING) feed.pending.add(notifiedId);
     if (feed.pulling) {
       feed.again = true;
       return;
@@ -127,31 +129,33 @@ export class StreamHub implements OnModuleInit, OnModuleDestroy {
     try {
       do {
         feed.again = false;
+        feed.heldBack = false;
         const active = [...feed.clients].filter((c) => c.subscriptions.size > 0 && !c.closing);
         if (active.length === 0) break;
         const from = active.reduce((min, c) => (compareCursor(c.cursor, min) < 0 ? c.cursor : min), active[0].cursor);
-        const rows = await this.db.withTenant(tenantId, (tx) => this.repo.eventsAfter(tx, from, BATCH));
-        for (const row of rows) {
-          feed.pending.delete(Number(row.stream_id));
+        const page = await this.db.withTenant(tenantId, (tx) => this.repo.eventsAfter(tx, from, BATCH));
+        for (const row of page.rows) {
           this.deliver(tenantId, feed, row);
         }
-        if (rows.length === BATCH) feed.again = true;
+        feed.heldBack = page.heldBack;
+        if (page.rows.length === BATCH) feed.again = true;
       } while (feed.again && this.feeds.get(tenantId) === feed);
     } catch (e) {
       this.log.warn({ err: e, tenant: tenantId }, 'stream pull failed');
-      feed.pending.add(-1);
+      feed.heldBack = true;
     } finally {
       feed.pulling = false;
     }
-    // Notified events not yet deliverable wait for an older transaction to end: look again shortly.
-    if (feed.pending.size > 0 && this.feeds.get(tenantId) === feed && !feed.retry) {
+    // Events not deliverable yet wait for an older transaction to end: look again shortly.
+    const waiting = feed.heldBack;
+    if (waiting && this.feeds.get(tenantId) === feed && !feed.retry) {
       feed.retry = setTimeout(() => {
         feed.retry = undefined;
-        feed.pending.delete(-1);
         this.wake(tenantId);
       }, feed.retryDelay);
+      feed.retry.unref();
       feed.retryDelay = Math.min(feed.retryDelay * 2, 2000);
-    } else if (feed.pending.size === 0) {
+    } else if (!waiting) {
       feed.retryDelay = 100;
     }
   }

@@ -23,22 +23,30 @@ const trx = (tx: TenantTx) => tx as unknown as Transaction<DB>;
 @Injectable()
 export class StreamRepository {
   /**
-   * The tenant's events after `after` in stream order, only those whose transactions ended before
-   * every transaction still running began (stream_xid below the snapshot's xmin): later commits
-   * always sort after them.
+   * The tenant's events after `after` in stream order that can be delivered now: those whose
+   * transactions ended before every transaction still running began (stream_xid below the
+   * snapshot's xmin), since later commits always sort after them. `heldBack` says that committed
+   * events follow which must wait for an older transaction to end.
    */
-  async eventsAfter(tx: TenantTx, after: Cursor, limit: number): Promise<StreamEventRow[]> {
-    const r = await sql<StreamEventRow>`
+  async eventsAfter(
+    tx: TenantTx,
+    after: Cursor,
+    limit: number,
+  ): Promise<{ rows: StreamEventRow[]; heldBack: boolean }> {
+    const r = await sql<StreamEventRow & { stable: boolean }>`
       select e.stream_xid::text as stream_xid, e.stream_id::text as stream_id, e.run_id, e.seq, e.type, e.step_id,
-        e.attempt, e.created_at, e.data, r.dag_id, r.trace_id
+        e.attempt, e.created_at, e.data, r.dag_id, r.trace_id,
+        e.stream_xid < pg_snapshot_xmin(pg_current_snapshot()) as stable
       from run_event e
       join run r on r.tenant_id = e.tenant_id and r.run_id = e.run_id
       where e.tenant_id = ${tenantOf(tx)}
         and (e.stream_xid, e.stream_id) > (${after.xid.toString()}::xid8, ${after.id.toString()}::bigint)
-        and e.stream_xid < pg_snapshot_xmin(pg_current_snapshot())
       order by e.stream_xid, e.stream_id
       limit ${limit}`.execute(trx(tx));
-    return r.rows;
+    // Stable rows sort before unstable ones (xid order), so the deliverable part is a prefix.
+    const cut = r.rows.findIndex((row) => !row.stable);
+    const rows = cut === -1 ? r.rows : r.rows.slice(0, cut);
+    return { rows: rows.map(({ stable: _stable, ...row }) => row), heldBack: cut !== -1 };
   }
 
   /** The cursor of the tenant's last deliverable event (a new connection starts there). */
