@@ -25,17 +25,24 @@ function collector(): { spans: ReadableSpan[]; detach: () => void } {
 const base = { tenant: 'acme', dagId: 'etl', runId: '7b0e0c1e-3a3c-4a53-9d0a-0a4a3c0f4b11', traceId: 'ab'.repeat(16) };
 
 describe('tracing', () => {
-  it('keeps one trace id per run across attempts and names the run span as parent', async () => {
+  it('keeps one trace id per run across attempts, parents steps on the run span and gives them the attempt traceparent span id', async () => {
     const c = collector();
-    let carried: string | undefined;
-    await withStepSpan({ ...base, stepId: 'extract', attempt: 1 }, async (o) => {
-      carried = currentTraceparent();
+    const tp1 = `00-${base.traceId}-${'1'.repeat(16)}-01`;
+    const tp2 = `00-${base.traceId}-${'2'.repeat(16)}-01`;
+    let inside: string | undefined;
+    await withStepSpan({ ...base, stepId: 'extract', attempt: 1, traceparent: tp1 }, async (o) => {
+      inside = currentTraceparent();
       o.setStatus('retrying');
     });
-    await withStepSpan({ ...base, stepId: 'extract', attempt: 2, traceparent: carried }, async (o) => {
+    await withStepSpan({ ...base, stepId: 'extract', attempt: 2, traceparent: tp2 }, async (o) => {
       await withChildSpan('orchestrator.plugin', { plugin: 'http', authorization: 'Bearer x' }, async () => undefined);
       o.setStatus('succeeded');
     });
+    // A traceparent of another trace is not adopted.
+    await withStepSpan(
+      { ...base, stepId: 'load', attempt: 1, traceparent: `00-${'cd'.repeat(16)}-${'3'.repeat(16)}-01` },
+      async () => undefined,
+    );
     recordRunSpan({ ...base, status: 'succeeded' }, new Date(Date.now() - 1000), new Date());
     c.detach();
 
@@ -43,15 +50,18 @@ describe('tracing', () => {
       'orchestrator.step',
       'orchestrator.plugin',
       'orchestrator.step',
+      'orchestrator.step',
       'orchestrator.run',
     ]);
     for (const s of c.spans) expect(s.spanContext().traceId).toBe(base.traceId);
-    const [first, plugin, second, run] = c.spans;
+    const [first, plugin, second, third, run] = c.spans;
+    expect(inside).toBe(tp1);
+    expect(first.spanContext().spanId).toBe('1'.repeat(16));
+    expect(second.spanContext().spanId).toBe('2'.repeat(16));
+    expect(third.spanContext().spanId).not.toBe('3'.repeat(16));
     expect(run.spanContext().spanId).toBe(runSpanId(base.runId));
     expect(run.parentSpanContext).toBeUndefined();
-    expect(first.parentSpanContext?.spanId).toBe(runSpanId(base.runId));
-    // The retry is parented by the traceparent the first attempt put into the queue payload.
-    expect(second.parentSpanContext?.spanId).toBe(first.spanContext().spanId);
+    for (const s of [first, second, third]) expect(s.parentSpanContext?.spanId).toBe(runSpanId(base.runId));
     expect(plugin.parentSpanContext?.spanId).toBe(second.spanContext().spanId);
     expect(plugin.attributes.authorization).toBeUndefined();
     expect(first.attributes).toMatchObject({

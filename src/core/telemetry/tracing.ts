@@ -225,9 +225,13 @@ export interface StepSpanAttributes {
   runId: string;
   stepId: string;
   attempt: number;
-  /** The run's trace id; the parent is the run span unless `traceparent` says otherwise. */
+  /** The run's trace id; every step span is a child of the run span. */
   traceId: string;
-  /** The traceparent carried by the queue payload (kept across retries), when there is one. */
+  /**
+   * The attempt's traceparent (stored with the attempt, carried by its queue payload): when it
+   * belongs to the run's trace, the step span takes its span id, so the stored traceparent names
+   * the very span that executed the attempt.
+   */
   traceparent?: string | null;
   plugin?: string;
 }
@@ -246,21 +250,30 @@ export interface SpanOutcome {
  * failed and is rethrown.
  */
 export async function withStepSpan<T>(attrs: StepSpanAttributes, fn: (outcome: SpanOutcome) => Promise<T>): Promise<T> {
-  const parent = contextFromTraceparent(attrs.traceparent) ?? runParentContext(attrs.traceId, attrs.runId);
-  const span = tracer().startSpan(
-    'orchestrator.step',
-    {
-      attributes: safeAttributes({
-        tenant: attrs.tenant,
-        dagId: attrs.dagId,
-        runId: attrs.runId,
-        stepId: attrs.stepId,
-        attempt: attrs.attempt,
-        plugin: attrs.plugin,
-      }),
-    },
-    parent,
-  );
+  const carried = attrs.traceparent ? TRACEPARENT.exec(attrs.traceparent) : null;
+  const traceId = TRACE_ID.test(attrs.traceId) ? attrs.traceId : (carried?.[1] ?? attrs.traceId);
+  const parent = runParentContext(traceId, attrs.runId);
+  const ownId = carried && carried[1] === traceId && carried[2] !== '0'.repeat(16) ? carried[2] : undefined;
+  if (ownId) forcedIds = { spanId: ownId };
+  let span: Span;
+  try {
+    span = tracer().startSpan(
+      'orchestrator.step',
+      {
+        attributes: safeAttributes({
+          tenant: attrs.tenant,
+          dagId: attrs.dagId,
+          runId: attrs.runId,
+          stepId: attrs.stepId,
+          attempt: attrs.attempt,
+          plugin: attrs.plugin,
+        }),
+      },
+      parent,
+    );
+  } finally {
+    forcedIds = undefined;
+  }
   const outcome: SpanOutcome = {
     span,
     setStatus(status) {
