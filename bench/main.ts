@@ -123,6 +123,8 @@ async function main(): Promise<void> {
   let embedded: EmbeddedPostgresHandle | undefined;
   let serverUrl = values.db ?? process.env.DATABASE_URL;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-bench-'));
+  // Traversable, so an embedded server running as the postgres user (when the bench runs as root) reaches its data.
+  fs.chmodSync(tmp, 0o711);
   if (!serverUrl) {
     embedded = await startEmbeddedPostgres(path.join(tmp, 'pg'), {
       port: 56000 + (process.pid % 3000),

@@ -110,6 +110,29 @@ describe('run execution (api + worker + scheduler roles)', () => {
       expect(a[k]).not.toBeNull();
   });
 
+  it('injects secrets into step config at call time and keeps their values out of stored outputs', async () => {
+    const put = await app.request('PUT', '/api/v1/secrets/API_TOKEN', { as, body: { value: 's3cr3t-value' } });
+    expect([200, 201]).toContain(put.status);
+    await publishDag(app, app.tenantId, {
+      id: 'secretive',
+      steps: [{ id: 'use', plugin: 'noop', with: { output: { auth: 'Bearer ${{ secrets.API_TOKEN }}', plain: 'x' } } }],
+    });
+    const runId = await start('secretive');
+    const run = await waitForRun(app, as, runId);
+    expect(run.status).toBe('succeeded');
+    expect(steps(run).get('use')!.outputs).toEqual({ auth: 'Bearer [redacted]', plain: 'x' });
+    const ev = await app.request('GET', `/api/v1/runs/${runId}/events?limit=1000`, { as });
+    expect(ev.text).not.toContain('s3cr3t-value');
+
+    await publishDag(app, app.tenantId, {
+      id: 'no-secret',
+      steps: [{ id: 'use', plugin: 'noop', with: { output: { auth: '${{ secrets.MISSING }}' } } }],
+    });
+    const failed = await waitForRun(app, as, await start('no-secret'));
+    expect(failed.status).toBe('failed');
+    expect(steps(failed).get('use')!.error!.code).toBe('SECRET_NOT_FOUND');
+  });
+
   it('dispatches ready steps in topological order with lexical tie-break, the same in every run', async () => {
     await publishDag(app, app.tenantId, {
       id: 'fan',

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { ArtifactsRepository } from '../artifacts/artifacts.repository';
 import { PluginsModule } from '../plugins/plugins.module';
 import { RunsRepository } from '../runs/runs.repository';
+import { SecretsModule } from '../secrets/secrets.module';
 import { ConstraintsService } from './constraints.service';
 import { EngineRepository } from './engine.repository';
 import { EngineStore } from './engine.store';
@@ -16,9 +17,9 @@ import { WorkerService } from './worker.service';
 })
 export class EngineCoreModule {}
 
-/** The worker role's engine: claims and runs steps. */
+/** The worker role's engine: claims and runs steps (secrets resolved at call time). */
 @Module({
-  imports: [EngineCoreModule, PluginsModule],
+  imports: [EngineCoreModule, PluginsModule, SecretsModule],
   providers: [WorkerService],
   exports: [WorkerService],
 })

@@ -5,9 +5,11 @@ import pg from 'pg';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
-import type { PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
+import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
 import { PluginRegistry } from '../plugins/plugin-registry';
-import { renderTemplate, TemplateError } from '../templating/template';
+import { makeRedactor } from '../secrets/redact';
+import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service';
+import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import { ConstraintsService } from './constraints.service';
 import { EngineStore, type ClaimedWork, type Completion } from './engine.store';
 
@@ -56,6 +58,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     private readonly store: EngineStore,
     private readonly plugins: PluginRegistry,
     private readonly constraints: ConstraintsService,
+    private readonly secrets: SecretsService,
   ) {
     this.concurrency = config.ORDO_WORKER_CONCURRENCY;
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
@@ -200,8 +203,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private async execute(r: Running): Promise<Completion> {
     const w = r.work;
     const logs: StepLogLine[] = [];
-    const secrets: string[] = [];
-    const redact = (text: string) => secrets.reduce((t, s) => (s ? t.split(s).join('[redacted]') : t), text);
+    // Replaced by a redactor of the secret values injected into this attempt's config (once resolved).
+    const secrets: { redact: (text: string) => string } = { redact: (text) => text };
+    const redact = (text: string) => secrets.redact(text);
     const timers: NodeJS.Timeout[] = [setTimeout(() => this.stop(r, 'timeout'), w.spec.timeout)];
     const c = w.spec.constraints;
     if (c?.maxAllowedRunTime)
@@ -271,7 +275,17 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         break;
     }
     if (result.status === 'succeeded')
-      return { ...base, outcome: { status: 'succeeded', outputs: result.outputs, logs: lines }, startedAt, finishedAt };
+      // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
+      return {
+        ...base,
+        outcome: {
+          status: 'succeeded',
+          outputs: JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject,
+          logs: lines,
+        },
+        startedAt,
+        finishedAt,
+      };
     return {
       ...base,
       outcome: { status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines },
@@ -284,7 +298,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     w: ClaimedWork,
     r: Running,
     logs: StepLogLine[],
-    secrets: string[],
+    secrets: { redact: (text: string) => string },
     redact: (t: string) => string,
   ): Promise<PluginResult> {
     const plugin = this.plugins.get(w.plugin);
@@ -292,10 +306,15 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     let config: unknown = w.config;
     if (JSON.stringify(w.config).includes('${{')) {
       try {
-        const rendered = renderTemplate(w.config, { inputs: w.inputs, steps: w.upstream, secrets: {} });
+        const names = templateRefs(w.config)
+          .filter((ref) => ref.kind === 'secrets')
+          .map((ref) => ref.path[0]);
+        const values = names.length > 0 ? await this.secrets.resolve(w.tenantId, names) : {};
+        const rendered = renderTemplate(w.config, { inputs: w.inputs, steps: w.upstream, secrets: values });
+        secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
         config = rendered.value;
       } catch (e) {
-        if (e instanceof TemplateError) return fail(e.code, e.message, false);
+        if (e instanceof TemplateError || e instanceof SecretNotFoundError) return fail(e.code, e.message, false);
         throw e;
       }
     }
@@ -322,7 +341,6 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       },
       redact,
     };
-    void secrets;
     // A plugin that ignores its abort signal does not hold the slot: the abort settles the attempt.
     const aborted = new Promise<PluginResult>((resolve) => {
       if (r.ac.signal.aborted) resolve(fail('ABORTED', 'aborted', true));

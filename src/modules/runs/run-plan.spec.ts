@@ -1,5 +1,6 @@
 import { dagDefinition } from '../dags/dag-definition';
-import { descendants, planRun } from './run-plan';
+import type { JsonValue } from '../plugins/plugin';
+import { descendants, planRun, type ReusedOutputs } from './run-plan';
 
 const def = dagDefinition.parse({
   id: 'p',
@@ -25,7 +26,7 @@ describe('planRun', () => {
   });
 
   it('marks reused steps of a rerun succeeded with their outputs and queues what follows them', () => {
-    const reuse = new Map([
+    const reuse: ReusedOutputs = new Map<string, { outputs: JsonValue; outputsHash: string | null }>([
       ['a', { outputs: { x: 1 }, outputsHash: 'h-a' }],
       ['b', { outputs: {}, outputsHash: 'h-b' }],
     ]);
