@@ -387,6 +387,43 @@ describe('isolation matrix over every operation of the route table', () => {
     }
   }
 
+  it("rejects tenant B's token under every spelling of tenant A's id in X-Tenant-Id on every tenant operation", async () => {
+    const spellings = [
+      A.toUpperCase(),
+      ` ${A}`,
+      `${A} `,
+      `${A}\t`,
+      `${B}, ${A}`,
+      `${A}, ${B}`,
+      `${A}%00`,
+      encodeURIComponent(A),
+      `${A}.`,
+      'tenant\u2011alpha',
+    ];
+    const before = await snaps.counts();
+    const wrong: string[] = [];
+    for (const r of ROUTES.filter(isTenantRoute)) {
+      for (const tenant of spellings) {
+        const viaHeader = await app
+          .request(r.method.toUpperCase(), fillPath(r.path, pathValues(opOf(r))), {
+            headers: {
+              authorization: `Bearer ${tokens.b['orchestrator:admin']}`,
+              'x-tenant-id': Buffer.from(tenant, 'utf8').toString('latin1'),
+            },
+            body: bodyOf(opOf(r)),
+          })
+          .catch((e: Error) => ({ status: 0, text: e.message }));
+        // Status 0: the HTTP client itself refused to send the header value.
+        if (![400, 403].includes(viaHeader.status) && viaHeader.status !== 0)
+          wrong.push(
+            `${r.label} X-Tenant-Id ${JSON.stringify(tenant)}: ${viaHeader.status} ${viaHeader.text.slice(0, 100)}`,
+          );
+      }
+    }
+    expect(wrong).toEqual([]);
+    expect(countDiff(before, await snaps.counts())).toEqual([]);
+  });
+
   describe('token forgeries on every authenticated operation', () => {
     const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
     const claimsOf = (t: string) => JSON.parse(Buffer.from(t.split('.')[1], 'base64url').toString()) as JWTPayload;
