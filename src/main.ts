@@ -52,6 +52,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGHUP', () => stop('SIGHUP'));
 }
 
 main().catch((e: unknown) => {
