@@ -22,6 +22,11 @@ export class RunsScheduleRunner extends ScheduleRunner {
     return { runId: r.runId, created: r.created };
   }
 
+  async createRuns(tenantId: string, reqs: ScheduledRunRequest[]): Promise<{ runId: string; created: boolean }[]> {
+    const rs = await this.runs.createRuns(tenantId, reqs);
+    return rs.map((r) => ({ runId: r.runId, created: r.created }));
+  }
+
   async isActive(tenantId: string, runId: string): Promise<boolean> {
     const run = await this.db.withTenant(tenantId, (tx) => this.runsRepo.findRun(tx, runId));
     return run !== undefined && !TERMINAL_RUN_STATES.includes(run.status as RunStatus);

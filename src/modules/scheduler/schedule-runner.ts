@@ -14,6 +14,8 @@ export interface ScheduledRunRequest {
  */
 export abstract class ScheduleRunner {
   abstract createRun(tenantId: string, req: ScheduledRunRequest): Promise<{ runId: string; created: boolean }>;
+  /** Creates several runs in one transaction, results in request order; all or none. */
+  abstract createRuns(tenantId: string, reqs: ScheduledRunRequest[]): Promise<{ runId: string; created: boolean }[]>;
   /** True while the run is queued or running. */
   abstract isActive(tenantId: string, runId: string): Promise<boolean>;
   abstract cancel(tenantId: string, runId: string, reason: string): Promise<void>;

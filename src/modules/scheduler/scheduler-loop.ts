@@ -5,7 +5,7 @@ import type { SystemTx } from '../../core/database/handles';
 import { DomainError } from '../../core/errors/domain-error';
 import { Clock } from './clock';
 import { MISFIRE_GRACE_MS, planFires } from './fire-plan';
-import { ScheduleRunner, scheduleRunToken } from './schedule-runner';
+import { ScheduleRunner, scheduleRunToken, type ScheduledRunRequest } from './schedule-runner';
 import { SchedulesRepository, type FireOutcome, type ScheduleRecord } from './schedules.repository';
 
 /** Longest real sleep between scans: schedule changes made while a NOTIFY is lost are seen by then. */
@@ -177,13 +177,15 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
     const plan = planFires(s, now, this.graceMs);
     if (plan.droppedMissed)
       this.log.warn(`schedule ${tenantId}/${id}: missed fire times dropped (catchUp=${s.catchUp})`);
+    // overlap = allow: the runs of all due fires are created in one call (one transaction).
+    const batch = s.overlap === 'allow' && plan.fires.length > 1 ? await this.createAll(s, plan.fires) : undefined;
     for (const fireTime of plan.fires) {
       const previousActive =
         s.overlap !== 'allow' && lastRunId !== null ? await this.runner.isActive(tenantId, lastRunId) : false;
       let row: FireRow;
       switch (s.overlap) {
         case 'allow':
-          row = await this.create(s, fireTime);
+          row = batch?.get(fireTime.getTime()) ?? (await this.create(s, fireTime));
           break;
         case 'skip':
           row = previousActive
@@ -236,16 +238,39 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
     return rows.length;
   }
 
+  /** Creates the runs of several fires at once; undefined when refused (then they go one by one). */
+  private async createAll(s: ScheduleRecord, fireTimes: Date[]): Promise<Map<number, FireRow> | undefined> {
+    try {
+      const created = await this.runner.createRuns(
+        s.tenantId,
+        fireTimes.map((t) => this.request(s, t)),
+      );
+      return new Map(
+        fireTimes.map((fireTime, i) => [
+          fireTime.getTime(),
+          { fireTime, runId: created[i].runId, outcome: 'created', error: null },
+        ]),
+      );
+    } catch (e) {
+      if (e instanceof DomainError && e.status < 500) return undefined;
+      throw e;
+    }
+  }
+
+  private request(s: ScheduleRecord, fireTime: Date): ScheduledRunRequest {
+    return {
+      dagId: s.dagId,
+      ...(s.dagVersion !== null && { version: s.dagVersion }),
+      inputs: s.inputs,
+      runToken: scheduleRunToken(s.id, fireTime),
+      requestedBy: `schedule:${s.id}`,
+    };
+  }
+
   /** Creates the run of one fire; a refusal by the runs module (e.g. the DAG is gone) is recorded, not retried. */
   private async create(s: ScheduleRecord, fireTime: Date): Promise<FireRow> {
     try {
-      const r = await this.runner.createRun(s.tenantId, {
-        dagId: s.dagId,
-        ...(s.dagVersion !== null && { version: s.dagVersion }),
-        inputs: s.inputs,
-        runToken: scheduleRunToken(s.id, fireTime),
-        requestedBy: `schedule:${s.id}`,
-      });
+      const r = await this.runner.createRun(s.tenantId, this.request(s, fireTime));
       return { fireTime, runId: r.runId, outcome: 'created', error: null };
     } catch (e) {
       if (e instanceof DomainError && e.status < 500) {
