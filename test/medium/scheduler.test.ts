@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Database } from '../../src/core/database/database';
@@ -47,6 +48,8 @@ describe('scheduler loop', () => {
   };
 
   beforeAll(async () => {
+    // The loop's per-fire debug and catch-up warnings are expected here; errors still print.
+    Logger.overrideLogger(['error', 'fatal']);
     t = await createTestDatabase();
     clock = new ManualClock(T0);
     await t.db.system.insertInto('tenant').values({ id: TENANT, name: TENANT }).execute();
