@@ -98,5 +98,17 @@ describe('stream and export over runs executed by the engine', () => {
       .map((l) => JSON.parse(l) as Record<string, any>)
       .find((x) => x.type === 'span' && x.name === 'orchestrator.run');
     expect(runSpan).toMatchObject({ traceId, attributes: { status: 'succeeded', dagId: 'pipe' } });
+    // Each attempt ran in an orchestrator.step span whose id is the attempt's stored traceparent,
+    // with the plugin call as its child, all on the run's trace.
+    const records = lines.map((l) => JSON.parse(l) as Record<string, any>);
+    const stepSpans = records.filter((x) => x.type === 'span' && x.name === 'orchestrator.step');
+    const attempts = records.filter((x) => x.type === 'attempt');
+    expect(stepSpans.map((x) => x.spanId).sort()).toEqual(
+      attempts.map((a) => (a.traceparent as string).split('-')[2]).sort(),
+    );
+    for (const sp of stepSpans)
+      expect(sp).toMatchObject({ traceId, parentSpanId: runSpan.spanId, attributes: { status: 'succeeded' } });
+    const pluginSpans = records.filter((x) => x.type === 'span' && x.name === 'orchestrator.plugin');
+    expect(pluginSpans.map((x) => x.parentSpanId).sort()).toEqual(stepSpans.map((x) => x.spanId).sort());
   });
 });

@@ -5,6 +5,8 @@ import pg from 'pg';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
+import { recordStepFinished } from '../../core/telemetry/metrics';
+import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
 import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
 import { PluginRegistry } from '../plugins/plugin-registry';
 import { makeRedactor } from '../secrets/redact';
@@ -227,13 +229,20 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const startedAt = new Date();
     let result: PluginResult;
     try {
-      result = await this.invoke(w, r, logs, secrets, redact);
+      const { tenantId: tenant, dagId, runId, stepId, attempt, traceId, traceparent, plugin } = w;
+      const attrs = { tenant, dagId, runId, stepId, attempt, traceId, traceparent, plugin };
+      result = await withStepSpan(attrs, async (span) => {
+        const res = await this.invoke(w, r, logs, secrets, redact);
+        span.setStatus(r.reason === 'cancelled' ? 'cancelled' : r.reason ? 'failed' : res.status);
+        return res;
+      });
     } catch (e) {
       result = fail('PLUGIN_ERROR', redact(e instanceof Error ? e.message : String(e)), false);
     } finally {
       for (const t of timers) clearTimeout(t);
     }
     const finishedAt = new Date();
+    recordStepFinished(w.tenantId, r.reason ? 'aborted' : result.status, startedAt, finishedAt);
     const lines = [...logs, ...(result.logs ?? [])]
       .slice(0, MAX_LOG_LINES)
       .map((l) => ({ ...l, message: redact(l.message) }));
@@ -346,7 +355,13 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       if (r.ac.signal.aborted) resolve(fail('ABORTED', 'aborted', true));
       r.ac.signal.addEventListener('abort', () => resolve(fail('ABORTED', 'aborted', true)), { once: true });
     });
-    return Promise.race([plugin.execute(parsed.data, ctx), aborted]);
+    // The plugin call is a child span; outbound calls carry its traceparent.
+    return withChildSpan('orchestrator.plugin', { plugin: w.plugin }, () =>
+      Promise.race([
+        plugin.execute(parsed.data, { ...ctx, traceparent: currentTraceparent() ?? ctx.traceparent }),
+        aborted,
+      ]),
+    );
   }
 
   /** Extends the leases of every running step in one statement; steps whose lease was lost are stopped. */
