@@ -27,13 +27,6 @@ export interface SetStep extends StepKey {
   queued?: boolean;
 }
 
-export interface OpenAttempt extends StepKey {
-  attempt: number;
-  epoch: number;
-  traceparent: string;
-  queuedAt: Date | null;
-}
-
 export interface StepKey {
   tenantId: string;
   runId: string;
@@ -91,14 +84,80 @@ const keysSql = (keys: StepKey[]) =>
  */
 @Injectable()
 export class EngineRepository {
-  /** Tenants with ready work and room under the in-flight cap, least recently served first. */
-  async readyTenants(tx: SystemTx, cap: number): Promise<{ tenant_id: string; weight: number; in_flight: number }[]> {
-    const r = await sql<{ tenant_id: string; weight: number; in_flight: number }>`
-      select tq.tenant_id, tq.weight, tq.in_flight from tenant_queue tq
-      where tq.in_flight < ${cap}
-        and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
-      order by tq.served_at, tq.tenant_id
-      limit 256`.execute(tx);
+  /**
+   * One statement: the tenants with ready work and room under the in-flight cap (least recently
+   * served first, at most `capacity` of them), each with its weighted share of `capacity`, and up to
+   * that share of its oldest ready items, skipping items another claimer holds.
+   */
+  async claimReady(
+    tx: SystemTx,
+    capacity: number,
+    cap: number,
+  ): Promise<(ClaimedItem & { share: number; weight: number; in_flight: number })[]> {
+    const r = await sql<ClaimedItem & { share: number; weight: number; in_flight: number }>`
+      with t as (
+        select tq.tenant_id, tq.weight, tq.in_flight, tq.served_at from tenant_queue tq
+        where tq.in_flight < ${cap}
+          and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
+        order by tq.served_at, tq.tenant_id
+        limit ${Math.min(256, capacity)}
+      ),
+      s as (
+        select t.tenant_id, t.weight, t.in_flight, t.served_at,
+          least(${cap} - t.in_flight, ${capacity}, greatest(1, floor(${capacity}::numeric * t.weight / sum(t.weight) over ())))::int as share
+        from t
+      )
+      select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, s.share, s.weight, s.in_flight
+      from s cross join lateral (
+        select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
+        where i.tenant_id = s.tenant_id and i.state = 'ready'
+        order by i.id limit s.share
+        for update skip locked
+      ) q
+      order by s.served_at, s.tenant_id, q.id`.execute(tx);
+    return r.rows;
+  }
+
+  /**
+   * One statement: moves queued steps to running (new fencing epoch, attempt number, dispatch
+   * number), leases their queue items to the worker and opens their attempt rows. Returns the
+   * steps dispatched (a step no longer queued is left out).
+   */
+  async dispatchAndLease(
+    tx: SystemTx,
+    steps: (StepKey & { dispatchSeq: number; itemId: number; enqueuedAt: Date; traceparent: string })[],
+    workerId: string,
+    leaseMs: number,
+  ): Promise<(DispatchedStep & { item_id: number })[]> {
+    if (steps.length === 0) return [];
+    const r = await sql<DispatchedStep & { item_id: number }>`
+      with d as (
+        update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+          dispatch_seq = coalesce(s.dispatch_seq, u.seq), started_at = coalesce(s.started_at, now())
+        from unnest(${steps.map((k) => k.tenantId)}::text[], ${steps.map((k) => k.runId)}::uuid[], ${steps.map((k) => k.stepId)}::text[],
+          ${steps.map((k) => k.dispatchSeq)}::int[], ${steps.map((k) => k.itemId)}::bigint[], ${steps.map((k) => k.enqueuedAt)}::timestamptz[],
+          ${steps.map((k) => k.traceparent)}::text[]) as u(tenant_id, run_id, step_id, seq, item_id, enqueued_at, traceparent)
+        where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id and s.status = 'queued'
+        returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at,
+          u.item_id, u.enqueued_at, u.traceparent
+      ),
+      l as (
+        update queue_item q set state = 'leased', worker_id = ${workerId}, epoch = d.epoch,
+          lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
+        from d where q.tenant_id = d.tenant_id and q.id = d.item_id
+        returning 1
+      ),
+      a as (
+        insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
+          claimed_at, constraint_checked_at)
+        select d.tenant_id, d.run_id, d.step_id, d.attempts, d.epoch, ${workerId}, now() + make_interval(secs => ${leaseMs / 1000}),
+          d.traceparent, coalesce(d.queued_at, d.enqueued_at), now(), now()
+        from d
+        returning 1
+      )
+      select tenant_id, run_id, step_id, epoch, attempts, plugin, config, spec, depends_on, queued_at, item_id from d`.execute(
+      tx,
+    );
     return r.rows;
   }
 
@@ -129,49 +188,6 @@ export class EngineRepository {
       from step s join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
         on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id`.execute(tx);
     return r.rows;
-  }
-
-  /** Moves queued steps to running with a new fencing epoch and their dispatch numbers. */
-  async dispatch(tx: SystemTx, steps: (StepKey & { dispatchSeq: number })[]): Promise<DispatchedStep[]> {
-    if (steps.length === 0) return [];
-    const r = await sql<DispatchedStep>`
-      update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1, dispatch_seq = coalesce(s.dispatch_seq, u.seq),
-        started_at = coalesce(s.started_at, now())
-      from unnest(${steps.map((k) => k.tenantId)}::text[], ${steps.map((k) => k.runId)}::uuid[], ${steps.map((k) => k.stepId)}::text[],
-        ${steps.map((k) => k.dispatchSeq)}::int[]) as u(tenant_id, run_id, step_id, seq)
-      where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id and s.status = 'queued'
-      returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at`.execute(
-      tx,
-    );
-    return r.rows;
-  }
-
-  /** Leases claimed queue items to the worker and opens their attempts (one statement). */
-  async leaseAndOpen(
-    tx: SystemTx,
-    items: { tenantId: string; id: number; epoch: number }[],
-    attempts: OpenAttempt[],
-    workerId: string,
-    leaseMs: number,
-  ): Promise<void> {
-    if (items.length === 0) return;
-    await sql`
-      with l as (
-        update queue_item q set state = 'leased', worker_id = ${workerId}, epoch = u.epoch,
-          lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
-        from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.id)}::bigint[], ${items.map((i) => i.epoch)}::int[])
-          as u(tenant_id, id, epoch)
-        where q.tenant_id = u.tenant_id and q.id = u.id
-        returning 1
-      )
-      insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at, claimed_at,
-        constraint_checked_at)
-      select u.tenant_id, u.run_id, u.step_id, u.attempt, u.epoch, ${workerId}, now() + make_interval(secs => ${leaseMs / 1000}),
-        u.traceparent, u.queued_at, now(), now()
-      from unnest(${attempts.map((r) => r.tenantId)}::text[], ${attempts.map((r) => r.runId)}::uuid[], ${attempts.map((r) => r.stepId)}::text[],
-        ${attempts.map((r) => r.attempt)}::int[], ${attempts.map((r) => r.epoch)}::int[], ${attempts.map((r) => r.traceparent)}::text[],
-        ${attempts.map((r) => r.queuedAt)}::timestamptz[])
-        as u(tenant_id, run_id, step_id, attempt, epoch, traceparent, queued_at)`.execute(tx);
   }
 
   async deleteItems(tx: SystemTx, items: { tenantId: string; id: number }[]): Promise<void> {

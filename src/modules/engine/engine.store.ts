@@ -14,8 +14,8 @@ import type { StepSpec } from '../runs/run-plan';
 import { RunsRepository } from '../runs/runs.repository';
 import {
   EngineRepository,
+  type ClaimedItem,
   type FinishAttempt,
-  type OpenAttempt,
   type SetStep,
   type StepKey,
 } from './engine.repository';
@@ -393,19 +393,21 @@ export class EngineStore {
   }
 
   private async claim(tx: SystemTx, ctx: CycleContext, books: RunBooks, opts: ClaimOptions): Promise<ClaimedWork[]> {
-    const tenants = await this.engine.readyTenants(tx, opts.tenantCap);
-    if (tenants.length === 0) return [];
-    let shares = fairShares(tenants, opts.capacity, opts.tenantCap);
-    const items = await this.engine.pickReady(tx, shares);
+    const first = await this.engine.claimReady(tx, opts.capacity, opts.tenantCap);
+    if (first.length === 0) return [];
+    const items: ClaimedItem[] = first.slice(0, opts.capacity);
     // Capacity a tenant could not use (fewer ready steps than its share) goes to the tenants that filled theirs.
+    const tenants = new Map(
+      first.map((i) => [i.tenant_id, { tenant_id: i.tenant_id, weight: i.weight, in_flight: i.in_flight, n: i.share }]),
+    );
     for (let round = 0; round < 3 && items.length < opts.capacity; round++) {
       const got = new Map<string, number>();
       for (const i of items) got.set(i.tenant_id, (got.get(i.tenant_id) ?? 0) + 1);
-      const full = tenants
-        .filter((t) => shares.some((s) => s.tenantId === t.tenant_id && got.get(t.tenant_id) === s.n))
-        .map((t) => ({ ...t, in_flight: t.in_flight + (got.get(t.tenant_id) ?? 0) }));
+      const full = [...tenants.values()]
+        .filter((t) => got.get(t.tenant_id) === t.n)
+        .map((t) => ({ ...t, in_flight: t.in_flight + t.n }));
       if (full.length === 0) break;
-      shares = fairShares(full, opts.capacity - items.length, opts.tenantCap);
+      const shares = fairShares(full, opts.capacity - items.length, opts.tenantCap);
       const more = await this.engine.pickReady(
         tx,
         shares,
@@ -413,8 +415,12 @@ export class EngineStore {
       );
       if (more.length === 0) break;
       items.push(...more);
+      for (const s of shares) {
+        const t = tenants.get(s.tenantId)!;
+        t.in_flight += t.n;
+        t.n = s.n;
+      }
     }
-    if (items.length === 0) return [];
     const fresh = uniqRuns(items.map((i) => ({ tenantId: i.tenant_id, runId: i.run_id }))).filter(
       (k) => !books.get(k.tenantId, k.runId),
     );
@@ -433,13 +439,22 @@ export class EngineStore {
       const k = runKey(i.tenant_id, i.run_id);
       const next = (seqs.get(k) ?? b.dispatchCount) + 1;
       seqs.set(k, next);
-      return { tenantId: i.tenant_id, runId: i.run_id, stepId: i.step_id, dispatchSeq: next };
+      return {
+        tenantId: i.tenant_id,
+        runId: i.run_id,
+        stepId: i.step_id,
+        dispatchSeq: next,
+        itemId: i.id,
+        enqueuedAt: i.enqueued_at,
+        traceparent: `00-${b.row.trace_id}-${randomBytes(8).toString('hex')}-01`,
+      };
     });
     const dispatched = new Map(
-      (await this.engine.dispatch(tx, toDispatch)).map((d) => [`${d.tenant_id}/${d.run_id}/${d.step_id}`, d]),
+      (await this.engine.dispatchAndLease(tx, toDispatch, opts.workerId, opts.leaseMs)).map((d) => [
+        `${d.tenant_id}/${d.run_id}/${d.step_id}`,
+        d,
+      ]),
     );
-    const leases: { tenantId: string; id: number; epoch: number }[] = [];
-    const attempts: OpenAttempt[] = [];
     const work: ClaimedWork[] = [];
     const needOutputs: StepKey[] = [];
     for (let n = 0; n < live.length; n++) {
@@ -451,19 +466,8 @@ export class EngineStore {
       }
       const b = books.get(i.tenant_id, i.run_id)!;
       if (b.status === 'queued') books.transition(b, 'running', 'engine');
-      b.dispatchCount = toDispatch[n].dispatchSeq;
+      b.dispatchCount = Math.max(b.dispatchCount, toDispatch[n].dispatchSeq);
       b.dirty = true;
-      const traceparent = `00-${b.row.trace_id}-${randomBytes(8).toString('hex')}-01`;
-      leases.push({ tenantId: i.tenant_id, id: i.id, epoch: d.epoch });
-      attempts.push({
-        tenantId: d.tenant_id,
-        runId: d.run_id,
-        stepId: d.step_id,
-        attempt: d.attempts,
-        epoch: d.epoch,
-        traceparent,
-        queuedAt: d.queued_at ?? i.enqueued_at,
-      });
       recordDispatch(d.tenant_id, d.queued_at ?? i.enqueued_at, books.now);
       books.event(b, {
         type: 'step.running',
@@ -488,14 +492,13 @@ export class EngineStore {
         dagId: b.row.dag_id,
         dagVersion: b.row.dag_version,
         traceId: b.row.trace_id,
-        traceparent,
+        traceparent: toDispatch[n].traceparent,
         dispatchSeq: toDispatch[n].dispatchSeq,
         inputs: {},
         upstream: {},
       });
     }
     await this.engine.deleteItems(tx, stale);
-    await this.engine.leaseAndOpen(tx, leases, attempts, opts.workerId, opts.leaseMs);
     await this.fillTemplateScope(tx, work, needOutputs);
     return work;
   }
