@@ -214,15 +214,13 @@ describe('Ordo processes', () => {
       const first = await start(env);
       cleanups.push(async () => {
         // Last resort if a test failed midway: stop a server the processes left behind.
-        const pid = path.join(home, 'pg', 'data', 'postmaster.pid');
-        if (fs.existsSync(pid)) {
-          const n = Number(fs.readFileSync(pid, 'utf8').split('\n')[0]);
-          try {
-            process.kill(n, 'SIGINT');
-          } catch {
-            // already gone
-          }
-        }
+        const dataDir = path.join(home, 'pg', 'data');
+        const pidFile = path.join(dataDir, 'postmaster.pid');
+        if (!fs.existsSync(pidFile)) return;
+        const n = Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]);
+        // Only the postmaster of this data directory, never a process that reused its pid.
+        const cmdline = fs.existsSync(`/proc/${n}/cmdline`) ? fs.readFileSync(`/proc/${n}/cmdline`, 'utf8') : '';
+        if (cmdline.includes(dataDir)) process.kill(n, 'SIGINT');
       });
       const file = path.join(home, 'admin-credentials.json');
       const creds = JSON.parse(fs.readFileSync(file, 'utf8')) as { tenantId: string; adminToken: string };
