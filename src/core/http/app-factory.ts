@@ -24,9 +24,12 @@ export async function createHttpApp(
   });
   const fastify = app.getHttpAdapter().getInstance();
   await fastify.register(compress, { global: true, encodings: ['br', 'gzip'], threshold: 1024 });
-  fastify.addContentTypeParser(YAML_TYPES, { parseAs: 'string', bodyLimit: opts.bodyLimit }, (_req, body, done) => done(null, body));
-  fastify.addContentTypeParser(BINARY_TYPES, { parseAs: 'buffer', bodyLimit: opts.bodyLimit }, (_req, body, done) => done(null, body));
+  fastify.addContentTypeParser(YAML_TYPES, { parseAs: 'string', bodyLimit: opts.bodyLimit }, (_req, body, done) =>
+    done(null, body),
+  );
+  fastify.addContentTypeParser(BINARY_TYPES, { parseAs: 'buffer', bodyLimit: opts.bodyLimit }, (_req, body, done) =>
+    done(null, body),
+  );
   app.useGlobalFilters(new HttpExceptionFilter());
-  app.enableShutdownHooks();
   return app;
 }

@@ -1,5 +1,6 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { Runner, TaskList } from 'graphile-worker';
+import pg from 'pg';
 import { Database } from '../../core/database/database';
 import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
@@ -13,6 +14,7 @@ import { JOBS } from './jobs';
 export class JobRunnerService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly log = new Logger('jobs');
   private runner: Runner | null = null;
+  private pool: pg.Pool | null = null;
 
   constructor(
     private readonly db: Database,
@@ -28,8 +30,12 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
       'ordo.engine.webhook': async (payload) =>
         this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload)),
     };
+    // Our own pool, so a connection dropped by the server (restart, pg_terminate_backend) is
+    // an event the pool recovers from, never an unhandled 'error' that ends the process.
+    this.pool = new pg.Pool({ connectionString: this.db.urls.system, max: 6, application_name: 'ordo:jobs' });
+    this.pool.on('error', (e) => this.log.warn({ err: e.message }, 'job runner connection lost'));
     this.runner = await run({
-      connectionString: this.db.urls.system,
+      pgPool: this.pool,
       concurrency: 4,
       noHandleSignals: true,
       pollInterval: 2_000,
@@ -45,5 +51,8 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     const r = this.runner;
     this.runner = null;
     await r?.stop();
+    const p = this.pool;
+    this.pool = null;
+    await p?.end();
   }
 }
