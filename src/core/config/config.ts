@@ -21,10 +21,20 @@ export const envSchema = z.object({
     .string()
     .default('api,scheduler,worker')
     .transform((v, ctx) => {
-      const roles = [...new Set(v.split(',').map((r) => r.trim()).filter(Boolean))];
+      const roles = [
+        ...new Set(
+          v
+            .split(',')
+            .map((r) => r.trim())
+            .filter(Boolean),
+        ),
+      ];
       for (const r of roles) {
         if (!(ROLES as readonly string[]).includes(r)) {
-          ctx.addIssue({ code: 'custom', message: `unknown role "${r}" (expected a comma list of api, scheduler, worker)` });
+          ctx.addIssue({
+            code: 'custom',
+            message: `unknown role "${r}" (expected a comma list of api, scheduler, worker)`,
+          });
           return z.NEVER;
         }
       }
@@ -40,8 +50,18 @@ export const envSchema = z.object({
   ORDO_SYSTEM_DATABASE_URL: postgresUrl,
   ORDO_EMBEDDED_PG_PORT: z.coerce.number().int().min(1024).max(65535).default(54329),
   ORDO_DB_POOL_SIZE: z.coerce.number().int().min(2).max(200).default(20),
-  ORDO_BODY_LIMIT_BYTES: z.coerce.number().int().min(1024).max(512 * 1024 * 1024).default(1024 * 1024),
-  ORDO_TOKEN_TTL_SECONDS: z.coerce.number().int().min(60).max(10 * 365 * 24 * 3600).default(30 * 24 * 3600),
+  ORDO_BODY_LIMIT_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024)
+    .max(512 * 1024 * 1024)
+    .default(1024 * 1024),
+  ORDO_TOKEN_TTL_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(60)
+    .max(10 * 365 * 24 * 3600)
+    .default(30 * 24 * 3600),
   ORDO_ISSUER: z.string().min(1).default('ordo'),
   ORDO_SIGNING_KEYS_DIR: z.string().min(1).optional(),
   ORDO_BOOTSTRAP_TENANT: z
@@ -53,7 +73,10 @@ export const envSchema = z.object({
   ORDO_REAPER_INTERVAL_MS: z.coerce.number().int().min(100).max(3_600_000).default(5_000),
   ORDO_TENANT_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(64),
   ORDO_CLI_SANDBOX_REQUIRED: bool.default(true),
-  REDIS_URL: z.string().regex(/^rediss?:\/\//, 'must be a redis:// URL').optional(),
+  REDIS_URL: z
+    .string()
+    .regex(/^rediss?:\/\//, 'must be a redis:// URL')
+    .optional(),
   OTEL_EXPORTER_OTLP_ENDPOINT: z.string().url().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });

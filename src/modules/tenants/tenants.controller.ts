@@ -3,7 +3,14 @@ import type { z } from 'zod';
 import { Body, Params, PlatformPrincipal, Query, type PlatformPrincipalT } from '../../core/http/request-context';
 import { Route } from '../../core/http/route-spec';
 import { createTokenBody, mintedTokenSchema, type CreateTokenBody } from '../auth/tokens.dto';
-import { createTenantBody, tenantListQuery, tenantListSchema, tenantParams, tenantSchema, type CreateTenantBody } from './tenants.dto';
+import {
+  createTenantBody,
+  tenantListQuery,
+  tenantListSchema,
+  tenantParams,
+  tenantSchema,
+  type CreateTenantBody,
+} from './tenants.dto';
 import { TenantsService } from './tenants.service';
 
 @Controller('api/v1/tenants')
@@ -40,7 +47,7 @@ export class TenantsController {
   @HttpCode(200)
   @Route({
     operationId: 'disableTenant',
-    summary: "Disable a tenant: its tokens get 403 until it is enabled again",
+    summary: 'Disable a tenant: its tokens get 403 until it is enabled again',
     tags: ['platform'],
     access: 'platform:admin',
     params: tenantParams,
@@ -74,7 +81,11 @@ export class TenantsController {
     body: createTokenBody,
     responses: { 201: { description: 'Minted; the token is shown once', schema: mintedTokenSchema } },
   })
-  mint(@PlatformPrincipal() op: PlatformPrincipalT, @Params() p: z.infer<typeof tenantParams>, @Body() body: CreateTokenBody) {
+  mint(
+    @PlatformPrincipal() op: PlatformPrincipalT,
+    @Params() p: z.infer<typeof tenantParams>,
+    @Body() body: CreateTokenBody,
+  ) {
     return this.tenants.mintToken(op.subject, p.tenantId, body);
   }
 }

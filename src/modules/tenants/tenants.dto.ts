@@ -2,7 +2,10 @@ import { z } from 'zod';
 
 export const tenantIdSchema = z
   .string()
-  .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'lowercase letters, digits and dashes, at most 63, starting with a letter or digit');
+  .regex(
+    /^[a-z0-9][a-z0-9-]{0,62}$/,
+    'lowercase letters, digits and dashes, at most 63, starting with a letter or digit',
+  );
 
 export const createTenantBody = z
   .strictObject({ id: tenantIdSchema, name: z.string().min(1).max(200) })
@@ -23,7 +26,9 @@ export const tenantListQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(500).default(100),
   pageToken: z.string().max(500).optional(),
 });
-export const tenantListSchema = z.object({ items: z.array(tenantSchema), nextPageToken: z.string().nullable() }).meta({ id: 'TenantList' });
+export const tenantListSchema = z
+  .object({ items: z.array(tenantSchema), nextPageToken: z.string().nullable() })
+  .meta({ id: 'TenantList' });
 
 export type CreateTenantBody = z.infer<typeof createTenantBody>;
 export type TenantDto = z.infer<typeof tenantSchema>;

@@ -30,7 +30,10 @@ export class TenantsRepository {
   }
 
   async count(db: SystemDb): Promise<number> {
-    const r = await db.selectFrom('tenant').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+    const r = await db
+      .selectFrom('tenant')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .executeTakeFirstOrThrow();
     return Number(r.n);
   }
 
@@ -44,6 +47,10 @@ export class TenantsRepository {
   }
 
   async find(db: SystemDb, id: string): Promise<TenantRow | undefined> {
-    return db.selectFrom('tenant').select(['id', 'name', 'status', 'created_at', 'disabled_at']).where('id', '=', id).executeTakeFirst();
+    return db
+      .selectFrom('tenant')
+      .select(['id', 'name', 'status', 'created_at', 'disabled_at'])
+      .where('id', '=', id)
+      .executeTakeFirst();
   }
 }
