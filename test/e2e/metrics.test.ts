@@ -1,4 +1,10 @@
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { loadConfig } from '../../src/core/config/config';
+import { startOrdo } from '../../src/ordo';
 import { randomUUID } from 'node:crypto';
 import {
   recordDispatch,
@@ -65,6 +71,36 @@ describe('/metrics', () => {
     const r = await app.request('GET', '/metrics', { as: { token: app.platformToken } });
     const check = spawnSync(tool, ['check', 'metrics'], { input: r.text, encoding: 'utf8', timeout: 20_000 });
     expect({ status: check.status, out: check.stdout + check.stderr }).toEqual({ status: 0, out: '' });
+  });
+
+  it('is served, and protected, by a worker-only process too', async () => {
+    const home = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-metrics-worker-'));
+    const config = loadConfig({
+      ORDO_HOME: home,
+      ORDO_SIGNING_KEYS_DIR: path.join(app.config.home, 'keys'),
+      PORT: '0',
+      HOST: '127.0.0.1',
+      ORDO_ROLES: 'worker',
+      LOG_LEVEL: 'silent',
+    });
+    const worker = await startOrdo(config, pino({ level: 'silent' }), {
+      appUrl: app.testDb.appUrl,
+      systemUrl: app.testDb.systemUrl,
+      ownerUrl: app.testDb.ownerUrl,
+    });
+    try {
+      expect((await fetch(`${worker.url}/metrics`)).status).toBe(401);
+      const tenant = await fetch(`${worker.url}/metrics`, {
+        headers: { authorization: `Bearer ${app.adminToken}`, 'x-tenant-id': app.tenantId },
+      });
+      expect(tenant.status).toBe(403);
+      const ok = await fetch(`${worker.url}/metrics`, { headers: { authorization: `Bearer ${app.platformToken}` } });
+      expect(ok.status).toBe(200);
+      expect(await ok.text()).toContain('# TYPE orchestrator_runs_total counter');
+    } finally {
+      await worker.close();
+      fs.rmSync(home, { recursive: true, force: true });
+    }
   });
 
   it('is described in the OpenAPI document with its scope', async () => {

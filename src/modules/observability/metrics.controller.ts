@@ -1,6 +1,7 @@
-import { Controller, Get, Res } from '@nestjs/common';
+import { Controller, Get, Res, UseGuards } from '@nestjs/common';
 import type { FastifyReply } from 'fastify';
 import { Route } from '../../core/http/route-spec';
+import { AuthGuard } from '../auth/auth.guard';
 import { ObservabilityService } from './observability.service';
 
 /**
@@ -8,6 +9,7 @@ import { ObservabilityService } from './observability.service';
  * the platform operator scope: scrape with `Authorization: Bearer <platform:admin token>`.
  */
 @Controller()
+@UseGuards(AuthGuard)
 export class MetricsController {
   constructor(private readonly service: ObservabilityService) {}
 

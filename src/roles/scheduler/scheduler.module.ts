@@ -1,9 +1,10 @@
 import { Module } from '@nestjs/common';
 import { EngineReaperModule } from '../../modules/engine/engine.module';
+import { ObservabilityModule } from '../../modules/observability/observability.module';
 import { SchedulerModule } from '../../modules/scheduler/scheduler.module';
 
 /** The scheduler role: cron schedules, run timers, lease reaper, retention. */
 @Module({
-  imports: [SchedulerModule, EngineReaperModule],
+  imports: [SchedulerModule, EngineReaperModule, ObservabilityModule],
 })
 export class SchedulerRoleModule {}
