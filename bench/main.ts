@@ -341,6 +341,7 @@ async function main(): Promise<void> {
       loadavg1: os.loadavg()[0],
     };
     const cm = (result.light as { chainMakespanMs: Stats }).chainMakespanMs;
+    (result.light as Record<string, unknown>).peakRssMbSoFar = Math.round(process.resourceUsage().maxRSS / 1024);
     log(
       `light: chain makespan p50 ${cm.p50} ms p99 ${cm.p99} ms; dispatch p50 ${stats(disp).p50} ms p99 ${stats(disp).p99} ms`,
     );
