@@ -34,6 +34,10 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     // an event the pool recovers from, never an unhandled 'error' that ends the process.
     this.pool = new pg.Pool({ connectionString: this.db.urls.system, max: 6, application_name: 'ordo:jobs' });
     this.pool.on('error', (e) => this.log.warn({ err: e.message }, 'job runner connection lost'));
+    // A checked-out client that loses its connection reports it here instead of throwing.
+    this.pool.on('connect', (client) => {
+      client.on('error', (e) => this.log.warn({ err: e.message }, 'job runner connection lost'));
+    });
     this.runner = await run({
       pgPool: this.pool,
       concurrency: 4,

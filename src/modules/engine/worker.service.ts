@@ -154,12 +154,13 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       this.wake = false;
       // One event-loop turn lets results that are already settling join this batch (group commit).
       await new Promise<void>((r) => setImmediate(r));
-      const batch = this.completions;
-      this.completions = [];
+      // After repeated failures, results go one at a time so that one that cannot be applied does not hold back the rest.
+      const isolate = failures >= 3;
+      const batch = isolate ? this.completions.splice(0, 1) : this.completions.splice(0);
       try {
         const claimed = await this.store.cycle(batch, {
           workerId: this.workerId,
-          capacity,
+          capacity: isolate ? 0 : capacity,
           leaseMs: this.leaseMs,
           tenantCap: this.tenantCap,
         });
@@ -168,11 +169,21 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         this.local.push(...claimed);
         this.pump();
       } catch (e) {
-        // Nothing of the batch was applied (one transaction): report it again after a short pause.
-        this.completions = [...batch, ...this.completions];
         failures += 1;
-        this.log.error({ err: e, failures }, 'engine cycle failed; retrying');
-        await sleep(Math.min(2_000, 25 * 2 ** failures));
+        if (isolate && failures >= 6 && batch.length === 1) {
+          // Dropped here, the step is not lost: its lease is no longer extended, and the reaper orphans and retries it.
+          const [c] = batch;
+          this.log.error(
+            { err: e, runId: c.runId, stepId: c.stepId, attempt: c.attempt },
+            'result cannot be applied; dropped',
+          );
+          failures = 3;
+        } else {
+          // Nothing of the batch was applied (one transaction): report it again after a short pause.
+          this.completions = [...batch, ...this.completions];
+          this.log.error({ err: e, failures }, 'engine cycle failed; retrying');
+          await sleep(Math.min(2_000, 25 * 2 ** failures));
+        }
         this.wake = true;
         if (this.stopping && failures > 5) return;
       }
