@@ -13,6 +13,7 @@ import {
   recordStepRetry,
 } from '../../src/core/telemetry/metrics';
 import { startTestApp, type TestApp } from '../support/test-app';
+import { chainDag, publishDag } from './runs-support';
 
 function promtool(): string | undefined {
   const r = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
@@ -59,6 +60,21 @@ describe('/metrics', () => {
     expect(text).toContain('orchestrator_dispatch_latency_seconds_count');
     expect(text).toContain('ordo_process_resident_memory_bytes');
     expect(text).not.toContain(app.adminToken);
+  });
+
+  it('counts a run cancelled through the API once the cancellation committed', async () => {
+    const c = await app.tenant('metrics-cancel');
+    const as = { token: c.token, tenantId: c.tenantId };
+    await publishDag(app, c.tenantId, chainDag('waits', 2));
+    const created = await app.request('POST', '/api/v1/runs', {
+      as,
+      body: { dagId: 'waits', inputs: {}, runToken: 'm1' },
+    });
+    expect(created.status).toBe(201);
+    const cancel = await app.request('POST', `/api/v1/runs/${created.body.runId as string}/cancel`, { as });
+    expect(cancel.status).toBe(200);
+    const r = await app.request('GET', '/metrics', { as: { token: app.platformToken } });
+    expect(r.text).toContain(`orchestrator_runs_total{tenant="${c.tenantId}",status="cancelled"} 1`);
   });
 
   it('passes promtool check metrics', async () => {

@@ -5,6 +5,7 @@ import type { TenantTx } from '../../core/database/handles';
 import { badRequest, conflict, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import { canonicalHash } from '../../core/json/canonical-json';
+import { observeCommittedEvents } from '../../core/telemetry/run-observer';
 import type { DagDefinition } from '../dags/dag-definition';
 import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
 import { compileInputSchema } from '../dags/input-schema';
@@ -326,14 +327,15 @@ export class RunsService {
 
   /** Cancels a run from any non-terminal state (idempotent: a cancelled run is returned as is). */
   async cancel(tenantId: string, runId: string, actor: string): Promise<RunDto> {
-    return this.db.withTenant(tenantId, async (tx) => {
+    const committed: { books?: RunBooks } = {};
+    const dto = await this.db.withTenant(tenantId, async (tx) => {
       const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
       if (!row) throw notFound('run', 'RUN_NOT_FOUND');
       if (row.status !== 'cancelled') {
         if (TERMINAL_RUN_STATES.includes(row.status as RunStatus)) {
           throw conflict('RUN_FINISHED', `run ${runId} already ended ${row.status}`);
         }
-        const books = new RunBooks([row]);
+        const books = (committed.books = new RunBooks([row]));
         const b = books.get(tenantId, runId)!;
         const cancelled = await this.repo.cancelSteps(tx, runId);
         await this.repo.dequeueReady(tx, runId);
@@ -349,6 +351,19 @@ export class RunsService {
       const run = await this.repo.findRun(tx, runId);
       return runDto(run!);
     });
+    const books = committed.books;
+    if (books) {
+      // Counted and traced once the cancellation committed.
+      observeCommittedEvents(
+        books.events(),
+        (t, r) => {
+          const b = books.get(t, r);
+          return b && { dagId: b.row.dag_id, traceId: b.row.trace_id, startedAt: b.row.started_at };
+        },
+        books.now,
+      );
+    }
+    return dto;
   }
 
   /** A new run of the same DAG version with the same inputs, linked by replayOf. */
