@@ -197,24 +197,6 @@ export class EngineRepository {
       where q.tenant_id = u.tenant_id and q.id = u.id`.execute(tx);
   }
 
-  /** Deletes the leased items a worker holds for these steps at these epochs; returns how many per tenant. */
-  async releaseLeases(
-    tx: SystemTx,
-    items: (StepKey & { epoch: number })[],
-  ): Promise<{ tenant_id: string; n: number }[]> {
-    if (items.length === 0) return [];
-    const r = await sql<{ tenant_id: string; n: number }>`
-      with d as (
-        delete from queue_item q
-        using unnest(${items.map((k) => k.tenantId)}::text[], ${items.map((k) => k.runId)}::uuid[], ${items.map((k) => k.stepId)}::text[],
-          ${items.map((k) => k.epoch)}::int[]) as u(tenant_id, run_id, step_id, epoch)
-        where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id and q.state = 'leased' and q.epoch = u.epoch
-        returning q.tenant_id
-      )
-      select tenant_id, count(*)::int as n from d group by tenant_id`.execute(tx);
-    return r.rows;
-  }
-
   /** Ends running attempts (only those still running at that epoch). */
   async finishAttempts(tx: SystemTx, rows: FinishAttempt[]): Promise<void> {
     if (rows.length === 0) return;
@@ -270,49 +252,56 @@ export class EngineRepository {
     return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
   }
 
-  /** Moves pending steps to queued and puts them into the ready queue in the given order, waking workers (one statement). */
-  async queueSteps(tx: SystemTx, keys: StepKey[]): Promise<StepKey[]> {
-    if (keys.length === 0) return [];
-    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
-      with u as (
-        update step s set status = 'queued', queued_at = now()
-        from unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[], ${keys.map((k) => k.stepId)}::text[])
-          with ordinality as k(tenant_id, run_id, step_id, n)
-        where s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id and s.status = 'pending'
-        returning s.tenant_id, s.run_id, s.step_id, k.n
-      ),
-      i as (
-        insert into queue_item (tenant_id, run_id, step_id) select tenant_id, run_id, step_id from u order by n returning 1
-      ),
-      w as (select pg_notify('ordo_ready', '') as x)
-      select u.tenant_id, u.run_id, u.step_id, (select count(*) from w) as notified from u`.execute(tx);
-    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
-  }
-
   /**
-   * Counts finished dependencies down  /**
-   * Counts finished dependencies down: each pending step that depends on a step in `done` loses
-   * one pending dependency per such step. Returns the steps that now have none left.
+   * One statement: counts finished dependencies down (each pending step that depends on a step in
+   * `done` loses one pending dependency per such step) and moves the steps
+   * left with none — unless disabled or their run has ended — to queued, putting them into the
+   * ready queue in topological order and waking workers. Returns every step left with no pending
+   * dependency, with whether it was queued.
    */
-  async releaseDependents(
+  async releaseAndQueue(
     tx: SystemTx,
     done: StepKey[],
-  ): Promise<{ tenant_id: string; run_id: string; step_id: string; topo_index: number; disabled: boolean }[]> {
+  ): Promise<
+    { tenant_id: string; run_id: string; step_id: string; topo_index: number; disabled: boolean; queued: boolean }[]
+  > {
     if (done.length === 0) return [];
-    const r = await sql<{ tenant_id: string; run_id: string; step_id: string; topo_index: number; disabled: boolean }>`
+    const r = await sql<{
+      tenant_id: string;
+      run_id: string;
+      step_id: string;
+      topo_index: number;
+      disabled: boolean;
+      queued: boolean;
+    }>`
       with d as (
-        select s.tenant_id, s.run_id, s.step_id, count(*)::int as n
+        select s.tenant_id, s.run_id, s.step_id, count(*)::int as n,
+          s.pending_deps - count(*)::int = 0 and not coalesce((s.spec->>'disabled')::boolean, false)
+            and r.status in ('queued', 'running') as ready
         from ${keysSql(done)} as k(tenant_id, run_id, step_id)
         join step s on s.tenant_id = k.tenant_id and s.run_id = k.run_id and k.step_id = any(s.depends_on)
+        join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
         where s.status = 'pending'
-        group by s.tenant_id, s.run_id, s.step_id
-      )
-      update step s set pending_deps = s.pending_deps - d.n
-      from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
-      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, coalesce((s.spec->>'disabled')::boolean, false) as disabled`.execute(
-      tx,
-    );
-    return r.rows.filter((x) => (x as unknown as { pending_deps: number }).pending_deps === 0);
+        group by s.tenant_id, s.run_id, s.step_id, s.pending_deps, s.spec, r.status
+      ),
+      u as (
+        update step s set pending_deps = s.pending_deps - d.n,
+          status = case when d.ready then 'queued' else s.status end,
+          queued_at = case when d.ready then now() else s.queued_at end
+        from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
+        returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, d.ready,
+          coalesce((s.spec->>'disabled')::boolean, false) as disabled
+      ),
+      i as (
+        insert into queue_item (tenant_id, run_id, step_id)
+        select tenant_id, run_id, step_id from u where ready order by tenant_id, run_id, topo_index, step_id
+        returning 1
+      ),
+      w as (select pg_notify('ordo_ready', '') as x)
+      select u.tenant_id, u.run_id, u.step_id, u.topo_index, u.disabled, u.ready as queued,
+        case when u.ready then (select count(*) from w) end as notified
+      from u where u.pending_deps = 0`.execute(tx);
+    return r.rows;
   }
 
   /** Every pending step downstream of the given failed steps (within their runs). */
@@ -413,16 +402,6 @@ export class EngineRepository {
   ): Promise<void> {
     await sql`select graphile_worker.add_job(${name}, ${JSON.stringify(payload)}::json, run_at => ${opts.runAt ?? null}::timestamptz,
       job_key => ${opts.jobKey}, max_attempts => ${opts.maxAttempts})`.execute(tx);
-  }
-
-  /** Announces ended runs on channel ordo_run_finished (payload: run id), delivered at commit. */
-  async notifyFinished(tx: SystemTx, runIds: string[]): Promise<void> {
-    if (runIds.length === 0) return;
-    await sql`select pg_notify('ordo_run_finished', id) from unnest(${runIds}::text[]) as id`.execute(tx);
-  }
-
-  async notifyReady(tx: SystemTx): Promise<void> {
-    await sql`select pg_notify('ordo_ready', '')`.execute(tx);
   }
 
   async webhookSecret(tx: SystemTx, tenantId: string, fresh: string): Promise<string> {

@@ -359,7 +359,7 @@ export class EngineStore {
   private async release(tx: SystemTx, ctx: CycleContext, done: StepKey[]): Promise<void> {
     let wave = done;
     while (wave.length > 0) {
-      const ready = await this.engine.releaseDependents(tx, wave);
+      const ready = await this.engine.releaseAndQueue(tx, wave);
       ready.sort((a, b) =>
         a.tenant_id + a.run_id < b.tenant_id + b.run_id
           ? -1
@@ -370,22 +370,19 @@ export class EngineStore {
       const skip = ready
         .filter((r) => r.disabled)
         .map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
-      const queue = ready.filter((r) => !r.disabled && ctx.books.isActive(ctx.books.get(r.tenant_id, r.run_id)!));
-      const queueKeys = queue.map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
       await this.expectWritten(
         tx,
         skip.map((k) => ({ ...k, from: ['pending'], to: 'skipped', reason: 'disabled', terminal: true })),
       );
-      this.checkWritten(queueKeys, await this.engine.queueSteps(tx, queueKeys));
       for (const k of skip) {
         const b = ctx.books.get(k.tenantId, k.runId)!;
         ctx.books.event(b, { type: 'step.skipped', stepId: k.stepId, actor: 'engine', data: { reason: 'disabled' } });
         b.stepsRemaining -= 1;
       }
-      for (const k of queueKeys)
-        ctx.books.event(ctx.books.get(k.tenantId, k.runId)!, {
+      for (const r of ready.filter((x) => x.queued))
+        ctx.books.event(ctx.books.get(r.tenant_id, r.run_id)!, {
           type: 'step.queued',
-          stepId: k.stepId,
+          stepId: r.step_id,
           actor: 'engine',
         });
       wave = skip;
