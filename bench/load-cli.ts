@@ -1,0 +1,106 @@
+import { parseArgs } from 'node:util';
+import { httpRow, runHttpLoad, writeHttp } from './load-http';
+import { load1, log } from './support-load';
+
+export const LOAD_SCENARIOS = ['load-http', 'load-hold', 'load-ws', 'load-workers', 'load-recovery'] as const;
+type Scenario = (typeof LOAD_SCENARIOS)[number];
+
+export const LOAD_HELP = `Load figures (separate Ordo processes started from dist/src/main.js, 127.0.0.1 only):
+
+  npm run bench -- --only load               all five load scenarios
+  npm run bench -- --only load-http,load-ws  some of them
+
+  load-http      POST /api/v1/runs with autocannon against an api-only process: runs/s, latency p50/p99/p99.9,
+                 non-2xx; per request: transactions, rows written, CPU of api, PostgreSQL and the load generator
+  load-hold      10,000 runs held at once (one long noop step each): worker RSS sampled every second, min/max/slope
+  load-ws        1,000 WebSocket subscribers each receiving every event of a set of runs: delivered/expected,
+                 delivery latency p50/p99, api RSS
+  load-workers   the engine burst workload (500 x 10-step chain + 200 diamonds) with 1, 2 and 4 worker processes
+                 against one api,scheduler process: steps/s for each
+  load-recovery  SIGKILL the worker running a step: kill -> attempt 2 started on another worker, against the bound
+                 ORDO_LEASE_TTL_MS + ORDO_REAPER_INTERVAL_MS
+
+Load options:
+  --db <url>                 PostgreSQL server (owner) URL; default DATABASE_URL, else an embedded one per scenario
+  --out <dir>                results directory (default bench/results); each scenario writes load-<name>-<time>.json
+  --http-connections <n>     (default 50)
+  --http-duration <s>        (default 20)
+  --http-cpu-prof            profile the api process (V8 --cpu-prof) and print its top functions
+  --hold-runs <n>            (default 10000)
+  --hold-seconds <s>         sampling window while the runs are held (default 45)
+  --hold-concurrency <n>     worker concurrency while holding (default 1024, the maximum)
+  --ws-clients <n>           (default 1000)
+  --ws-runs <n>              runs whose events every subscriber must receive (default 20, 3-step chains)
+  --workers <list>           worker process counts (default 1,2,4)
+  --recovery-trials <n>      (default 3)
+  --lease-ttl-ms <ms>        ORDO_LEASE_TTL_MS of load-recovery (default 5000)
+  --reaper-interval-ms <ms>  ORDO_REAPER_INTERVAL_MS of load-recovery (default 1000)`;
+
+/** True when argv asks for load scenarios (`--only load…`). */
+export function wantsLoad(argv: string[]): boolean {
+  const i = argv.findIndex((a) => a === '--only' || a.startsWith('--only='));
+  if (i < 0) return false;
+  const v = argv[i].startsWith('--only=') ? argv[i].slice(7) : (argv[i + 1] ?? '');
+  return v.split(',').some((s) => s === 'load' || s.startsWith('load-'));
+}
+
+/** Runs the load scenarios named by `--only`, prints one table row each and writes their JSON. */
+export async function runLoadCli(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      only: { type: 'string', default: 'load' },
+      db: { type: 'string' },
+      out: { type: 'string', default: 'bench/results' },
+      'http-connections': { type: 'string', default: '50' },
+      'http-duration': { type: 'string', default: '20' },
+      'http-cpu-prof': { type: 'boolean', default: false },
+      'hold-runs': { type: 'string', default: '10000' },
+      'hold-seconds': { type: 'string', default: '45' },
+      'hold-concurrency': { type: 'string', default: '1024' },
+      'ws-clients': { type: 'string', default: '1000' },
+      'ws-runs': { type: 'string', default: '20' },
+      workers: { type: 'string', default: '1,2,4' },
+      'recovery-trials': { type: 'string', default: '3' },
+      'lease-ttl-ms': { type: 'string', default: '5000' },
+      'reaper-interval-ms': { type: 'string', default: '1000' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.log(LOAD_HELP);
+    return;
+  }
+  const asked = values.only.split(',').flatMap((s) => (s === 'load' ? [...LOAD_SCENARIOS] : [s]));
+  const unknown = asked.filter((s) => !(LOAD_SCENARIOS as readonly string[]).includes(s));
+  if (unknown.length)
+    throw new Error(`unknown load scenario(s): ${unknown.join(', ')} (known: ${LOAD_SCENARIOS.join(', ')})`);
+  const base = { serverUrl: values.db ?? process.env.DATABASE_URL, outDir: values.out };
+  const rows: string[][] = [];
+  const files: string[] = [];
+  for (const s of LOAD_SCENARIOS.filter((x: Scenario) => asked.includes(x))) {
+    log(`${s}: start (load ${load1()})`);
+    switch (s) {
+      case 'load-http': {
+        const r = await runHttpLoad({
+          ...base,
+          connections: Number(values['http-connections']),
+          durationS: Number(values['http-duration']),
+          cpuProf: values['http-cpu-prof'],
+        });
+        files.push(writeHttp(values.out, r));
+        rows.push(httpRow(r));
+        if (r.cpuProfileTop) {
+          console.log('\napi process, top self time:');
+          for (const f of r.cpuProfileTop) console.log(`  ${f.selfPct.toFixed(1).padStart(5)} %  ${f.fn}`);
+        }
+        break;
+      }
+      default:
+        throw new Error(`${s}: not available`);
+    }
+  }
+  console.log('\n| load figure | measured | target | load avg (1 min) |\n|---|---|---|---|');
+  for (const r of rows) console.log(`| ${r.join(' | ')} |`);
+  console.log(`\nresults: ${files.join(', ')}`);
+}
