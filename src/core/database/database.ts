@@ -73,5 +73,30 @@ function newPool(connectionString: string, max: number, applicationName: string)
   });
   // A dropped idle connection must not crash the process; the pool replaces it.
   pool.on('error', () => undefined);
+  const rate = chaosCommitErrorRate();
+  if (rate > 0) pool.on('connect', (client) => injectCommitErrors(client, rate));
   return pool;
+}
+
+/**
+ * Test-only switch `ORDO_CHAOS_COMMIT_ERROR_RATE` (0–1, unset in production): the fraction of
+ * successful COMMITs that the caller sees as a lost connection. The chaos harness uses it to prove
+ * that a write whose commit outcome is unknown is safe to repeat (idempotent or fenced).
+ */
+function chaosCommitErrorRate(): number {
+  const v = Number(process.env.ORDO_CHAOS_COMMIT_ERROR_RATE ?? 0);
+  return Number.isFinite(v) && v > 0 ? Math.min(v, 1) : 0;
+}
+
+function injectCommitErrors(client: pg.PoolClient, rate: number): void {
+  const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  client.query = ((...args: unknown[]) => {
+    const result = query(...args);
+    if (args[0] !== 'commit' || !(result instanceof Promise) || Math.random() >= rate) return result;
+    return result.then(() => {
+      throw Object.assign(new Error('Connection terminated unexpectedly (injected after a successful commit)'), {
+        code: 'ORDO_CHAOS_COMMIT_ERROR',
+      });
+    });
+  }) as typeof client.query;
 }

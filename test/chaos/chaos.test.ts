@@ -1,0 +1,545 @@
+import pg from 'pg';
+import { Cluster, Postgres, readyz, sleep, type OrdoProcess, type Role } from './cluster';
+import { checkRuns, checkSchedule, drain, throughput, type Counts } from './invariants';
+import { Api, SCHEDULE_DAG, setupTenants, Submitter, type Tenant } from './workload';
+
+/**
+ * Chaos cells against real, separate Ordo processes (2 api, 2 scheduler, 3 worker) and the
+ * harness's own PostgreSQL. `CHAOS_FORM=short` (CI) runs a bounded subset with small counts;
+ * the default is the full form. Each cell: baseline load, the fault, load after it, drain, then
+ * the invariants; a violated invariant fails the cell with its name. The table is printed at the end.
+ */
+
+const FULL = process.env.CHAOS_FORM !== 'short';
+const LEASE_MS = 3_000;
+const REAPER_MS = 1_000;
+const RATE = Number(process.env.CHAOS_RATE ?? (FULL ? 20 : 12));
+const BASELINE_MS = FULL ? 10_000 : 5_000;
+const AFTER_MS = FULL ? 15_000 : 6_000;
+const STORM_RUNS = Number(process.env.CHAOS_STORM_RUNS ?? (FULL ? 5_000 : 300));
+/** Throughput must be back to this share of the baseline within RECOVERY_LIMIT_S of the fault's end. */
+const RECOVERY_SHARE = 0.95;
+const RECOVERY_LIMIT_S = 15;
+/** The short form runs on a small shared machine: the throughput criterion is reported, not enforced. */
+const ENFORCE_THROUGHPUT = FULL && process.env.CHAOS_ENFORCE_THROUGHPUT !== '0';
+const CELLS = (process.env.CHAOS_CELLS ?? '').split(',').filter(Boolean);
+
+interface Row extends Counts {
+  cell: string;
+  baseline: number;
+  during: number;
+  after: number;
+  recoveryS: number | null;
+  extra: string;
+  verdict: string;
+}
+
+const table: Row[] = [];
+const pgServer = new Postgres();
+let cluster: Cluster;
+let api: Api;
+let owner: pg.Client;
+let tenants: Tenant[] = [];
+
+function cleanup(): void {
+  cluster?.killAll();
+  pgServer.destroy();
+  cluster?.destroy();
+}
+
+const onSignal = () => {
+  cleanup();
+  process.exit(130);
+};
+
+async function ownerClient(): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: pgServer.ownerUrl, application_name: 'chaos:owner' });
+  c.on('error', () => undefined);
+  await c.connect();
+  return c;
+}
+
+/** The harness's owner connection survives database restarts (reconnects on demand). */
+async function db(): Promise<pg.Client> {
+  for (let i = 0; ; i++) {
+    try {
+      await owner.query('select 1');
+      return owner;
+    } catch {
+      await owner.end().catch(() => undefined);
+      try {
+        owner = await ownerClient();
+        return owner;
+      } catch (e) {
+        if (i > 120) throw e;
+        await sleep(500);
+      }
+    }
+  }
+}
+
+async function startRole(role: Role, env: Record<string, string> = {}): Promise<OrdoProcess> {
+  const p = await cluster.spawn(role, env);
+  await cluster.ready(p);
+  return p;
+}
+
+beforeAll(async () => {
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  await pgServer.init();
+  cluster = new Cluster(pgServer, { leaseMs: LEASE_MS, reaperMs: REAPER_MS });
+  // The first api process migrates and bootstraps; the others join.
+  await startRole('api');
+  await Promise.all([
+    startRole('api'),
+    startRole('scheduler'),
+    startRole('scheduler'),
+    startRole('worker'),
+    startRole('worker'),
+    startRole('worker'),
+  ]);
+  owner = await ownerClient();
+  api = new Api(cluster);
+  tenants = await setupTenants(api, cluster.credentials().platformToken, 3, 'chaos-t');
+}, 180_000);
+
+afterAll(async () => {
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  const fmt = (n: number) => n.toFixed(1);
+  const lines = [
+    `chaos harness (${FULL ? 'full' : 'short'} form; throughput in finished runs/s, recovery = s after the fault until ≥ ${RECOVERY_SHARE * 100}% of baseline)`,
+    '| cell | runs | baseline | during | after | recovery s | lost | dup | stale applied | stale rejected | notes | verdict |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|',
+    ...table.map(
+      (r) =>
+        `| ${r.cell} | ${r.runs} | ${fmt(r.baseline)} | ${fmt(r.during)} | ${fmt(r.after)} | ${r.recoveryS ?? '—'} | ${r.lost} | ${r.duplicated} | ${r.staleApplied} | ${r.staleRejected} | ${r.extra} | ${r.verdict} |`,
+    ),
+  ];
+  process.stdout.write(`\n${lines.join('\n')}\n\n`);
+  await owner?.end().catch(() => undefined);
+  cleanup();
+});
+
+interface FaultContext {
+  submitter: Submitter;
+  notes: string[];
+  violations: string[];
+}
+
+interface CellOptions {
+  rate?: number;
+  /** The fault; resolves when it has ended. */
+  fault: (ctx: FaultContext) => Promise<void>;
+  drainMs?: number;
+}
+
+const enabled = (name: string) => CELLS.length === 0 || CELLS.some((c) => name.includes(c));
+
+function cell(name: string, full: boolean, short: boolean, opts: CellOptions, timeoutMs: number): void {
+  const run = (FULL ? full : short) && enabled(name);
+  (run ? it : it.skip)(name, () => runCell(name, opts), timeoutMs);
+}
+
+async function runCell(name: string, opts: CellOptions): Promise<void> {
+  const started = new Date(Date.now() - 1_000).toISOString();
+  const notes: string[] = [];
+  const violations: string[] = [];
+  const t = tenants[0];
+  const deadline = Date.now() + 60_000;
+  // A schedule firing every second for the whole cell (catch-up all: no fire may be dropped).
+  const sched = await api.persist(
+    'POST',
+    '/api/v1/schedules',
+    {
+      token: t.token,
+      tenant: t.id,
+      body: {
+        dagId: SCHEDULE_DAG.id,
+        cron: '* * * * * *',
+        timezone: 'UTC',
+        inputs: {},
+        catchUp: 'all',
+        overlap: 'allow',
+      },
+    },
+    deadline,
+  );
+  if (sched.status !== 201) throw new Error(`create schedule: ${sched.status} ${JSON.stringify(sched.body)}`);
+  const scheduleId = sched.body.id as string;
+
+  const submitter = new Submitter(api, tenants, name, opts.rate ?? RATE);
+  submitter.start();
+  await sleep(BASELINE_MS);
+  const faultStart = Date.now();
+  await opts.fault({ submitter, notes, violations });
+  const faultEnd = Date.now();
+  await sleep(AFTER_MS);
+  await submitter.stop();
+  const paused = await api.persist(
+    'POST',
+    `/api/v1/schedules/${scheduleId}/pause`,
+    { token: t.token, tenant: t.id },
+    Date.now() + 60_000,
+  );
+  if (paused.status !== 200) throw new Error(`pause schedule: ${paused.status}`);
+
+  const drained = await drain(db, submitter.runs, opts.drainMs ?? (FULL ? 300_000 : 60_000));
+  if (!drained) violations.push('queue depth back to zero (runs still open or queue_item not empty after the drain)');
+  const c = await db();
+  const result = await checkRuns(c, submitter.runs, started);
+  violations.push(...result.violations);
+  violations.push(...(await checkSchedule(c, scheduleId)));
+  const queue = (await c.query<{ n: number }>('select count(*)::int as n from queue_item')).rows[0].n;
+  if (queue !== 0) violations.push(`queue depth back to zero: ${queue} items left`);
+
+  // Throughput from finish times: baseline skips the first 2 s of ramp-up.
+  const tp = await throughput(c, started);
+  const sec = (ms: number) => Math.floor(ms / 1000);
+  const rate = (from: number, to: number) => {
+    let n = 0;
+    for (let s = from; s < to; s++) n += tp.get(s) ?? 0;
+    return to > from ? n / (to - from) : 0;
+  };
+  const baseline = rate(sec(faultStart - BASELINE_MS + 2_000), sec(faultStart));
+  const during = rate(sec(faultStart), Math.max(sec(faultEnd), sec(faultStart) + 1));
+  const after = rate(sec(faultEnd), sec(faultEnd + AFTER_MS));
+  let recoveryS: number | null = null;
+  for (let s = sec(faultEnd); s <= sec(faultEnd + AFTER_MS) - 3; s++) {
+    if (rate(s, s + 3) >= RECOVERY_SHARE * baseline) {
+      recoveryS = Math.max(0, s - sec(faultEnd));
+      break;
+    }
+  }
+  const tpOk = recoveryS !== null && recoveryS <= RECOVERY_LIMIT_S;
+  if (!tpOk) {
+    const msg = `throughput back to ≥ ${RECOVERY_SHARE * 100}% of baseline within ${RECOVERY_LIMIT_S} s`;
+    if (ENFORCE_THROUGHPUT) violations.push(msg);
+    else notes.push(`${msg}: not reached (reported only)`);
+  }
+  if (submitter.errors > 0) notes.push(`${submitter.errors} submit errors`);
+  table.push({
+    cell: name,
+    ...result.counts,
+    baseline,
+    during,
+    after,
+    recoveryS,
+    extra: notes.join('; '),
+    verdict: violations.length === 0 ? 'pass' : `FAIL: ${violations.map((v) => v.split(':')[0]).join(', ')}`,
+  });
+  expect(violations).toEqual([]);
+}
+
+function randomWorker(): OrdoProcess {
+  const ws = cluster.live('worker');
+  return ws[Math.floor(Math.random() * ws.length)];
+}
+
+async function replaceWorker(victim: OrdoProcess): Promise<void> {
+  await victim.exited;
+  await startRole('worker');
+}
+
+/** While the database is down every process answers /readyz 503 and stays alive; then all become ready again. */
+async function outage(downMs: number, ctx: FaultContext, checkReadiness: boolean): Promise<void> {
+  pgServer.stop('fast');
+  const t0 = Date.now();
+  const seen = new Map<string, Set<number>>();
+  while (Date.now() - t0 < downMs) {
+    if (checkReadiness) {
+      await Promise.all(
+        cluster.live().map(async (p) => {
+          const s = await readyz(p, 1_500);
+          if (!seen.has(p.name)) seen.set(p.name, new Set());
+          seen.get(p.name)!.add(s);
+        }),
+      );
+    }
+    await sleep(250);
+  }
+  await pgServer.start();
+  if (!checkReadiness) return;
+  const notReady = cluster.procs.filter((p) => p.alive() && !seen.get(p.name)?.has(503)).map((p) => p.name);
+  if (notReady.length > 0)
+    ctx.violations.push(
+      `every role reports not-ready while PostgreSQL is down: ${notReady.join(', ')} never answered 503`,
+    );
+  const readyAgain = Date.now();
+  const pending = new Set(cluster.live().map((p) => p.name));
+  while (pending.size > 0 && Date.now() - readyAgain < 30_000) {
+    for (const p of cluster.live()) if (pending.has(p.name) && (await readyz(p)) === 200) pending.delete(p.name);
+    await sleep(200);
+  }
+  if (pending.size > 0)
+    ctx.violations.push(
+      `every role ready again after PostgreSQL returns (no restart): ${[...pending].join(', ')} not ready in 30 s`,
+    );
+  else
+    ctx.notes.push(
+      `all ${cluster.live().length} processes 503 while down, ready ${((Date.now() - readyAgain) / 1000).toFixed(1)} s after restart`,
+    );
+}
+
+function checkAlive(ctx: FaultContext, before: OrdoProcess[]): void {
+  const dead = before.filter((p) => !p.alive()).map((p) => `${p.name}: ${p.stderrTail().slice(-300)}`);
+  if (dead.length > 0) ctx.violations.push(`no process crashes (reconnects with backoff): ${dead.join(' | ')}`);
+}
+
+describe('chaos cells', () => {
+  cell(
+    'kill one worker (SIGKILL)',
+    true,
+    true,
+    {
+      fault: async () => {
+        const v = randomWorker();
+        v.child.kill('SIGKILL');
+        await sleep(LEASE_MS + 2 * REAPER_MS);
+        await replaceWorker(v);
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    'pause one worker past its lease (SIGSTOP/SIGCONT)',
+    true,
+    true,
+    {
+      fault: async (ctx) => {
+        const v = randomWorker();
+        v.child.kill('SIGSTOP');
+        await sleep(LEASE_MS + 3 * REAPER_MS + 1_000);
+        v.child.kill('SIGCONT');
+        await sleep(2_000);
+        if (!v.alive()) ctx.violations.push('the resumed worker keeps running');
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    'kill a random worker every 20 s',
+    true,
+    false,
+    {
+      fault: async () => {
+        for (let i = 0; i < 3; i++) {
+          const v = randomWorker();
+          v.child.kill('SIGKILL');
+          await replaceWorker(v);
+          await sleep(20_000);
+        }
+      },
+    },
+    900_000,
+  );
+
+  cell(
+    'stop and restart PostgreSQL (readiness)',
+    true,
+    true,
+    {
+      fault: async (ctx) => {
+        const before = cluster.live();
+        await outage(5_000, ctx, true);
+        await sleep(2_000);
+        checkAlive(ctx, before);
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    `PostgreSQL restart storm with ${STORM_RUNS} three-step runs`,
+    true,
+    true,
+    {
+      rate: FULL ? RATE : RATE / 2,
+      drainMs: FULL ? 900_000 : 120_000,
+      fault: async (ctx) => {
+        const before = cluster.live();
+        const storm = new Submitter(api, tenants, 'storm', 1, ['three']);
+        let restarts = 0;
+        let done = false;
+        const submitted = storm
+          .submitCount('three', STORM_RUNS, 32)
+          .then(() => drain(db, storm.runs, FULL ? 900_000 : 120_000));
+        void submitted.finally(() => (done = true));
+        const minUp = FULL ? 5_000 : 3_000;
+        const maxUp = FULL ? 20_000 : 8_000;
+        const stormEnd = Date.now() + (FULL ? 600_000 : 90_000);
+        while (!done && Date.now() < stormEnd) {
+          const up = minUp + Math.random() * (maxUp - minUp);
+          const until = Date.now() + up;
+          while (!done && Date.now() < until) await sleep(100);
+          if (done) break;
+          await outage(Math.random() * 5_000, ctx, false);
+          restarts++;
+        }
+        await submitted;
+        const r = await checkRuns(await db(), storm.runs, new Date(0).toISOString());
+        ctx.violations.push(...r.violations.map((v) => `storm runs: ${v}`));
+        const ok = storm.runs.filter((s) => s.runId).length;
+        ctx.notes.push(
+          `${restarts} restarts; ${ok}/${STORM_RUNS} storm runs acknowledged, lost ${r.counts.lost}, dup ${r.counts.duplicated}`,
+        );
+        checkAlive(ctx, before);
+      },
+    },
+    FULL ? 2_400_000 : 400_000,
+  );
+
+  cell(
+    "terminate Ordo's connections twice a second",
+    true,
+    true,
+    {
+      fault: async (ctx) => {
+        const before = cluster.live();
+        const c = await ownerClient();
+        let killed = 0;
+        const end = Date.now() + (FULL ? 20_000 : 6_000);
+        while (Date.now() < end) {
+          const r = await c.query<{ n: number }>(
+            `select count(*) filter (where pg_terminate_backend(pid))::int as n from pg_stat_activity where application_name like 'ordo:%'`,
+          );
+          killed += r.rows[0].n;
+          await sleep(500);
+        }
+        await c.end();
+        ctx.notes.push(`${killed} backends terminated`);
+        checkAlive(ctx, before);
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    '300 idle connections held by another client',
+    true,
+    false,
+    {
+      fault: async (ctx) => {
+        const clients = await Promise.all(
+          Array.from({ length: 300 }, async () => {
+            const c = new pg.Client({ connectionString: pgServer.ownerUrl, application_name: 'chaos:idle' });
+            c.on('error', () => undefined);
+            await c.connect();
+            return c;
+          }),
+        );
+        ctx.notes.push(`${clients.length} idle connections`);
+        await sleep(20_000);
+        await Promise.all(clients.map((c) => c.end()));
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    'a transaction held open by another client',
+    true,
+    false,
+    {
+      fault: async (ctx) => {
+        const c = await ownerClient();
+        await c.query('begin isolation level repeatable read');
+        await c.query('select count(*) from run');
+        const holdMs = Number(process.env.CHAOS_LONG_TX_MS ?? 120_000);
+        await sleep(holdMs);
+        await c.query('commit');
+        await c.end();
+        ctx.notes.push(`held ${holdMs / 1000} s`);
+      },
+    },
+    900_000,
+  );
+
+  cell(
+    'four long-running readers',
+    true,
+    false,
+    {
+      fault: async (ctx) => {
+        let stop = false;
+        let queries = 0;
+        const readers = Array.from({ length: 4 }, async () => {
+          const c = await ownerClient();
+          while (!stop) {
+            await c.query(
+              `select e.type, count(*), max(length(e.data::text)) from run_event e join run r using (tenant_id, run_id)
+                group by e.type order by 2 desc`,
+            );
+            queries++;
+          }
+          await c.end();
+        });
+        await sleep(20_000);
+        stop = true;
+        await Promise.all(readers);
+        ctx.notes.push(`${queries} full-scan queries`);
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    'burst of 10× the submission rate',
+    true,
+    false,
+    {
+      fault: async (ctx) => {
+        ctx.submitter.rate = RATE * 10;
+        await sleep(5_000);
+        ctx.submitter.rate = RATE;
+        ctx.notes.push(`${RATE * 10} runs/s for 5 s`);
+      },
+    },
+    600_000,
+  );
+
+  cell(
+    'commits that succeed while the caller sees an error (1%)',
+    true,
+    true,
+    {
+      fault: async (ctx) => {
+        // Every process is replaced by one whose database layer reports ~1% of successful commits as
+        // lost connections; the old ones must shut down cleanly within 10 s of SIGTERM.
+        const slow: string[] = [];
+        for (const p of cluster.live()) {
+          const r = await cluster.terminate(p);
+          if (!r.clean) slow.push(`${p.name} (${r.ms} ms, exit ${r.code})`);
+          await startRole(p.role, { ORDO_CHAOS_COMMIT_ERROR_RATE: '0.01' });
+        }
+        if (slow.length > 0)
+          ctx.violations.push(`clean shutdown of every role within 10 s of SIGTERM: ${slow.join(', ')}`);
+        await sleep(FULL ? 30_000 : 8_000);
+      },
+    },
+    600_000,
+  );
+
+  it('shuts every role down cleanly within 10 s of SIGTERM', async () => {
+    const results = await Promise.all(cluster.live().map(async (p) => ({ p, r: await cluster.terminate(p) })));
+    const slow = results.filter((x) => !x.r.clean).map((x) => `${x.p.name} (${x.r.ms} ms, exit ${x.r.code})`);
+    table.push({
+      cell: 'shutdown (SIGTERM, all roles)',
+      runs: 0,
+      lost: 0,
+      duplicated: 0,
+      staleApplied: 0,
+      staleRejected: 0,
+      baseline: 0,
+      during: 0,
+      after: 0,
+      recoveryS: null,
+      extra: `slowest ${Math.max(...results.map((x) => x.r.ms))} ms`,
+      verdict: slow.length === 0 ? 'pass' : `FAIL: ${slow.join(', ')}`,
+    });
+    expect(slow).toEqual([]);
+  }, 60_000);
+});

@@ -1,0 +1,265 @@
+import type pg from 'pg';
+import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import type { JsonObject } from '../../src/modules/plugins/plugin';
+import { sleep } from './cluster';
+import { expectedOutputs, expectedStatus, type Submitted } from './workload';
+
+/**
+ * The pass criteria, read straight from the database as its owner (no RLS, no Ordo code in the
+ * way). Each check returns the violated invariants by name with a few examples.
+ */
+
+const TERMINAL = ['succeeded', 'failed', 'cancelled'];
+
+export interface Counts {
+  runs: number;
+  lost: number;
+  duplicated: number;
+  staleApplied: number;
+  staleRejected: number;
+}
+
+export interface CheckResult {
+  violations: string[];
+  counts: Counts;
+}
+
+interface RunRow {
+  run_id: string;
+  tenant_id: string;
+  run_token: string;
+  status: string;
+}
+
+/** Waits (bounded) until every acknowledged run is terminal and the ready queue is empty. */
+export async function drain(conn: () => Promise<pg.Client>, runs: Submitted[], timeoutMs: number): Promise<boolean> {
+  const ids = runs.filter((r) => r.runId).map((r) => r.runId!);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const db = await conn();
+      const open = await db.query<{ n: number }>(
+        `select count(*)::int as n from run where run_id = any($1::uuid[]) and status <> all($2)`,
+        [ids, TERMINAL],
+      );
+      const queued = await db.query<{ n: number }>(`select count(*)::int as n from queue_item`);
+      const sched = await db.query<{ n: number }>(
+        `select count(*)::int as n from run where run_token like 'schedule:%' and status <> all($1)`,
+        [TERMINAL],
+      );
+      if (open.rows[0].n === 0 && queued.rows[0].n === 0 && sched.rows[0].n === 0) return true;
+    } catch {
+      // The database may be restarting; ask again.
+    }
+    if (Date.now() > deadline) return false;
+    await sleep(250);
+  }
+}
+
+export async function checkRuns(db: pg.Client, submitted: Submitted[], sinceIso: string): Promise<CheckResult> {
+  const violations: string[] = [];
+  const add = (name: string, examples: string[]) => {
+    if (examples.length > 0) violations.push(`${name}: ${examples.length} (e.g. ${examples.slice(0, 3).join('; ')})`);
+  };
+
+  // Runs of this cell: the harness's own plus the schedules' (created since the cell began).
+  const rows = (
+    await db.query<RunRow>(
+      `select run_id, tenant_id, run_token, status from run where created_at >= $1 or run_id = any($2::uuid[])`,
+      [sinceIso, submitted.filter((s) => s.runId).map((s) => s.runId!)],
+    )
+  ).rows;
+  const byToken = new Map(rows.map((r) => [`${r.tenant_id} ${r.run_token}`, r]));
+
+  const unacked = submitted.filter((s) => !s.runId).map((s) => s.token);
+  add('every submission acknowledged', unacked);
+
+  const lost: string[] = [];
+  const wrongStatus: string[] = [];
+  for (const s of submitted) {
+    const r = byToken.get(`${s.tenant} ${s.token}`);
+    if (!r) {
+      if (s.runId) lost.push(`${s.token} missing`);
+      continue;
+    }
+    if (!TERMINAL.includes(r.status)) lost.push(`${s.token} still ${r.status}`);
+    else if (!(s.kind === 'cancel' && s.cancelled === false) && r.status !== expectedStatus(s.kind))
+      wrongStatus.push(`${s.token} (${s.kind}) ${r.status}`);
+  }
+  for (const r of rows)
+    if (!TERMINAL.includes(r.status) && r.run_token.startsWith('schedule:'))
+      lost.push(`${r.run_token} still ${r.status}`);
+  add('zero lost runs (every run exists and is terminal)', lost);
+  add('every run ends as its kind must', wrongStatus);
+
+  const runIds = rows.map((r) => r.run_id);
+  const steps = (
+    await db.query<{ run_id: string; step_id: string; status: string; outputs: unknown; epoch: number }>(
+      `select run_id, step_id, status, outputs, epoch from step where run_id = any($1::uuid[])`,
+      [runIds],
+    )
+  ).rows;
+  const attempts = (
+    await db.query<{ run_id: string; step_id: string; attempt: number; epoch: number; status: string }>(
+      `select run_id, step_id, attempt, epoch, status from attempt where run_id = any($1::uuid[])`,
+      [runIds],
+    )
+  ).rows;
+  const events = (
+    await db.query<{
+      run_id: string;
+      tenant_id: string;
+      seq: number;
+      created_at: Date;
+      type: string;
+      step_id: string | null;
+      attempt: number | null;
+      actor: string;
+      data: JsonObject;
+      prev_hash: string;
+      hash: string;
+    }>(
+      `select run_id, tenant_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash
+         from run_event where run_id = any($1::uuid[]) order by run_id, seq`,
+      [runIds],
+    )
+  ).rows;
+
+  // Outputs exactly as expected, step by step.
+  const stepsByRun = new Map<string, Map<string, (typeof steps)[number]>>();
+  for (const s of steps) {
+    if (!stepsByRun.has(s.run_id)) stepsByRun.set(s.run_id, new Map());
+    stepsByRun.get(s.run_id)!.set(s.step_id, s);
+  }
+  const wrongOutputs: string[] = [];
+  for (const s of submitted) {
+    const r = byToken.get(`${s.tenant} ${s.token}`);
+    const want = expectedOutputs(s.kind, s.k);
+    if (!r || !want || r.status !== 'succeeded') continue;
+    const have = stepsByRun.get(r.run_id);
+    for (const [stepId, out] of Object.entries(want)) {
+      const st = have?.get(stepId);
+      if (!st || st.status !== 'succeeded' || JSON.stringify(sortKeys(st.outputs)) !== JSON.stringify(sortKeys(out)))
+        wrongOutputs.push(`${s.token}/${stepId}: ${JSON.stringify(st?.outputs)}`);
+    }
+  }
+  add('outputs exactly as expected', wrongOutputs);
+
+  // No step applied twice; no success applied from a superseded epoch.
+  const succeeded = new Map<string, (typeof attempts)[number][]>();
+  for (const a of attempts) {
+    if (a.status !== 'succeeded') continue;
+    const key = `${a.run_id}/${a.step_id}`;
+    succeeded.set(key, [...(succeeded.get(key) ?? []), a]);
+  }
+  const dup: string[] = [];
+  const stale: string[] = [];
+  for (const [key, list] of succeeded) {
+    if (list.length > 1) dup.push(`${key} ×${list.length}`);
+    const [runId, stepId] = key.split('/');
+    const st = stepsByRun.get(runId)?.get(stepId);
+    for (const a of list)
+      if (st && a.epoch !== st.epoch) stale.push(`${key} attempt ${a.attempt} epoch ${a.epoch} ≠ ${st.epoch}`);
+  }
+  const succEvents = new Map<string, number>();
+  for (const e of events)
+    if (e.type === 'step.succeeded')
+      succEvents.set(`${e.run_id}/${e.step_id}`, (succEvents.get(`${e.run_id}/${e.step_id}`) ?? 0) + 1);
+  for (const [key, n] of succEvents) if (n > 1) dup.push(`${key} step.succeeded ×${n}`);
+  add('zero duplicated applications', dup);
+  add('zero stale-epoch commits applied', stale);
+
+  // Every run's events: seq 1..n, hash chain verifies.
+  const badChains: string[] = [];
+  let i = 0;
+  while (i < events.length) {
+    let j = i;
+    while (j < events.length && events[j].run_id === events[i].run_id) j++;
+    const chain: ChainedEvent[] = events.slice(i, j).map((e) => ({
+      tenantId: e.tenant_id,
+      runId: e.run_id,
+      seq: e.seq,
+      createdAt: e.created_at.toISOString(),
+      type: e.type,
+      stepId: e.step_id,
+      attempt: e.attempt,
+      actor: e.actor,
+      data: e.data,
+      prevHash: e.prev_hash,
+      hash: e.hash,
+    }));
+    const v = verifyChain(chain);
+    if (!v.ok) badChains.push(`${events[i].run_id} seq ${v.seq}: ${v.problem}`);
+    i = j;
+  }
+  const withEvents = new Set(events.map((e) => e.run_id));
+  for (const r of rows) if (!withEvents.has(r.run_id)) badChains.push(`${r.run_id}: no events`);
+  add('events gap-free with a verifying hash chain', badChains);
+
+  return {
+    violations,
+    counts: {
+      runs: rows.length,
+      lost: lost.length + unacked.length,
+      duplicated: dup.length,
+      staleApplied: stale.length,
+      staleRejected: events.filter((e) => e.type === 'step.result_rejected').length,
+    },
+  };
+}
+
+/** Each fire time of the schedule, second by second, has exactly one fire and one run. */
+export async function checkSchedule(db: pg.Client, scheduleId: string): Promise<string[]> {
+  const fires = (
+    await db.query<{ fire_time: Date; outcome: string; run_id: string | null }>(
+      `select fire_time, outcome, run_id from schedule_fire where schedule_id = $1 order by fire_time`,
+      [scheduleId],
+    )
+  ).rows;
+  const runs = (
+    await db.query<{ run_token: string; run_id: string }>(`select run_token, run_id from run where run_token like $1`, [
+      `schedule:${scheduleId}:%`,
+    ])
+  ).rows;
+  const problems: string[] = [];
+  if (fires.length === 0) problems.push('no fire at all');
+  for (let i = 1; i < fires.length; i++) {
+    const gap = fires[i].fire_time.getTime() - fires[i - 1].fire_time.getTime();
+    if (gap !== 1000) problems.push(`${fires[i - 1].fire_time.toISOString()} → ${fires[i].fire_time.toISOString()}`);
+  }
+  const runByToken = new Map<string, string[]>();
+  for (const r of runs) runByToken.set(r.run_token, [...(runByToken.get(r.run_token) ?? []), r.run_id]);
+  for (const f of fires) {
+    const token = `schedule:${scheduleId}:${f.fire_time.toISOString()}`;
+    const got = runByToken.get(token) ?? [];
+    if (f.outcome !== 'created' || got.length !== 1 || got[0] !== f.run_id)
+      problems.push(`${f.fire_time.toISOString()}: ${f.outcome}, ${got.length} run(s)`);
+  }
+  if (runs.length !== fires.length) problems.push(`${runs.length} runs for ${fires.length} fires`);
+  return problems.length > 0
+    ? [`each scheduled fire time exactly one run: ${problems.length} (e.g. ${problems.slice(0, 3).join('; ')})`]
+    : [];
+}
+
+/** Completed runs per second of finish time, from `since`. */
+export async function throughput(db: pg.Client, sinceIso: string): Promise<Map<number, number>> {
+  const rows = (
+    await db.query<{ s: number; n: number }>(
+      `select floor(extract(epoch from finished_at))::bigint as s, count(*)::int as n
+         from run where created_at >= $1 and finished_at is not null group by 1`,
+      [sinceIso],
+    )
+  ).rows;
+  return new Map(rows.map((r) => [Number(r.s), r.n]));
+}
+
+function sortKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortKeys);
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, sortKeys((v as Record<string, unknown>)[k])]),
+    );
+  return v;
+}
