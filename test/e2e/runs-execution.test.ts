@@ -364,7 +364,8 @@ describe('run execution (api + worker + scheduler roles)', () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     try {
-      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+      const port = (server.address() as AddressInfo).port;
+      const url = `http://127.0.0.1:${port}/hook`;
       await publishDag(app, app.tenantId, {
         id: 'allowed',
         steps: [
@@ -372,6 +373,8 @@ describe('run execution (api + worker + scheduler roles)', () => {
             id: 'k',
             plugin: 'noop',
             with: { sleepMs: 20_000 },
+            // The webhook host must be in the step's egress list (a loopback address only as an explicit IP entry).
+            egress: [`127.0.0.1:${port}`],
             constraints: { maxAllowedRunTime: { after: 100, actions: [{ type: 'webhook', url }] } },
           },
         ],
@@ -398,6 +401,29 @@ describe('run execution (api + worker + scheduler roles)', () => {
         stepId: 'k',
         data: { constraint: 'maxAllowedRunTime', url },
       });
+
+      // Not in the egress list: the webhook is not called; the denial is recorded.
+      const before = received.length;
+      await publishDag(app, app.tenantId, {
+        id: 'denied-hook',
+        steps: [
+          {
+            id: 'k',
+            plugin: 'noop',
+            with: { sleepMs: 20_000 },
+            constraints: { maxAllowedRunTime: { after: 100, actions: [{ type: 'webhook', url }] } },
+          },
+        ],
+      });
+      const denied = await start('denied-hook');
+      expect((await waitForRun(app, as, denied)).status).toBe('failed');
+      let ev: Awaited<ReturnType<typeof events>> = [];
+      for (let i = 0; i < 100 && !ev.some((e) => e.type === 'step.constraint_webhook_denied'); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        ev = await events(denied);
+      }
+      expect(ev.find((e) => e.type === 'step.constraint_webhook_denied')).toMatchObject({ stepId: 'k', data: { url } });
+      expect(received.length).toBe(before);
     } finally {
       server.close();
     }

@@ -1,10 +1,14 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { createHmac, randomBytes } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
 import { Database } from '../../core/database/database';
 import type { ConstraintAction } from '../dags/dag-definition';
 import type { JsonObject } from '../plugins/plugin';
 import { RunBooks } from '../runs/run-book';
+import type { StepSpec } from '../runs/run-plan';
 import { RunsRepository } from '../runs/runs.repository';
+import { checkEgress, EgressError, pinnedLookup, type EgressTarget } from '../sandbox/egress';
 import { EngineRepository } from './engine.repository';
 import type { ClaimedWork } from './engine.store';
 import { JOBS, type JobPayload } from './jobs';
@@ -82,13 +86,30 @@ export class ConstraintsService {
 
   /** Delivers one webhook event; throws (so graphile-worker retries with backoff) unless the receiver answers 2xx. */
   async deliver(p: JobPayload<'ordo.engine.webhook'>): Promise<void> {
-    const { event, secret } = await this.db.withSystem(async (tx) => ({
-      event: await this.engine.event(tx, p.tenantId, p.runId, p.seq),
-      secret: await this.engine.webhookSecret(tx, p.tenantId, randomBytes(32).toString('base64url')),
-    }));
+    const { event, secret, egress } = await this.db.withSystem(async (tx) => {
+      const ev = await this.engine.event(tx, p.tenantId, p.runId, p.seq);
+      const [st] = ev?.step_id
+        ? await this.engine.stepStates(tx, [{ tenantId: p.tenantId, runId: p.runId, stepId: ev.step_id }])
+        : [];
+      return {
+        event: ev,
+        secret: await this.engine.webhookSecret(tx, p.tenantId, randomBytes(32).toString('base64url')),
+        egress: (st?.spec as StepSpec | undefined)?.egress ?? [],
+      };
+    });
     if (!event) return;
     const data = event.data as { url?: string };
     if (!data.url) return;
+    // The webhook host must be in the step's egress list and resolve to an allowed address, which
+    // the connection is then pinned to; a denied webhook is recorded and not retried.
+    let target: EgressTarget;
+    try {
+      target = await checkEgress(data.url, egress);
+    } catch (e) {
+      if (!(e instanceof EgressError)) throw e;
+      await this.recordDenied(p, event.step_id, data.url, e.message);
+      return;
+    }
     const body = JSON.stringify({
       tenantId: p.tenantId,
       runId: p.runId,
@@ -100,19 +121,58 @@ export class ConstraintsService {
       hash: event.hash,
     });
     const ts = Math.floor(Date.now() / 1000).toString();
-    const res = await fetch(data.url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        [WEBHOOK_TIMESTAMP_HEADER]: ts,
-        [WEBHOOK_SIGNATURE_HEADER]: `sha256=${signWebhook(secret, ts, body)}`,
-      },
-      body,
-      redirect: 'manual',
-      signal: AbortSignal.timeout(10_000),
+    const status = await postPinned(target, body, {
+      'content-type': 'application/json',
+      [WEBHOOK_TIMESTAMP_HEADER]: ts,
+      [WEBHOOK_SIGNATURE_HEADER]: `sha256=${signWebhook(secret, ts, body)}`,
     });
-    if (res.status < 200 || res.status >= 300) throw new Error(`webhook ${data.url} answered ${res.status}`);
+    if (status < 200 || status >= 300) throw new Error(`webhook ${data.url} answered ${status}`);
   }
+
+  private async recordDenied(
+    p: JobPayload<'ordo.engine.webhook'>,
+    stepId: string | null,
+    url: string,
+    reason: string,
+  ): Promise<void> {
+    await this.db.withSystem(async (tx) => {
+      const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: p.tenantId, runId: p.runId }]));
+      const b = books.get(p.tenantId, p.runId);
+      if (!b) return;
+      books.event(b, {
+        type: 'step.constraint_webhook_denied',
+        stepId,
+        actor: 'engine',
+        data: { url, reason, eventSeq: p.seq },
+      });
+      await this.runs.insertEvents(tx, books.events());
+      await this.runs.updateRunBooks(tx, books.updates());
+    });
+  }
+}
+
+/** POSTs `body` to the checked target, connecting only to its pinned address; resolves with the status. */
+function postPinned(target: EgressTarget, body: string, headers: Record<string, string>): Promise<number> {
+  const mod = target.url.protocol === 'https:' ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = mod.request(
+      target.url,
+      {
+        method: 'POST',
+        headers: { ...headers, 'content-length': Buffer.byteLength(body).toString() },
+        lookup: pinnedLookup(target),
+        timeout: 10_000,
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('webhook timed out')));
+    req.on('error', reject);
+    req.end(body);
+  });
 }
 
 export function signWebhook(secret: string, timestamp: string, body: string): string {
