@@ -1,5 +1,7 @@
 import { parseArgs } from 'node:util';
 import { httpRow, runHttpLoad, writeHttp } from './load-http';
+import { recoveryRow, runRecovery, writeRecovery } from './load-recovery';
+import { runWorkers, workersRows, writeWorkers } from './load-workers';
 import { load1, log } from './support-load';
 
 export const LOAD_SCENARIOS = ['load-http', 'load-hold', 'load-ws', 'load-workers', 'load-recovery'] as const;
@@ -31,7 +33,8 @@ Load options:
   --hold-concurrency <n>     worker concurrency while holding (default 1024, the maximum)
   --ws-clients <n>           (default 1000)
   --ws-runs <n>              runs whose events every subscriber must receive (default 20, 3-step chains)
-  --workers <list>           worker process counts (default 1,2,4)
+  --workers <list>           worker process counts (default 1,2,4), concurrency 16 each
+  --workers-repeats <n>      bursts per worker count (default 3; the median is reported)
   --recovery-trials <n>      (default 3)
   --lease-ttl-ms <ms>        ORDO_LEASE_TTL_MS of load-recovery (default 5000)
   --reaper-interval-ms <ms>  ORDO_REAPER_INTERVAL_MS of load-recovery (default 1000)`;
@@ -61,6 +64,7 @@ export async function runLoadCli(argv: string[]): Promise<void> {
       'ws-clients': { type: 'string', default: '1000' },
       'ws-runs': { type: 'string', default: '20' },
       workers: { type: 'string', default: '1,2,4' },
+      'workers-repeats': { type: 'string', default: '3' },
       'recovery-trials': { type: 'string', default: '3' },
       'lease-ttl-ms': { type: 'string', default: '5000' },
       'reaper-interval-ms': { type: 'string', default: '1000' },
@@ -94,6 +98,28 @@ export async function runLoadCli(argv: string[]): Promise<void> {
           console.log('\napi process, top self time:');
           for (const f of r.cpuProfileTop) console.log(`  ${f.selfPct.toFixed(1).padStart(5)} %  ${f.fn}`);
         }
+        break;
+      }
+      case 'load-workers': {
+        const r = await runWorkers({
+          ...base,
+          workerCounts: values.workers.split(',').map(Number),
+          repeats: Number(values['workers-repeats']),
+          concurrency: 16,
+        });
+        files.push(writeWorkers(values.out, r));
+        rows.push(...workersRows(r));
+        break;
+      }
+      case 'load-recovery': {
+        const r = await runRecovery({
+          ...base,
+          trials: Number(values['recovery-trials']),
+          leaseTtlMs: Number(values['lease-ttl-ms']),
+          reaperIntervalMs: Number(values['reaper-interval-ms']),
+        });
+        files.push(writeRecovery(values.out, r));
+        rows.push(recoveryRow(r));
         break;
       }
       default:
