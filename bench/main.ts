@@ -94,6 +94,9 @@ function diamond(id: string): DagDefinitionInput {
 }
 const shapeOf = (k: number) => (k % 7 < 5 ? 'chain' : 'diamond');
 
+/** What a failed run still has to undo (newest first): its database, embedded server, temporary directory. */
+const cleanups: (() => Promise<unknown> | void)[] = [];
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -125,18 +128,26 @@ async function main(): Promise<void> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-bench-'));
   // Traversable, so an embedded server running as the postgres user (when the bench runs as root) reaches its data.
   fs.chmodSync(tmp, 0o711);
+  cleanups.unshift(() => fs.rmSync(tmp, { recursive: true, force: true }));
   if (!serverUrl) {
     embedded = await startEmbeddedPostgres(path.join(tmp, 'pg'), {
       port: 56000 + (process.pid % 3000),
       database: 'postgres',
     });
     serverUrl = embedded.ownerUrl;
+    const e = embedded;
+    cleanups.unshift(() => e.stop());
   }
   const dbName = `ordo_bench_${process.pid}`;
   const admin = new pg.Client({ connectionString: serverUrl });
   await admin.connect();
   await admin.query(`drop database if exists ${dbName}`);
   await admin.query(`create database ${dbName}`);
+  cleanups.unshift(async () => {
+    const c = new pg.Client({ connectionString: serverUrl });
+    await c.connect();
+    await c.query(`drop database if exists ${dbName} with (force)`).finally(() => c.end());
+  });
   const settings = (
     await admin.query<{ name: string; setting: string }>(
       `select name, setting from pg_settings where name in ('fsync', 'synchronous_commit', 'server_version', 'shared_buffers')`,
@@ -481,7 +492,8 @@ function printTable(r: Record<string, any>): void {
   for (const [a, b, c] of rows) console.log(`| ${a} | ${b} | ${c} |`);
 }
 
-main().catch((e: unknown) => {
+main().catch(async (e: unknown) => {
   console.error(e);
+  for (const undo of cleanups) await Promise.resolve(undo()).catch(() => undefined);
   process.exit(1);
 });
