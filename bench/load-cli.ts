@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { holdRow, runHold, writeHold } from './load-hold';
 import { httpRow, runHttpLoad, writeHttp } from './load-http';
 import { recoveryRow, runRecovery, writeRecovery } from './load-recovery';
 import { runWorkers, workersRows, writeWorkers } from './load-workers';
@@ -30,7 +31,8 @@ Load options:
   --http-cpu-prof            profile the api process (V8 --cpu-prof) and print its top functions
   --hold-runs <n>            (default 10000)
   --hold-seconds <s>         sampling window while the runs are held (default 45)
-  --hold-concurrency <n>     worker concurrency while holding (default 1024, the maximum)
+  --hold-concurrency <n>     worker concurrency while holding (default 256: a worker holds at most 256 steps)
+  --hold-sleep-ms <ms>       step sleep (default: longer than the window, every run held; shorter: runs turn over)
   --ws-clients <n>           (default 1000)
   --ws-runs <n>              runs whose events every subscriber must receive (default 20, 3-step chains)
   --workers <list>           worker process counts (default 1,2,4), concurrency 16 each
@@ -60,7 +62,8 @@ export async function runLoadCli(argv: string[]): Promise<void> {
       'http-cpu-prof': { type: 'boolean', default: false },
       'hold-runs': { type: 'string', default: '10000' },
       'hold-seconds': { type: 'string', default: '45' },
-      'hold-concurrency': { type: 'string', default: '1024' },
+      'hold-concurrency': { type: 'string', default: '256' },
+      'hold-sleep-ms': { type: 'string' },
       'ws-clients': { type: 'string', default: '1000' },
       'ws-runs': { type: 'string', default: '20' },
       workers: { type: 'string', default: '1,2,4' },
@@ -98,6 +101,18 @@ export async function runLoadCli(argv: string[]): Promise<void> {
           console.log('\napi process, top self time:');
           for (const f of r.cpuProfileTop) console.log(`  ${f.selfPct.toFixed(1).padStart(5)} %  ${f.fn}`);
         }
+        break;
+      }
+      case 'load-hold': {
+        const r = await runHold({
+          ...base,
+          runs: Number(values['hold-runs']),
+          holdSeconds: Number(values['hold-seconds']),
+          concurrency: Number(values['hold-concurrency']),
+          sleepMs: values['hold-sleep-ms'] === undefined ? undefined : Number(values['hold-sleep-ms']),
+        });
+        files.push(writeHold(values.out, r));
+        rows.push(holdRow(r));
         break;
       }
       case 'load-workers': {
