@@ -114,13 +114,12 @@ async function run(cfg: ScriptConfig, ctx: PluginContext): Promise<PluginResult>
   const maxOutputBytes = int(cfg.maxOutputBytes, MIB, 'maxOutputBytes', 2, 16 * MIB);
   const maxFetchBytes = int(cfg.maxFetchBytes, MIB, 'maxFetchBytes', 0, 16 * MIB);
   const deadline = Date.now() + timeoutMs;
-  // Engine-provided context fields are used when the step's config does not name them.
-  const extra = ctx as PluginContext & { inputs?: JsonValue; steps?: JsonValue };
+  // The run's inputs and upstream outputs (from the engine) are used when the config does not name them.
   const outcome = await scriptPool().run(
     {
       code: cfg.code,
-      inputsJson: JSON.stringify(cfg.inputs ?? extra.inputs ?? {}),
-      stepsJson: JSON.stringify(cfg.steps ?? extra.steps ?? {}),
+      inputsJson: JSON.stringify(cfg.inputs ?? ctx.inputs ?? {}),
+      stepsJson: JSON.stringify(cfg.steps ?? ctx.steps ?? {}),
       memoryLimitMb: int(cfg.memoryLimitMb, 64, 'memoryLimitMb', 8, 1024),
       timeoutMs,
       maxOutputBytes,
@@ -162,6 +161,7 @@ async function run(cfg: ScriptConfig, ctx: PluginContext): Promise<PluginResult>
  */
 export default definePlugin({
   name: 'script',
+  receivesRunData: true,
   description:
     'Runs JavaScript in an isolated-vm sandbox process with memory and time limits; returns its JSON result.',
   configSchema: config,

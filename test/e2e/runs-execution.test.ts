@@ -53,6 +53,25 @@ describe('run execution (api + worker + scheduler roles)', () => {
   });
   afterAll(async () => app.close());
 
+  it('gives a script step the run inputs and its upstream outputs, and stores what it returns', async () => {
+    await publishDag(app, app.tenantId, {
+      id: 'scripted',
+      steps: [
+        { id: 'a', plugin: 'noop', with: { output: { x: '${{ inputs.name }}' } } },
+        {
+          id: 'b',
+          plugin: 'script',
+          dependsOn: ['a'],
+          with: { code: 'console.log("greeting", inputs.name); return { greeting: "hi " + steps.a.outputs.x };' },
+        },
+      ],
+    });
+    const run = await waitForRun(app, as, await start('scripted', { name: 'ada' }));
+    expect(steps(run).get('b')!.error).toBeNull();
+    expect(run.status).toBe('succeeded');
+    expect(steps(run).get('b')!.outputs).toEqual({ greeting: 'hi ada' });
+  });
+
   it('runs a chain, templating inputs and upstream outputs into downstream config', async () => {
     await publishDag(app, app.tenantId, {
       id: 'tpl',

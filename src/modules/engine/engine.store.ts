@@ -51,8 +51,10 @@ export interface ClaimedWork extends StepKey {
   traceparent: string;
   dispatchSeq: number;
   inputs: JsonValue;
-  /** Outputs of the step's dependencies, by step id (only when its config is templated). */
+  /** Outputs of the step's dependencies, by step id (only when `needsData`). */
   upstream: Record<string, { outputs: JsonValue }>;
+  /** Its config is templated or its plugin takes run data: inputs and upstream are loaded. */
+  needsData: boolean;
 }
 
 export interface ClaimOptions {
@@ -60,6 +62,8 @@ export interface ClaimOptions {
   capacity: number;
   leaseMs: number;
   tenantCap: number;
+  /** Whether a plugin wants the run's inputs and upstream outputs even without templates in its config. */
+  receivesRunData?: (plugin: string) => boolean;
 }
 
 interface Outcome extends StepKey {
@@ -475,7 +479,8 @@ export class EngineStore {
       });
       ctx.inFlight(d.tenant_id, 1, true);
       const config = d.config as JsonObject;
-      if (isTemplated(config))
+      const needsData = isTemplated(config) || opts.receivesRunData?.(d.plugin) === true;
+      if (needsData)
         for (const dep of d.depends_on) needOutputs.push({ tenantId: d.tenant_id, runId: d.run_id, stepId: dep });
       work.push({
         tenantId: d.tenant_id,
@@ -493,6 +498,7 @@ export class EngineStore {
         dispatchSeq: toDispatch[n].dispatchSeq,
         inputs: {},
         upstream: {},
+        needsData,
       });
     }
     await this.engine.deleteItems(tx, stale);
@@ -500,9 +506,9 @@ export class EngineStore {
     return work;
   }
 
-  /** Loads run inputs and upstream outputs for the claimed steps whose config is templated. */
+  /** Loads run inputs and upstream outputs for the claimed steps that use them (templated config, or a plugin that takes run data). */
   private async fillTemplateScope(tx: SystemTx, work: ClaimedWork[], needOutputs: StepKey[]): Promise<void> {
-    const templated = work.filter((w) => isTemplated(w.config));
+    const templated = work.filter((w) => w.needsData);
     if (templated.length === 0) return;
     const inputs = new Map(
       (await this.engine.runInputs(tx, uniqRuns(templated))).map((r) => [

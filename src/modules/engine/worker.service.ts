@@ -163,6 +163,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           capacity: isolate ? 0 : capacity,
           leaseMs: this.leaseMs,
           tenantCap: this.tenantCap,
+          receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
         });
         failures = 0;
         if (capacity > 0 && claimed.length >= capacity) this.wake = true;
@@ -356,6 +357,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       signal: r.ac.signal,
       egress: w.spec.egress,
       timeoutMs: w.spec.timeout,
+      inputs: w.inputs,
+      steps: w.upstream,
       log: (level, message) => {
         if (logs.length < MAX_LOG_LINES) logs.push({ ts: new Date().toISOString(), level, message: redact(message) });
       },

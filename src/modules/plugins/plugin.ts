@@ -26,6 +26,10 @@ export interface PluginContext {
   traceparent: string;
   /** Aborted on cancel, timeout, `maxAllowedRunTime`, or lease loss: stop promptly. */
   signal: AbortSignal;
+  /** The run's inputs, for plugins that take data rather than config (script). */
+  inputs?: JsonValue;
+  /** Outputs of the step's upstream steps, `{ <stepId>: { outputs } }`. */
+  steps?: Record<string, { outputs: JsonValue }>;
   /** Hosts this step may reach (exact `host`, `host:port` or `*.suffix`); empty = no network. */
   egress: readonly string[];
   /** Milliseconds this attempt may run (the step's `timeout`); the engine also enforces it. */
@@ -58,6 +62,8 @@ export interface Plugin<C = unknown> {
   description: string;
   configSchema: z.ZodType<C>;
   execute(config: C, ctx: PluginContext): Promise<PluginResult>;
+  /** The engine fills `ctx.inputs` and `ctx.steps` for this plugin even when its config has no template. */
+  receivesRunData?: boolean;
   /** Releases pooled resources (sandbox processes) at shutdown. */
   close?(): Promise<void>;
 }
