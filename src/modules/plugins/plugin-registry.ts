@@ -30,7 +30,7 @@ export class PluginRegistry implements OnApplicationShutdown {
   }
 
   async onApplicationShutdown(): Promise<void> {
-    await Promise.allSettled([...this.plugins.values()].map((p) => p.close?.()));
+    await Promise.allSettled([...this.plugins.values()].map((p) => (p.close ? p.close() : Promise.resolve())));
   }
 }
 
