@@ -3,6 +3,7 @@ import { holdRow, runHold, writeHold } from './load-hold';
 import { httpRow, runHttpLoad, writeHttp } from './load-http';
 import { recoveryRow, runRecovery, writeRecovery } from './load-recovery';
 import { runWorkers, workersRows, writeWorkers } from './load-workers';
+import { runWs, writeWs, wsRow } from './load-ws';
 import { load1, log } from './support-load';
 
 export const LOAD_SCENARIOS = ['load-http', 'load-hold', 'load-ws', 'load-workers', 'load-recovery'] as const;
@@ -35,6 +36,7 @@ Load options:
   --hold-sleep-ms <ms>       step sleep (default: longer than the window, every run held; shorter: runs turn over)
   --ws-clients <n>           (default 1000)
   --ws-runs <n>              runs whose events every subscriber must receive (default 20, 3-step chains)
+  --ws-run-interval-ms <ms>  pause between their creations (default 250; 0 = all at once)
   --workers <list>           worker process counts (default 1,2,4), concurrency 16 each
   --workers-repeats <n>      bursts per worker count (default 3; the median is reported)
   --recovery-trials <n>      (default 3)
@@ -66,6 +68,7 @@ export async function runLoadCli(argv: string[]): Promise<void> {
       'hold-sleep-ms': { type: 'string' },
       'ws-clients': { type: 'string', default: '1000' },
       'ws-runs': { type: 'string', default: '20' },
+      'ws-run-interval-ms': { type: 'string', default: '250' },
       workers: { type: 'string', default: '1,2,4' },
       'workers-repeats': { type: 'string', default: '3' },
       'recovery-trials': { type: 'string', default: '3' },
@@ -113,6 +116,17 @@ export async function runLoadCli(argv: string[]): Promise<void> {
         });
         files.push(writeHold(values.out, r));
         rows.push(holdRow(r));
+        break;
+      }
+      case 'load-ws': {
+        const r = await runWs({
+          ...base,
+          clients: Number(values['ws-clients']),
+          runs: Number(values['ws-runs']),
+          runIntervalMs: Number(values['ws-run-interval-ms']),
+        });
+        files.push(writeWs(values.out, r));
+        rows.push(wsRow(r));
         break;
       }
       case 'load-workers': {

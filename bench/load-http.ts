@@ -4,6 +4,8 @@ import path from 'node:path';
 import pg from 'pg';
 import {
   authHeaders,
+  cpuMs,
+  postgresCpuMs,
   freshDatabase,
   load1,
   log,
@@ -86,31 +88,6 @@ export interface HttpLoadResult {
   loadavg1: [number, number];
   machine: Record<string, unknown>;
   postgresEmbedded: boolean;
-}
-
-/** utime + stime of a process in ms (clock ticks of 10 ms). */
-function cpuMs(pid: number): number {
-  try {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) * 10;
-  } catch {
-    return 0;
-  }
-}
-
-/** CPU of every process named `postgres` on the machine (the embedded server when it is the only one). */
-function postgresCpuMs(): number {
-  let sum = 0;
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${d}/comm`, 'utf8').trim() === 'postgres') sum += cpuMs(Number(d));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return sum;
 }
 
 interface ProfileNode {

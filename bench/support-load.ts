@@ -54,6 +54,31 @@ export function rssMiB(pid: number): number | null {
   }
 }
 
+/** utime + stime of a process in ms (clock ticks of 10 ms). */
+export function cpuMs(pid: number): number {
+  try {
+    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12])) * 10;
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU of every process named `postgres` on the machine (the embedded server when it is the only one). */
+export function postgresCpuMs(): number {
+  let sum = 0;
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${d}/comm`, 'utf8').trim() === 'postgres') sum += cpuMs(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return sum;
+}
+
 /** Least-squares slope of y over x. */
 export function slope(points: [number, number][]): number {
   const n = points.length;
