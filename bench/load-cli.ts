@@ -100,6 +100,15 @@ export async function runLoadCli(argv: string[]): Promise<void> {
         });
         files.push(writeHttp(values.out, r));
         rows.push(httpRow(r));
+        if (r.statementsPerRequest) {
+          console.log(
+            `\nstatements per created run (pg_stat_statements): ${r.perRequest.statements}, execution ${r.perRequest.statementMs} ms, planning ${r.perRequest.planMs} ms`,
+          );
+          for (const q of r.statementsPerRequest.slice(0, 20))
+            console.log(
+              `  ${q.calls.toFixed(2).padStart(6)} × exec ${q.ms.toFixed(3).padStart(7)} ms plan ${q.planMs.toFixed(3).padStart(7)} ms  ${q.query}`,
+            );
+        }
         if (r.cpuProfileTop) {
           console.log('\napi process, top self time:');
           for (const f of r.cpuProfileTop) console.log(`  ${f.selfPct.toFixed(1).padStart(5)} %  ${f.fn}`);

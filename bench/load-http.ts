@@ -75,6 +75,9 @@ export interface HttpLoadResult {
   timeouts: number;
   statusCodes: Record<string, number>;
   perRequest: {
+    statements: number | null;
+    statementMs: number | null;
+    planMs: number | null;
     transactions: number;
     rowsInserted: number;
     rowsUpdated: number;
@@ -85,6 +88,8 @@ export interface HttpLoadResult {
   apiRssMiB: { before: number | null; after: number | null };
   target: { runsPerS: number; p99Ms: number; runsPerSRatio: number; met: boolean };
   cpuProfileTop?: { fn: string; selfPct: number }[];
+  /** pg_stat_statements over the measured window: calls and execution time per request. */
+  statementsPerRequest?: { calls: number; ms: number; planMs: number; query: string }[];
   loadavg1: [number, number];
   machine: Record<string, unknown>;
   postgresEmbedded: boolean;
@@ -120,7 +125,7 @@ function summariseProfile(file: string): { fn: string; selfPct: number }[] {
  * transactions and rows written and the CPU of the api process, PostgreSQL and this process.
  */
 export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult> {
-  const db = await freshDatabase(opts.serverUrl, 'load_http');
+  const db = await freshDatabase(opts.serverUrl, 'load_http', { statements: true });
   const procs = new Processes(db);
   const profDir = path.resolve(opts.outDir, 'cpuprof');
   try {
@@ -143,6 +148,11 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
            from pg_stat_database where datname = current_database()`,
         )
       ).rows[0];
+    // Statement counts need pg_stat_statements preloaded (done for the embedded server).
+    const statements = await stat.query('create extension if not exists pg_stat_statements').then(
+      () => true,
+      () => false,
+    );
     const runCount = async () => (await stat.query<{ n: number }>('select count(*)::int n from run')).rows[0].n;
 
     // Warm-up: connections, prepared paths, JIT.
@@ -163,10 +173,11 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
     await sleep(500);
 
     const runs0 = await runCount();
+    if (statements) await stat.query('select pg_stat_statements_reset()');
     await stat.query('select pg_stat_clear_snapshot()');
     const s0 = await dbStats();
     const a0 = cpuMs(api.pid);
-    const p0 = postgresCpuMs();
+    const p0 = db.postmasterPid ? postgresCpuMs(db.postmasterPid) : 0;
     const b0 = process.cpuUsage();
     const rss0 = rssMiB(api.pid);
     const l0 = load1();
@@ -174,7 +185,7 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
     const r = await autocannon({ url: api.url, connections: opts.connections, duration: opts.durationS, requests });
     const l1 = load1();
     const b = process.cpuUsage(b0);
-    const p1 = postgresCpuMs();
+    const p1 = db.postmasterPid ? postgresCpuMs(db.postmasterPid) : 0;
     const a1 = cpuMs(api.pid);
     const rss1 = rssMiB(api.pid);
     // pg_stat_database is updated by backends at transaction end (and flushed within a second).
@@ -182,6 +193,16 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
     await stat.query('select pg_stat_clear_snapshot()');
     const s1 = await dbStats();
     const runsCreated = (await runCount()) - runs0;
+    const top = statements
+      ? (
+          await stat.query<{ calls: number; ms: number; plan_ms: number; query: string }>(
+            `select calls::float8 calls, total_exec_time ms, total_plan_time plan_ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) query
+             from pg_stat_statements where dbid = (select oid from pg_database where datname = current_database())
+               and query not like '%pg_stat%' and query not like 'select count(*)::int n from run%'
+             order by calls desc, total_exec_time desc`,
+          )
+        ).rows
+      : undefined;
     await stat.end();
 
     const n = Math.max(1, r['2xx']);
@@ -206,11 +227,14 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
       timeouts: r.timeouts,
       statusCodes,
       perRequest: {
+        statements: top ? round(top.reduce((a, q) => a + q.calls, 0) / n) : null,
+        statementMs: top ? round(top.reduce((a, q) => a + q.ms, 0) / n, 3) : null,
+        planMs: top ? round(top.reduce((a, q) => a + q.plan_ms, 0) / n, 3) : null,
         transactions: round((s1.x - s0.x) / n),
         rowsInserted: round((s1.ins - s0.ins) / n),
         rowsUpdated: round((s1.upd - s0.upd) / n),
         apiCpuMs: round((a1 - a0) / n, 3),
-        postgresCpuMs: db.embedded ? round((p1 - p0) / n, 3) : null,
+        postgresCpuMs: db.postmasterPid ? round((p1 - p0) / n, 3) : null,
         benchCpuMs: round((b.user + b.system) / 1000 / n, 3),
       },
       apiRssMiB: { before: rss0, after: rss1 },
@@ -220,6 +244,12 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
         runsPerSRatio: round(runsPerS / 1000),
         met: runsPerS >= 1000 && r.latency.p99 < 100,
       },
+      statementsPerRequest: top?.map((q) => ({
+        calls: round(q.calls / n),
+        ms: round(q.ms / n, 3),
+        planMs: round(q.plan_ms / n, 3),
+        query: q.query,
+      })),
       loadavg1: [l0, l1],
       machine: machine(),
       postgresEmbedded: db.embedded,

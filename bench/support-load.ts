@@ -65,13 +65,14 @@ export function cpuMs(pid: number): number {
   }
 }
 
-/** CPU of every process named `postgres` on the machine (the embedded server when it is the only one). */
-export function postgresCpuMs(): number {
-  let sum = 0;
+/** CPU of a PostgreSQL server: its postmaster and every child (backends, WAL writer, checkpointer …). */
+export function postgresCpuMs(postmasterPid: number): number {
+  let sum = cpuMs(postmasterPid);
   for (const d of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      if (fs.readFileSync(`/proc/${d}/comm`, 'utf8').trim() === 'postgres') sum += cpuMs(Number(d));
+      const f = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (Number(f.slice(f.lastIndexOf(')') + 2).split(' ')[1]) === postmasterPid) sum += cpuMs(Number(d));
     } catch {
       // gone meanwhile
     }
@@ -99,6 +100,8 @@ export interface LoadDatabase {
   appUrl: string;
   systemUrl: string;
   embedded: boolean;
+  /** Pid of the embedded server's postmaster (null on DATABASE_URL). */
+  postmasterPid: number | null;
   /** Drops the database and stops an embedded server this scenario started. */
   close(): Promise<void>;
 }
@@ -107,14 +110,29 @@ export interface LoadDatabase {
  * A fresh, migrated database: on `serverUrl` (DATABASE_URL) when given, else on an embedded
  * PostgreSQL in a temporary directory (durable defaults: fsync and synchronous_commit on).
  */
-export async function freshDatabase(serverUrl: string | undefined, name: string): Promise<LoadDatabase> {
+export async function freshDatabase(
+  serverUrl: string | undefined,
+  name: string,
+  opts: { statements?: boolean } = {},
+): Promise<LoadDatabase> {
   let embedded: EmbeddedPostgresHandle | undefined;
   let tmp: string | undefined;
   if (!serverUrl) {
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-load-pg-'));
     // Traversable, so an embedded server running as the postgres user (when run as root) reaches its data.
     fs.chmodSync(tmp, 0o711);
-    embedded = await startEmbeddedPostgres(tmp, { port: 51000 + (process.pid % 3000), database: 'postgres' });
+    const port = 51000 + (process.pid % 3000);
+    embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres' });
+    if (opts.statements) {
+      // pg_stat_statements must be preloaded: set it and restart the server once.
+      const c = new pg.Client({ connectionString: embedded.ownerUrl });
+      await c.connect();
+      await c.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
+      await c.query(`alter system set pg_stat_statements.track_planning = on`);
+      await c.end();
+      await embedded.stop();
+      embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres' });
+    }
     serverUrl = embedded.ownerUrl;
   }
   const dbName = `ordo_${name}_${process.pid}`;
@@ -131,6 +149,9 @@ export async function freshDatabase(serverUrl: string | undefined, name: string)
     appUrl: m.appUrl,
     systemUrl: m.systemUrl,
     embedded: embedded !== undefined,
+    postmasterPid: tmp
+      ? Number(fs.readFileSync(path.join(tmp, 'data', 'postmaster.pid'), 'utf8').split('\n')[0])
+      : null,
     async close() {
       await admin.query(`drop database if exists ${dbName} with (force)`).catch(() => undefined);
       await admin.end();
