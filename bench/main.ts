@@ -66,9 +66,26 @@ const now = () => performance.now();
 /** Counts every query any pg client of this process sends (engine, graphile-worker, driver). */
 let queryCount = 0;
 const origQuery = pg.Client.prototype.query;
+/** With ORDO_BENCH_PROFILE=1: wall time per statement shape (first words of its text), printed at the end. */
+const profile = process.env.ORDO_BENCH_PROFILE === '1' ? new Map<string, { n: number; ms: number }>() : null;
 pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
   queryCount++;
-  return (origQuery as (...a: unknown[]) => unknown).apply(this, args);
+  const res = (origQuery as (...a: unknown[]) => unknown).apply(this, args);
+  if (profile && res instanceof Promise) {
+    const a0 = args[0] as string | { text?: string };
+    const text = (typeof a0 === 'string' ? a0 : (a0?.text ?? '?')).replace(/\s+/g, ' ').trim().slice(0, 70);
+    const t = performance.now();
+    void res.then(
+      () => {
+        const e = profile.get(text) ?? { n: 0, ms: 0 };
+        e.n++;
+        e.ms += performance.now() - t;
+        profile.set(text, e);
+      },
+      () => undefined,
+    );
+  }
+  return res;
 } as typeof pg.Client.prototype.query;
 
 function chain(id: string): DagDefinitionInput {
@@ -451,6 +468,11 @@ async function main(): Promise<void> {
   const file = path.join(values.out, `engine-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   fs.writeFileSync(file, JSON.stringify(result, null, 2));
   printTable(result);
+  if (profile) {
+    console.log('\n| statement | n | total ms | mean ms |\n|---|---|---|---|');
+    for (const [k, v] of [...profile.entries()].sort((a, b) => b[1].ms - a[1].ms).slice(0, 30))
+      console.log(`| ${k} | ${v.n} | ${v.ms.toFixed(0)} | ${(v.ms / v.n).toFixed(3)} |`);
+  }
   console.log(`\nresults: ${file}`);
 }
 

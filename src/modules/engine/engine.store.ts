@@ -1,7 +1,7 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { Database } from '../../core/database/database';
-import type { SystemTx } from '../../core/database/handles';
+import type { SystemDb, SystemTx } from '../../core/database/handles';
 import { canonicalHash } from '../../core/json/canonical-json';
 import { recordDispatch } from '../../core/telemetry/metrics';
 import { observeCommittedEvents } from '../../core/telemetry/run-observer';
@@ -20,6 +20,7 @@ import {
   type StepKey,
 } from './engine.repository';
 import { JOBS, type JobPayload } from './jobs';
+import { preparedSystemDb } from './prepared-pool';
 
 /** Outputs up to this size (canonical JSON bytes) also stay inline on the step row. */
 const INLINE_OUTPUTS_BYTES = 8 * 1024;
@@ -91,18 +92,27 @@ const isTemplated = (v: unknown): boolean => JSON.stringify(v).includes('${{');
 @Injectable()
 export class EngineStore {
   private readonly log = new Logger('engine');
+  /** The system handle with prepared (parse- and plan-once) statements. */
+  private readonly sys: SystemDb;
 
   constructor(
     private readonly db: Database,
     private readonly engine: EngineRepository,
     private readonly runs: RunsRepository,
     private readonly artifacts: ArtifactsRepository,
-  ) {}
+  ) {
+    this.sys = preparedSystemDb(db.systemPool);
+  }
+
+  /** A system transaction on the engine's prepared-statement handle. */
+  private withSystem<T>(fn: (tx: SystemTx) => Promise<T>): Promise<T> {
+    return this.sys.transaction().execute((trx) => fn(trx as unknown as SystemTx));
+  }
 
   /** Applies `completions` and claims up to `opts.capacity` steps, in one transaction. */
   async cycle(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
     const committed: { books?: RunBooks } = {};
-    const claimedWork = await this.db.withSystem(async (tx) => {
+    const claimedWork = await this.withSystem(async (tx) => {
       const books = (committed.books = new RunBooks(await this.runs.lockRuns(tx, uniqRuns(completions))));
       const ctx = new CycleContext(books);
       if (completions.length > 0) await this.applyCompletions(tx, ctx, completions);
@@ -573,7 +583,7 @@ export class EngineStore {
   /** Expired leases: the attempts become orphaned and are retried, or fail when no retry is left. */
   async reap(limit = 100): Promise<number> {
     const committed: { books?: RunBooks } = {};
-    const reaped = await this.db.withSystem(async (tx) => {
+    const reaped = await this.withSystem(async (tx) => {
       const expired = await this.engine.expiredLeases(tx, limit);
       if (expired.length === 0) return 0;
       const books = (committed.books = new RunBooks(
@@ -614,7 +624,7 @@ export class EngineStore {
 
   /** A retry's backoff elapsed: the step (still retrying at that attempt) is queued again. */
   async requeue(p: JobPayload<'ordo.engine.retry_step'>): Promise<void> {
-    await this.db.withSystem(async (tx) => {
+    await this.withSystem(async (tx) => {
       const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: p.tenantId, runId: p.runId }]));
       const b = books.get(p.tenantId, p.runId);
       if (!b || !books.isActive(b)) return;
@@ -637,7 +647,7 @@ export class EngineStore {
   /** Extends this worker's leases; returns the steps it still holds. */
   async heartbeat(workerId: string, items: (StepKey & { epoch: number })[], leaseMs: number): Promise<StepKey[]> {
     if (items.length === 0) return [];
-    return this.db.withSystem((tx) => this.engine.heartbeat(tx, workerId, items, leaseMs));
+    return this.withSystem((tx) => this.engine.heartbeat(tx, workerId, items, leaseMs));
   }
 }
 

@@ -15,6 +15,16 @@ import { renderTemplate, TemplateError, templateRefs } from '../templating/templ
 import { ConstraintsService } from './constraints.service';
 import { EngineStore, type ClaimedWork, type Completion } from './engine.store';
 
+/** With ORDO_ENGINE_PROFILE=1 the worker sums its time per phase and prints it at shutdown (benchmarks). */
+const PROFILE = process.env.ORDO_ENGINE_PROFILE === '1';
+const profile = new Map<string, { n: number; ms: number }>();
+function prof(k: string, ms: number): void {
+  const e = profile.get(k) ?? { n: 0, ms: 0 };
+  e.n += 1;
+  e.ms += ms;
+  profile.set(k, e);
+}
+
 /** The slow safety poll when no NOTIFY arrives (an idle worker issues one claim query per interval). */
 const IDLE_POLL_MS = 2_000;
 const MAX_LOG_LINES = 1_000;
@@ -87,6 +97,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const l = this.listener;
     this.listener = null;
     await l?.end().catch(() => undefined);
+    if (PROFILE)
+      for (const [k, v] of profile)
+        console.error(`engine profile ${k}: n=${v.n} total=${v.ms.toFixed(0)}ms mean=${(v.ms / v.n).toFixed(3)}ms`);
   }
 
   /** Steps this process runs right now (for tests and metrics). */
@@ -157,6 +170,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       // After repeated failures, results go one at a time so that one that cannot be applied does not hold back the rest.
       const isolate = failures >= 3;
       const batch = isolate ? this.completions.splice(0, 1) : this.completions.splice(0);
+      const t0 = PROFILE ? performance.now() : 0;
+      if (PROFILE) for (const c of batch) prof('completion→cycle', t0 - (c as { reportedAt?: number }).reportedAt!);
       try {
         const claimed = await this.store.cycle(batch, {
           workerId: this.workerId,
@@ -166,6 +181,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
         });
         failures = 0;
+        if (PROFILE) prof('cycle', performance.now() - t0);
         if (capacity > 0 && claimed.length >= capacity) this.wake = true;
         this.local.push(...claimed);
         this.pump();
@@ -200,7 +216,12 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const key = `${work.tenantId}/${work.runId}/${work.stepId}`;
     const r: Running = { work, ac: new AbortController(), reason: null };
     this.running.set(key, r);
+    const t0 = PROFILE ? performance.now() : 0;
     void this.execute(r).then((c) => {
+      if (PROFILE) {
+        prof('execute', performance.now() - t0);
+        (c as { reportedAt?: number }).reportedAt = performance.now();
+      }
       this.running.delete(key);
       this.completions.push(c);
       if (!this.stopping) this.pump();
