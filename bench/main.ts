@@ -160,6 +160,9 @@ async function main(): Promise<void> {
   await admin.connect();
   await admin.query(`drop database if exists ${dbName}`);
   await admin.query(`create database ${dbName}`);
+  if (process.env.ORDO_BENCH_DB_SETTINGS)
+    for (const s of process.env.ORDO_BENCH_DB_SETTINGS.split(';'))
+      await admin.query(`alter database ${dbName} set ${s}`);
   cleanups.unshift(async () => {
     const c = new pg.Client({ connectionString: serverUrl });
     await c.connect();

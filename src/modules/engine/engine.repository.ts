@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemTx } from '../../core/database/handles';
 import type { NewArtifact } from '../artifacts/artifacts.repository';
+import type { RunBookRow } from '../runs/runs.repository';
 import type { JobName } from './jobs';
 
 export interface FinishAttempt extends StepKey {
@@ -63,6 +64,16 @@ export interface DispatchedStep {
   spec: unknown;
   depends_on: string[];
   queued_at: Date | null;
+}
+
+/** A step left with no pending dependency by a release, and whether it was queued. */
+export interface ReadyStep {
+  tenant_id: string;
+  run_id: string;
+  step_id: string;
+  topo_index: number;
+  disabled: boolean;
+  queued: boolean;
 }
 
 export interface ExpiredLease {
@@ -181,6 +192,47 @@ export class EngineRepository {
     return r.rows;
   }
 
+  /**
+   * One statement: locks the runs (in key order, like RunsRepository.lockRuns) and then the given
+   * steps, returning the runs' bookkeeping and the steps' current states (the latest committed
+   * versions: locked rows are re-read after any wait).
+   */
+  async lockRunsAndSteps(tx: SystemTx, keys: StepKey[]): Promise<{ runs: RunBookRow[]; states: StepState[] }> {
+    if (keys.length === 0) return { runs: [], states: [] };
+    const r = await sql<{ kind: 'r' | 's'; row: Record<string, unknown> }>`
+      with rl as (
+        select r.tenant_id, r.run_id, r.dag_id, r.dag_version, r.status, r.trace_id, r.event_seq, r.event_hash, r.dispatch_count,
+          r.steps_remaining, r.steps_failed, r.started_at
+        from run r
+        join (select distinct k.tenant_id, k.run_id from ${keysSql(keys)} as k(tenant_id, run_id, step_id)) k
+          on r.tenant_id = k.tenant_id and r.run_id = k.run_id
+        order by r.tenant_id, r.run_id
+        for update of r
+      ),
+      sl as (
+        select s.tenant_id, s.run_id, s.step_id, s.status, s.epoch, s.attempts, s.spec, s.queued_at
+        from step s join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
+          on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id
+        order by s.tenant_id, s.run_id, s.step_id
+        for update of s
+      )
+      select 'r' as kind, to_jsonb(rl) as row from rl
+      union all
+      select 's', to_jsonb(sl) from sl`.execute(tx);
+    const runs: RunBookRow[] = [];
+    const states: StepState[] = [];
+    for (const x of r.rows) {
+      if (x.kind === 'r') {
+        const row = x.row as unknown as RunBookRow & { started_at: string | null };
+        runs.push({ ...row, started_at: row.started_at === null ? null : new Date(row.started_at) });
+      } else {
+        const row = x.row as unknown as StepState & { queued_at: string | null };
+        states.push({ ...row, queued_at: row.queued_at === null ? null : new Date(row.queued_at) });
+      }
+    }
+    return { runs, states };
+  }
+
   async stepStates(tx: SystemTx, keys: StepKey[]): Promise<StepState[]> {
     if (keys.length === 0) return [];
     const r = await sql<StepState>`
@@ -222,11 +274,22 @@ export class EngineRepository {
       steps: SetStep[];
       released: (StepKey & { epoch: number })[];
       artifacts: NewArtifact[];
+      /** Steps that succeeded in this batch: their dependents are counted down and queued (see releaseAndQueue). */
+      done?: StepKey[];
     },
-  ): Promise<StepKey[]> {
+  ): Promise<{ written: StepKey[]; ready: ReadyStep[] }> {
     const rel = b.released;
+    const done = b.done ?? [];
     const arts = [...new Map(b.artifacts.map((a) => [`${a.tenantId}/${a.sha256}`, a])).values()];
-    const r = await sql<{ tenant_id: string; run_id: string; step_id: string }>`
+    const r = await sql<{
+      kind: 'w' | 'r';
+      tenant_id: string;
+      run_id: string;
+      step_id: string;
+      topo_index: number | null;
+      disabled: boolean | null;
+      queued: boolean | null;
+    }>`
       with fa as (${b.attempts.length > 0 ? sql`${finishAttemptsSql(b.attempts)} returning 1` : sql`select 1`}),
       st as (${b.steps.length > 0 ? setStepsSql(b.steps) : sql`select null::text as tenant_id, null::uuid as run_id, null::text as step_id where false`}),
       rl as (
@@ -247,9 +310,32 @@ export class EngineRepository {
           ${arts.map((a) => a.mediaType)}::text[], ${arts.map((a) => a.json)}::text[]) as u(tenant_id, sha256, media_type, body)
         on conflict do nothing
         returning 1
-      )
-      select tenant_id, run_id, step_id from st`.execute(tx);
-    return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
+      )${done.length > 0 ? sql`, ${releaseCtes(done)}` : sql``}
+      select 'w' as kind, tenant_id, run_id, step_id, null::int as topo_index, null::bool as disabled, null::bool as queued,
+        null::bigint as notified from st
+      ${
+        done.length > 0
+          ? sql`union all
+      select 'r', u.tenant_id, u.run_id, u.step_id, u.topo_index, u.disabled, u.ready,
+        case when u.ready then (select count(*) from w) end as notified
+      from u where u.pending_deps = 0`
+          : sql``
+      }`.execute(tx);
+    const written: StepKey[] = [];
+    const ready: ReadyStep[] = [];
+    for (const x of r.rows) {
+      if (x.kind === 'w') written.push({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id });
+      else
+        ready.push({
+          tenant_id: x.tenant_id,
+          run_id: x.run_id,
+          step_id: x.step_id,
+          topo_index: x.topo_index!,
+          disabled: x.disabled!,
+          queued: x.queued!,
+        });
+    }
+    return { written, ready };
   }
 
   /**
@@ -259,45 +345,10 @@ export class EngineRepository {
    * ready queue in topological order and waking workers. Returns every step left with no pending
    * dependency, with whether it was queued.
    */
-  async releaseAndQueue(
-    tx: SystemTx,
-    done: StepKey[],
-  ): Promise<
-    { tenant_id: string; run_id: string; step_id: string; topo_index: number; disabled: boolean; queued: boolean }[]
-  > {
+  async releaseAndQueue(tx: SystemTx, done: StepKey[]): Promise<ReadyStep[]> {
     if (done.length === 0) return [];
-    const r = await sql<{
-      tenant_id: string;
-      run_id: string;
-      step_id: string;
-      topo_index: number;
-      disabled: boolean;
-      queued: boolean;
-    }>`
-      with d as (
-        select s.tenant_id, s.run_id, s.step_id, count(*)::int as n,
-          s.pending_deps - count(*)::int = 0 and not coalesce((s.spec->>'disabled')::boolean, false)
-            and r.status in ('queued', 'running') as ready
-        from ${keysSql(done)} as k(tenant_id, run_id, step_id)
-        join step s on s.tenant_id = k.tenant_id and s.run_id = k.run_id and k.step_id = any(s.depends_on)
-        join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
-        where s.status = 'pending'
-        group by s.tenant_id, s.run_id, s.step_id, s.pending_deps, s.spec, r.status
-      ),
-      u as (
-        update step s set pending_deps = s.pending_deps - d.n,
-          status = case when d.ready then 'queued' else s.status end,
-          queued_at = case when d.ready then now() else s.queued_at end
-        from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
-        returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, d.ready,
-          coalesce((s.spec->>'disabled')::boolean, false) as disabled
-      ),
-      i as (
-        insert into queue_item (tenant_id, run_id, step_id)
-        select tenant_id, run_id, step_id from u where ready order by tenant_id, run_id, topo_index, step_id
-        returning 1
-      ),
-      w as (select pg_notify('ordo_ready', '') as x)
+    const r = await sql<ReadyStep>`
+      with ${releaseCtes(done)}
       select u.tenant_id, u.run_id, u.step_id, u.topo_index, u.disabled, u.ready as queued,
         case when u.ready then (select count(*) from w) end as notified
       from u where u.pending_deps = 0`.execute(tx);
@@ -428,6 +479,40 @@ export class EngineRepository {
     );
     return r.rows[0];
   }
+}
+
+/**
+ * CTEs d, u, i, w: counts finished dependencies down (each pending step that depends on a step in
+ * `done` loses one pending dependency per such step) and moves the steps left with none — unless
+ * disabled or their run has ended — to queued, putting them into the ready queue in topological
+ * order and waking workers.
+ */
+function releaseCtes(done: StepKey[]) {
+  return sql`
+      d as (
+        select s.tenant_id, s.run_id, s.step_id, count(*)::int as n,
+          s.pending_deps - count(*)::int = 0 and not coalesce((s.spec->>'disabled')::boolean, false)
+            and r.status in ('queued', 'running') as ready
+        from ${keysSql(done)} as k(tenant_id, run_id, step_id)
+        join step s on s.tenant_id = k.tenant_id and s.run_id = k.run_id and k.step_id = any(s.depends_on)
+        join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
+        where s.status = 'pending'
+        group by s.tenant_id, s.run_id, s.step_id, s.pending_deps, s.spec, r.status
+      ),
+      u as (
+        update step s set pending_deps = s.pending_deps - d.n,
+          status = case when d.ready then 'queued' else s.status end,
+          queued_at = case when d.ready then now() else s.queued_at end
+        from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
+        returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, d.ready,
+          coalesce((s.spec->>'disabled')::boolean, false) as disabled
+      ),
+      i as (
+        insert into queue_item (tenant_id, run_id, step_id)
+        select tenant_id, run_id, step_id from u where ready order by tenant_id, run_id, topo_index, step_id
+        returning 1
+      ),
+      w as (select pg_notify('ordo_ready', '') as x)`;
 }
 
 const json = (v: unknown) => (v === undefined || v === null ? null : JSON.stringify(v));

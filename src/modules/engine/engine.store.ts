@@ -16,8 +16,10 @@ import {
   EngineRepository,
   type ClaimedItem,
   type FinishAttempt,
+  type ReadyStep,
   type SetStep,
   type StepKey,
+  type StepState,
 } from './engine.repository';
 import { JOBS, type JobPayload } from './jobs';
 import { preparedSystemDb } from './prepared-pool';
@@ -113,9 +115,11 @@ export class EngineStore {
   async cycle(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
     const committed: { books?: RunBooks } = {};
     const claimedWork = await this.withSystem(async (tx) => {
-      const books = (committed.books = new RunBooks(await this.runs.lockRuns(tx, uniqRuns(completions))));
+      // The completions' runs and steps, locked in one statement.
+      const locked = await this.engine.lockRunsAndSteps(tx, completions);
+      const books = (committed.books = new RunBooks(locked.runs));
       const ctx = new CycleContext(books);
-      if (completions.length > 0) await this.applyCompletions(tx, ctx, completions);
+      if (completions.length > 0) await this.applyCompletions(tx, ctx, completions, locked.states);
       // Released slots count before this cycle claims: the successors of these results can start now.
       await this.engine.adjustInFlight(tx, ctx.takeDeltas());
       const claimed = opts.capacity > 0 ? await this.claim(tx, ctx, books, opts) : [];
@@ -126,10 +130,13 @@ export class EngineStore {
     return claimedWork;
   }
 
-  private async applyCompletions(tx: SystemTx, ctx: CycleContext, completions: Completion[]): Promise<void> {
-    const states = new Map(
-      (await this.engine.stepStates(tx, completions)).map((s) => [`${s.tenant_id}/${s.run_id}/${s.step_id}`, s]),
-    );
+  private async applyCompletions(
+    tx: SystemTx,
+    ctx: CycleContext,
+    completions: Completion[],
+    stepStates: StepState[],
+  ): Promise<void> {
+    const states = new Map(stepStates.map((s) => [`${s.tenant_id}/${s.run_id}/${s.step_id}`, s]));
     const outcomes: Outcome[] = [];
     const released: (StepKey & { epoch: number })[] = [];
     const aborted: Parameters<EngineRepository['finishAttempts']>[1] = [];
@@ -316,15 +323,17 @@ export class EngineStore {
       stepWrites.filter((w) => w.to === 'orphaned'),
     );
     const rest = stepWrites.filter((w) => w.to !== 'orphaned');
-    const written = await this.engine.completeBatch(tx, {
+    // Results and the first wave of their successors' readiness go in one statement.
+    const { written, ready } = await this.engine.completeBatch(tx, {
       attempts: [...extra.aborted, ...attempts],
       steps: rest,
       released: extra.released,
       artifacts: ctx.artifacts.splice(0),
+      done,
     });
     this.checkWritten(rest, written);
     await this.skipDownstreamOf(tx, ctx, failed);
-    await this.release(tx, ctx, done);
+    await this.release(tx, ctx, ready);
   }
 
   /** Writes step transitions; a refused one (not in an allowed source state) is logged and aborts the transaction. */
@@ -370,10 +379,9 @@ export class EngineStore {
   }
 
   /** Counts finished steps off their dependents; queues the ones now ready (skipping disabled ones, which count as done). */
-  private async release(tx: SystemTx, ctx: CycleContext, done: StepKey[]): Promise<void> {
-    let wave = done;
-    while (wave.length > 0) {
-      const ready = await this.engine.releaseAndQueue(tx, wave);
+  private async release(tx: SystemTx, ctx: CycleContext, firstWave: ReadyStep[]): Promise<void> {
+    let ready = firstWave;
+    while (ready.length > 0) {
       ready.sort((a, b) =>
         a.tenant_id + a.run_id < b.tenant_id + b.run_id
           ? -1
@@ -399,7 +407,8 @@ export class EngineStore {
           stepId: r.step_id,
           actor: 'engine',
         });
-      wave = skip;
+      // Disabled steps count as done for their dependents: the next wave.
+      ready = await this.engine.releaseAndQueue(tx, skip);
     }
   }
 
