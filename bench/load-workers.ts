@@ -32,6 +32,10 @@ export interface WorkersRound {
   /** Median throughput relative to one worker process. */
   speedup: number;
   workerRssMiB: (number | null)[];
+  /** The workers' busy connections (pg_stat_activity, every 50 ms during the bursts): share of samples per state/wait. */
+  waits: { wait: string; pct: number }[];
+  /** The statements those lock waits were in (share of all busy samples). */
+  lockWaitStatements: { statement: string; pct: number }[];
   loadavg1: [number, number];
 }
 
@@ -57,6 +61,7 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
   const db = await freshDatabase(opts.serverUrl, 'load_workers');
   const procs = new Processes(db);
   const listener = new pg.Client({ connectionString: db.ownerUrl });
+  const probe = new pg.Client({ connectionString: db.ownerUrl });
   const client = runsClient(db);
   const capPerWorker = 128;
   try {
@@ -70,6 +75,7 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
       if (n.payload) finishedAt.set(n.payload, performance.now());
     });
     await listener.query('listen ordo_run_finished');
+    await probe.connect();
 
     let token = 0;
     const rounds: WorkersRound[] = [];
@@ -81,6 +87,9 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
       const workers: OrdoProcess[] = await Promise.all(Array.from({ length: n }, () => procs.start('worker', env)));
       await sleep(1000);
       const rates: number[] = [];
+      const waits = new Map<string, number>();
+      const lockedOn = new Map<string, number>();
+      let samples = 0;
       const l0 = load1();
       for (let rep = 0; rep < opts.repeats; rep++) {
         const reqs: CreateRunRequest[] = Array.from({ length: 700 }, (_, k) => ({
@@ -93,7 +102,28 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
         const made = await client.runs.createRuns(creds.tenantId, reqs);
         const ids = made.map((r) => r.runId);
         const deadline = Date.now() + 180_000;
+        let sampling = true;
+        const sampler = (async () => {
+          while (sampling) {
+            const rows = (
+              await probe.query<{ w: string; q: string }>(
+                `select left(regexp_replace(query, '\\s+', ' ', 'g'), 100) q, case when state = 'idle in transaction' then 'idle in transaction (worker side)'
+                             else coalesce(wait_event_type || ':' || wait_event, 'on CPU') end w
+                 from pg_stat_activity where datname = current_database()
+                   and application_name = 'ordo:worker:system' and state <> 'idle'`,
+              )
+            ).rows;
+            for (const r of rows) {
+              waits.set(r.w, (waits.get(r.w) ?? 0) + 1);
+              if (r.w.startsWith('Lock:')) lockedOn.set(r.q, (lockedOn.get(r.q) ?? 0) + 1);
+            }
+            samples += rows.length;
+            await sleep(50);
+          }
+        })();
         while (ids.some((id) => !finishedAt.has(id)) && Date.now() < deadline) await sleep(5);
+        sampling = false;
+        await sampler;
         const done = ids.filter((id) => finishedAt.has(id));
         if (done.length < ids.length) throw new Error(`load-workers: ${ids.length - done.length} runs did not finish`);
         const end = Math.max(...done.map((id) => finishedAt.get(id)!));
@@ -117,6 +147,14 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
         stepsPerSMedian: median,
         speedup: rounds.length ? round(median / rounds[0].stepsPerSMedian) : 1,
         workerRssMiB: rss,
+        waits: [...waits.entries()]
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, 8)
+          .map(([wait, c]) => ({ wait, pct: round((c / Math.max(1, samples)) * 100, 1) })),
+        lockWaitStatements: [...lockedOn.entries()]
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, 5)
+          .map(([statement, c]) => ({ statement, pct: round((c / Math.max(1, samples)) * 100, 1) })),
         loadavg1: [l0, load1()],
       });
     }
@@ -131,6 +169,7 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
     };
   } finally {
     await listener.end().catch(() => undefined);
+    await probe.end().catch(() => undefined);
     await client.close();
     await procs.stopAll();
     await db.close();
@@ -140,7 +179,10 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
 export function workersRows(r: WorkersResult): string[][] {
   return r.rounds.map((x) => [
     `burst throughput, ${x.workers} worker process${x.workers > 1 ? 'es' : ''} (median of ${x.stepsPerS.length})`,
-    `${x.stepsPerSMedian} steps/s (×${x.speedup} of 1 worker; ${x.stepsPerS.join(', ')})`,
+    `${x.stepsPerSMedian} steps/s (×${x.speedup} of 1 worker; ${x.stepsPerS.join(', ')}); worker connections: ${x.waits
+      .slice(0, 3)
+      .map((w) => `${w.wait} ${w.pct} %`)
+      .join(', ')}`,
     '',
     `${x.loadavg1[0]} → ${x.loadavg1[1]}`,
   ]);
