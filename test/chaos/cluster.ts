@@ -158,15 +158,19 @@ export class Cluster {
         ORDO_LEASE_TTL_MS: String(this.opts.leaseMs),
         ORDO_REAPER_INTERVAL_MS: String(this.opts.reaperMs),
         ORDO_DB_POOL_SIZE: '10',
-        LOG_LEVEL: 'error',
+        LOG_LEVEL: process.env.CHAOS_ORDO_LOG_LEVEL ?? 'error',
         ...this.opts.env,
         ...env,
       },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let tail = '';
+    // CHAOS_LOG_DIR keeps every process's stderr for a post-mortem.
+    const logDir = process.env.CHAOS_LOG_DIR;
+    if (logDir) fs.mkdirSync(logDir, { recursive: true });
     child.stderr.on('data', (d: Buffer) => {
       tail = (tail + d.toString()).slice(-4000);
+      if (logDir) fs.appendFileSync(path.join(logDir, `${name}.log`), d);
     });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
       child.once('exit', (code, signal) => resolve({ code, signal })),

@@ -198,14 +198,17 @@ export class Api {
     deadline: number,
   ): Promise<HttpResult> {
     let delay = 50;
+    let last = '';
     for (;;) {
       try {
         const r = await this.call(method, path, opts);
         if (r.status < 500 && r.status !== 429) return r;
-      } catch {
+        last = `${r.status} ${JSON.stringify(r.body).slice(0, 300)}`;
+      } catch (e) {
         // Connection refused or reset, timeout: the same request again.
+        last = (e as Error).message;
       }
-      if (Date.now() > deadline) throw new Error(`${method} ${path}: no answer before the deadline`);
+      if (Date.now() > deadline) throw new Error(`${method} ${path}: no answer before the deadline (last: ${last})`);
       await sleep(delay);
       delay = Math.min(delay * 2, 1_000);
     }

@@ -73,6 +73,12 @@ function newPool(connectionString: string, max: number, applicationName: string)
   });
   // A dropped idle connection must not crash the process; the pool replaces it.
   pool.on('error', () => undefined);
+  // pg-pool listens for errors only while a client is idle: a connection dropped while checked out
+  // (server restart, pg_terminate_backend between two statements of a transaction) would be an
+  // unhandled 'error' event. The holder's next query fails instead and the pool discards the client.
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+  });
   const rate = chaosCommitErrorRate();
   if (rate > 0) pool.on('connect', (client) => injectCommitErrors(client, rate));
   return pool;
