@@ -40,8 +40,8 @@ Load options:
   --workers <list>           worker process counts (default 1,2,4), concurrency 16 each
   --workers-repeats <n>      bursts per worker count (default 3; the median is reported)
   --recovery-trials <n>      (default 3)
-  --lease-ttl-ms <ms>        ORDO_LEASE_TTL_MS of load-recovery (default 5000)
-  --reaper-interval-ms <ms>  ORDO_REAPER_INTERVAL_MS of load-recovery (default 1000)`;
+  --lease-ttl-ms <ms>        ORDO_LEASE_TTL_MS of load-recovery (default 30000, as Ordo's)
+  --reaper-interval-ms <ms>  ORDO_REAPER_INTERVAL_MS of load-recovery (default 5000, as Ordo's)`;
 
 /** True when argv asks for load scenarios (`--only load…`). */
 export function wantsLoad(argv: string[]): boolean {
@@ -72,8 +72,8 @@ export async function runLoadCli(argv: string[]): Promise<void> {
       workers: { type: 'string', default: '1,2,4' },
       'workers-repeats': { type: 'string', default: '3' },
       'recovery-trials': { type: 'string', default: '3' },
-      'lease-ttl-ms': { type: 'string', default: '5000' },
-      'reaper-interval-ms': { type: 'string', default: '1000' },
+      'lease-ttl-ms': { type: 'string', default: '30000' },
+      'reaper-interval-ms': { type: 'string', default: '5000' },
       help: { type: 'boolean', default: false },
     },
   });
