@@ -130,6 +130,8 @@ interface FaultContext {
 
 interface CellOptions {
   rate?: number;
+  /** The fault must make late results be refused (step.result_rejected > 0). */
+  expectRejections?: boolean;
   /** The fault; resolves when it has ended. */
   fault: (ctx: FaultContext) => Promise<void>;
   drainMs?: number;
@@ -190,6 +192,8 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
   const c = await db();
   const result = await checkRuns(c, submitter.runs, started);
   violations.push(...result.violations);
+  if (opts.expectRejections && result.counts.staleRejected === 0)
+    violations.push('late results of the paused worker refused (no step.result_rejected event)');
   violations.push(...(await checkSchedule(c, scheduleId)));
   const queue = (await c.query<{ n: number }>('select count(*)::int as n from queue_item')).rows[0].n;
   if (queue !== 0) violations.push(`queue depth back to zero: ${queue} items left`);
@@ -235,6 +239,23 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
 function randomWorker(): OrdoProcess {
   const ws = cluster.live('worker');
   return ws[Math.floor(Math.random() * ws.length)];
+}
+
+/** The live worker with the most running attempts (its id carries the process id). */
+async function busiestWorker(): Promise<OrdoProcess & { held: number }> {
+  const rows = (
+    await (
+      await db()
+    ).query<{ worker_id: string; n: number }>(
+      `select worker_id, count(*)::int as n from attempt where status = 'running' group by worker_id`,
+    )
+  ).rows;
+  let best: OrdoProcess & { held: number } = { ...randomWorker(), held: 0 };
+  for (const w of cluster.live('worker')) {
+    const held = rows.filter((r) => r.worker_id.includes(`:${w.child.pid}:`)).reduce((a, r) => a + r.n, 0);
+    if (held > best.held) best = { ...w, held };
+  }
+  return best;
 }
 
 async function replaceWorker(victim: OrdoProcess): Promise<void> {
@@ -308,8 +329,10 @@ describe('chaos cells', () => {
     true,
     true,
     {
+      expectRejections: true,
       fault: async (ctx) => {
-        const v = randomWorker();
+        const v = await busiestWorker();
+        ctx.notes.push(`paused ${v.name} holding ${v.held} running step(s)`);
         v.child.kill('SIGSTOP');
         await sleep(LEASE_MS + 3 * REAPER_MS + 1_000);
         v.child.kill('SIGCONT');

@@ -8,7 +8,7 @@ import { sleep } from './cluster';
  * fails (5xx, connection refused) is repeated with the same token until it is acknowledged.
  */
 
-export type Kind = 'chain' | 'diamond' | 'retry' | 'timeout' | 'cancel' | 'three';
+export type Kind = 'chain' | 'diamond' | 'retry' | 'timeout' | 'cancel' | 'slow' | 'three';
 
 const retry = { maxRetries: 20, initialDelay: 100, multiplier: 2, maxDelay: 1_000 };
 
@@ -86,6 +86,12 @@ export const DAGS: Record<Kind, Record<string, unknown>> = {
       },
     ],
   },
+  // Held by a worker for a while: a paused worker is caught holding some.
+  slow: {
+    id: 'chaos-slow',
+    inputs: { type: 'object', properties: { k: { type: 'string' } }, required: ['k'] },
+    steps: [{ id: 'z', plugin: 'noop', retry, with: { sleepMs: 3_000, output: { k: '${{ inputs.k }}' } } }],
+  },
   retry: {
     id: 'chaos-retry',
     inputs: { type: 'object', properties: { k: { type: 'string' } } },
@@ -123,6 +129,7 @@ export const SCHEDULE_DAG = {
 /** The step outputs a successful run of `kind` with inputs {k} must end with; undefined: not checked. */
 export function expectedOutputs(kind: Kind, k: string): Record<string, unknown> | undefined {
   if (kind === 'chain' || kind === 'three') return { s1: { k, n: 1 }, s2: { k, n: 2 }, s3: { k, n: 3 } };
+  if (kind === 'slow') return { z: { k } };
   if (kind === 'diamond') return { a: { k }, b: { k, side: 'b' }, c: { k, side: 'c' }, d: { b: 'b', c: 'c', k } };
   return undefined;
 }
@@ -242,11 +249,12 @@ export async function setupTenants(api: Api, platformToken: string, n: number, p
 }
 
 const MIX: [Kind, number][] = [
-  ['chain', 50],
-  ['diamond', 25],
+  ['chain', 45],
+  ['diamond', 22],
+  ['slow', 10],
   ['retry', 8],
   ['timeout', 7],
-  ['cancel', 10],
+  ['cancel', 8],
 ];
 
 function pick(i: number): Kind {
