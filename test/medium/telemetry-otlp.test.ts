@@ -1,12 +1,32 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { projectRoot } from '../../src/core/home/project-root';
-import { buildPrivateDist } from '../support/dist';
+
+/** Compiles the tracing module (and what it imports) into a private directory inside the project. */
+function compileTracing(): { dir: string; remove(): void } {
+  const root = projectRoot();
+  const dir = path.join(root, '.ordo-test', `otlp-${process.pid}-${randomBytes(4).toString('hex')}`);
+  const args = ['src/core/telemetry/tracing.ts', '--outDir', dir, '--rootDir', '.', '--module', 'commonjs'];
+  args.push(
+    '--target',
+    'es2022',
+    '--esModuleInterop',
+    '--skipLibCheck',
+    '--moduleResolution',
+    'node',
+    '--types',
+    'node',
+  );
+  execFileSync(path.join(root, 'node_modules', '.bin', 'tsc'), args, { cwd: root, stdio: 'pipe' });
+  return { dir, remove: () => fs.rmSync(dir, { recursive: true, force: true }) };
+}
 
 // The OTLP exporter loads its HTTP agent with a dynamic import, which Jest's module sandbox does
-// not run: the export is exercised in a real Node process over the compiled sources.
+// not run: the export is exercised in a real Node process over the compiled tracing module.
 describe('OTLP export', () => {
   it('posts spans to OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces when it is set', async () => {
     const received: { url: string; body: string }[] = [];
@@ -19,7 +39,7 @@ describe('OTLP export', () => {
       });
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-    const dist = buildPrivateDist();
+    const dist = compileTracing();
     try {
       const { port } = server.address() as AddressInfo;
       const traceId = 'ef'.repeat(16);
