@@ -107,7 +107,7 @@ describe('stream and export over runs executed by the engine', () => {
       attempts.map((a) => (a.traceparent as string).split('-')[2]).sort(),
     );
     for (const sp of stepSpans)
-      expect(sp).toMatchObject({ traceId, parentSpanId: runSpan.spanId, attributes: { status: 'succeeded' } });
+      expect(sp).toMatchObject({ traceId, parentSpanId: runSpan?.spanId, attributes: { status: 'succeeded' } });
     const pluginSpans = records.filter((x) => x.type === 'span' && x.name === 'orchestrator.plugin');
     expect(pluginSpans.map((x) => x.parentSpanId).sort()).toEqual(stepSpans.map((x) => x.spanId).sort());
   });
