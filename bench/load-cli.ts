@@ -4,7 +4,7 @@ import { httpRow, runHttpLoad, writeHttp } from './load-http';
 import { recoveryRow, runRecovery, writeRecovery } from './load-recovery';
 import { runWorkers, workersRows, writeWorkers } from './load-workers';
 import { runWs, writeWs, wsRow } from './load-ws';
-import { load1, log } from './support-load';
+import { cleanupOnSignals, load1, log, signalCleanup } from './support-load';
 
 export const LOAD_SCENARIOS = ['load-http', 'load-hold', 'load-ws', 'load-workers', 'load-recovery'] as const;
 type Scenario = (typeof LOAD_SCENARIOS)[number];
@@ -88,77 +88,92 @@ export async function runLoadCli(argv: string[]): Promise<void> {
   const base = { serverUrl: values.db ?? process.env.DATABASE_URL, outDir: values.out };
   const rows: string[][] = [];
   const files: string[] = [];
-  for (const s of LOAD_SCENARIOS.filter((x: Scenario) => asked.includes(x))) {
-    log(`${s}: start (load ${load1()})`);
-    switch (s) {
-      case 'load-http': {
-        const r = await runHttpLoad({
-          ...base,
-          connections: Number(values['http-connections']),
-          durationS: Number(values['http-duration']),
-          cpuProf: values['http-cpu-prof'],
-        });
-        files.push(writeHttp(values.out, r));
-        rows.push(httpRow(r));
-        if (r.statementsPerRequest) {
-          console.log(
-            `\nstatements per created run (pg_stat_statements): ${r.perRequest.statements}, execution ${r.perRequest.statementMs} ms, planning ${r.perRequest.planMs} ms`,
-          );
-          for (const q of r.statementsPerRequest.slice(0, 20))
+  const release = cleanupOnSignals();
+  try {
+    await runScenarios();
+  } catch (e) {
+    const cleanup = signalCleanup();
+    if (cleanup) {
+      await cleanup;
+      process.exit(130);
+    }
+    throw e;
+  } finally {
+    release();
+  }
+  async function runScenarios(): Promise<void> {
+    for (const s of LOAD_SCENARIOS.filter((x: Scenario) => asked.includes(x))) {
+      log(`${s}: start (load ${load1()})`);
+      switch (s) {
+        case 'load-http': {
+          const r = await runHttpLoad({
+            ...base,
+            connections: Number(values['http-connections']),
+            durationS: Number(values['http-duration']),
+            cpuProf: values['http-cpu-prof'],
+          });
+          files.push(writeHttp(values.out, r));
+          rows.push(httpRow(r));
+          if (r.statementsPerRequest) {
             console.log(
-              `  ${q.calls.toFixed(2).padStart(6)} × exec ${q.ms.toFixed(3).padStart(7)} ms plan ${q.planMs.toFixed(3).padStart(7)} ms  ${q.query}`,
+              `\nstatements per created run (pg_stat_statements): ${r.perRequest.statements}, execution ${r.perRequest.statementMs} ms, planning ${r.perRequest.planMs} ms`,
             );
+            for (const q of r.statementsPerRequest.slice(0, 20))
+              console.log(
+                `  ${q.calls.toFixed(2).padStart(6)} × exec ${q.ms.toFixed(3).padStart(7)} ms plan ${q.planMs.toFixed(3).padStart(7)} ms  ${q.query}`,
+              );
+          }
+          if (r.cpuProfileTop) {
+            console.log('\napi process, top self time:');
+            for (const f of r.cpuProfileTop) console.log(`  ${f.selfPct.toFixed(1).padStart(5)} %  ${f.fn}`);
+          }
+          break;
         }
-        if (r.cpuProfileTop) {
-          console.log('\napi process, top self time:');
-          for (const f of r.cpuProfileTop) console.log(`  ${f.selfPct.toFixed(1).padStart(5)} %  ${f.fn}`);
+        case 'load-hold': {
+          const r = await runHold({
+            ...base,
+            runs: Number(values['hold-runs']),
+            holdSeconds: Number(values['hold-seconds']),
+            concurrency: Number(values['hold-concurrency']),
+            sleepMs: values['hold-sleep-ms'] === undefined ? undefined : Number(values['hold-sleep-ms']),
+          });
+          files.push(writeHold(values.out, r));
+          rows.push(holdRow(r));
+          break;
         }
-        break;
-      }
-      case 'load-hold': {
-        const r = await runHold({
-          ...base,
-          runs: Number(values['hold-runs']),
-          holdSeconds: Number(values['hold-seconds']),
-          concurrency: Number(values['hold-concurrency']),
-          sleepMs: values['hold-sleep-ms'] === undefined ? undefined : Number(values['hold-sleep-ms']),
-        });
-        files.push(writeHold(values.out, r));
-        rows.push(holdRow(r));
-        break;
-      }
-      case 'load-ws': {
-        const r = await runWs({
-          ...base,
-          clients: Number(values['ws-clients']),
-          runs: Number(values['ws-runs']),
-          runIntervalMs: Number(values['ws-run-interval-ms']),
-        });
-        files.push(writeWs(values.out, r));
-        rows.push(wsRow(r));
-        break;
-      }
-      case 'load-workers': {
-        const r = await runWorkers({
-          ...base,
-          workerCounts: values.workers.split(',').map(Number),
-          repeats: Number(values['workers-repeats']),
-          concurrency: 16,
-        });
-        files.push(writeWorkers(values.out, r));
-        rows.push(...workersRows(r));
-        break;
-      }
-      case 'load-recovery': {
-        const r = await runRecovery({
-          ...base,
-          trials: Number(values['recovery-trials']),
-          leaseTtlMs: Number(values['lease-ttl-ms']),
-          reaperIntervalMs: Number(values['reaper-interval-ms']),
-        });
-        files.push(writeRecovery(values.out, r));
-        rows.push(recoveryRow(r));
-        break;
+        case 'load-ws': {
+          const r = await runWs({
+            ...base,
+            clients: Number(values['ws-clients']),
+            runs: Number(values['ws-runs']),
+            runIntervalMs: Number(values['ws-run-interval-ms']),
+          });
+          files.push(writeWs(values.out, r));
+          rows.push(wsRow(r));
+          break;
+        }
+        case 'load-workers': {
+          const r = await runWorkers({
+            ...base,
+            workerCounts: values.workers.split(',').map(Number),
+            repeats: Number(values['workers-repeats']),
+            concurrency: 16,
+          });
+          files.push(writeWorkers(values.out, r));
+          rows.push(...workersRows(r));
+          break;
+        }
+        case 'load-recovery': {
+          const r = await runRecovery({
+            ...base,
+            trials: Number(values['recovery-trials']),
+            leaseTtlMs: Number(values['lease-ttl-ms']),
+            reaperIntervalMs: Number(values['reaper-interval-ms']),
+          });
+          files.push(writeRecovery(values.out, r));
+          rows.push(recoveryRow(r));
+          break;
+        }
       }
     }
   }

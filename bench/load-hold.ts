@@ -1,5 +1,5 @@
-import pg from 'pg';
 import {
+  pgClient,
   freshDatabase,
   load1,
   log,
@@ -59,7 +59,7 @@ export interface HoldResult {
 export async function runHold(opts: HoldOptions): Promise<HoldResult> {
   const db = await freshDatabase(opts.serverUrl, 'load_hold');
   const procs = new Processes(db);
-  const owner = new pg.Client({ connectionString: db.ownerUrl });
+  const owner = pgClient(db.ownerUrl);
   const client = runsClient(db);
   try {
     const api = await procs.start('api,scheduler');

@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import pg from 'pg';
 import {
+  pgClient,
   authHeaders,
   cpuMs,
   postgresCpuMs,
@@ -139,7 +139,7 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
     const creds = procs.credentials();
     await publishDag(api.url, creds, { id: 'load', steps: [{ id: 'only', plugin: 'noop' }] });
 
-    const stat = new pg.Client({ connectionString: db.ownerUrl });
+    const stat = pgClient(db.ownerUrl);
     await stat.connect();
     const dbStats = async () =>
       (

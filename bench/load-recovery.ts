@@ -1,5 +1,5 @@
-import pg from 'pg';
 import {
+  pgClient,
   authHeaders,
   freshDatabase,
   load1,
@@ -54,7 +54,7 @@ export interface RecoveryResult {
 export async function runRecovery(opts: RecoveryOptions): Promise<RecoveryResult> {
   const db = await freshDatabase(opts.serverUrl, 'load_recovery');
   const procs = new Processes(db);
-  const owner = new pg.Client({ connectionString: db.ownerUrl });
+  const owner = pgClient(db.ownerUrl);
   await owner.connect();
   const env = {
     ORDO_LEASE_TTL_MS: String(opts.leaseTtlMs),

@@ -1,6 +1,6 @@
-import pg from 'pg';
 import type { CreateRunRequest } from '../src/modules/runs/runs.service';
 import {
+  pgClient,
   chainDag,
   diamondDag,
   freshDatabase,
@@ -60,8 +60,8 @@ const shapeOf = (k: number) => (k % 7 < 5 ? 'chain' : 'diamond');
 export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
   const db = await freshDatabase(opts.serverUrl, 'load_workers');
   const procs = new Processes(db);
-  const listener = new pg.Client({ connectionString: db.ownerUrl });
-  const probe = new pg.Client({ connectionString: db.ownerUrl });
+  const listener = pgClient(db.ownerUrl);
+  const probe = pgClient(db.ownerUrl);
   const client = runsClient(db);
   const capPerWorker = 128;
   try {

@@ -1,6 +1,6 @@
-import pg from 'pg';
 import WebSocket from 'ws';
 import {
+  pgClient,
   authHeaders,
   cpuMs,
   chainDag,
@@ -75,7 +75,7 @@ interface EventMessage {
 export async function runWs(opts: WsOptions): Promise<WsResult> {
   const db = await freshDatabase(opts.serverUrl, 'load_ws');
   const procs = new Processes(db);
-  const owner = new pg.Client({ connectionString: db.ownerUrl });
+  const owner = pgClient(db.ownerUrl);
   const subs: Subscriber[] = [];
   try {
     const api = await procs.start('api');

@@ -15,6 +15,45 @@ import { RunsService } from '../src/modules/runs/runs.service';
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** Cleanups of what the running scenario started (processes, database), run on SIGINT/SIGTERM too. */
+const pending = new Set<() => Promise<void>>();
+function track(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  const once = () => {
+    pending.delete(once);
+    running ??= fn();
+    return running;
+  };
+  pending.add(once);
+  return once;
+}
+
+let signalled: Promise<void> | undefined;
+
+/** The cleanup a SIGINT/SIGTERM started, if any: a scenario failing because of it awaits this and exits 130. */
+export const signalCleanup = () => signalled;
+
+/** On SIGINT/SIGTERM: stop every tracked process and database (newest first, bounded), then exit 130. */
+export function cleanupOnSignals(): () => void {
+  const handler = (signal: NodeJS.Signals) => {
+    if (signalled) return;
+    log(`${signal}: stopping what the load bench started`);
+    const force = setTimeout(() => process.exit(130), 25_000);
+    force.unref();
+    // Processes (they hold database connections) before their database.
+    signalled = (async () => {
+      for (const f of [...pending].reverse()) await f().catch(() => undefined);
+    })();
+    void signalled.then(() => process.exit(130));
+  };
+  process.on('SIGINT', handler);
+  process.on('SIGTERM', handler);
+  return () => {
+    process.off('SIGINT', handler);
+    process.off('SIGTERM', handler);
+  };
+}
+
 export interface Stats {
   n: number;
   p50: number | null;
@@ -80,6 +119,16 @@ export function postgresCpuMs(postmasterPid: number): number {
   return sum;
 }
 
+/**
+ * A client whose connection errors (e.g. the database dropped with `force` during cleanup) are
+ * ignored rather than crashing the bench; the next query on it fails instead.
+ */
+export function pgClient(connectionString: string): pg.Client {
+  const c = new pg.Client({ connectionString });
+  c.on('error', () => undefined);
+  return c;
+}
+
 /** Least-squares slope of y over x. */
 export function slope(points: [number, number][]): number {
   const n = points.length;
@@ -125,7 +174,7 @@ export async function freshDatabase(
     embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres' });
     if (opts.statements) {
       // pg_stat_statements must be preloaded: set it and restart the server once.
-      const c = new pg.Client({ connectionString: embedded.ownerUrl });
+      const c = pgClient(embedded.ownerUrl);
       await c.connect();
       await c.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
       await c.query(`alter system set pg_stat_statements.track_planning = on`);
@@ -136,7 +185,7 @@ export async function freshDatabase(
     serverUrl = embedded.ownerUrl;
   }
   const dbName = `ordo_${name}_${process.pid}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
+  const admin = pgClient(serverUrl);
   await admin.connect();
   await admin.query(`drop database if exists ${dbName} with (force)`);
   await admin.query(`create database ${dbName}`);
@@ -144,6 +193,12 @@ export async function freshDatabase(
   u.pathname = `/${dbName}`;
   const ownerUrl = u.toString();
   const m = await migrate(ownerUrl);
+  const close = track(async () => {
+    await admin.query(`drop database if exists ${dbName} with (force)`).catch(() => undefined);
+    await admin.end();
+    await embedded?.stop();
+    if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+  });
   return {
     ownerUrl,
     appUrl: m.appUrl,
@@ -152,12 +207,7 @@ export async function freshDatabase(
     postmasterPid: tmp
       ? Number(fs.readFileSync(path.join(tmp, 'data', 'postmaster.pid'), 'utf8').split('\n')[0])
       : null,
-    async close() {
-      await admin.query(`drop database if exists ${dbName} with (force)`).catch(() => undefined);
-      await admin.end();
-      await embedded?.stop();
-      if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-    },
+    close,
   };
 }
 
@@ -175,6 +225,7 @@ export interface OrdoProcess {
 export class Processes {
   readonly home: string;
   private readonly all: OrdoProcess[] = [];
+  private readonly cleanup: () => Promise<void>;
 
   constructor(
     private readonly db: LoadDatabase,
@@ -182,6 +233,10 @@ export class Processes {
   ) {
     this.home = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-load-home-'));
     fs.chmodSync(this.home, 0o711);
+    this.cleanup = track(async () => {
+      await Promise.all(this.all.map((p) => p.stop()));
+      fs.rmSync(this.home, { recursive: true, force: true });
+    });
   }
 
   /**
@@ -257,8 +312,7 @@ export class Processes {
   }
 
   async stopAll(): Promise<void> {
-    await Promise.all(this.all.map((p) => p.stop()));
-    fs.rmSync(this.home, { recursive: true, force: true });
+    await this.cleanup();
   }
 }
 
