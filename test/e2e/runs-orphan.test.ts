@@ -1,8 +1,9 @@
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { buildPrivateDist } from '../support/dist';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { publishDag, waitForRun } from './runs-support';
 
@@ -10,7 +11,7 @@ const root = path.resolve(__dirname, '../..');
 
 /** A worker-only Ordo process on the test database (built code, real process). */
 function spawnWorker(ownerUrl: string, home: string): ChildProcess {
-  const child = spawn(path.join(root, 'node_modules/.bin/node'), [path.join(root, 'dist/src/main.js')], {
+  const child = spawn(path.join(root, 'node_modules/.bin/node'), [buildPrivateDist().main], {
     cwd: root,
     env: {
       PATH: process.env.PATH,
@@ -34,7 +35,6 @@ describe('a worker killed mid-step (separate process, SIGKILL)', () => {
   const homes: string[] = [];
 
   beforeAll(async () => {
-    execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'ignore' });
     // This process serves the API and runs the reaper; only the spawned processes execute steps.
     app = await startTestApp({
       ORDO_ROLES: 'api,scheduler',

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 import pg from 'pg';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../../src/core/database/embedded';
 import { migrate } from '../../src/core/database/migrator';
@@ -15,6 +16,7 @@ declare global {
  * file clones it (test/support/test-database.ts).
  */
 export default async function globalSetup(): Promise<void> {
+  process.env.ORDO_TEST_DIST = buildTestDist();
   let serverUrl = process.env.DATABASE_URL;
   let handle: EmbeddedPostgresHandle | undefined;
   let dir: string | undefined;
@@ -36,4 +38,16 @@ export default async function globalSetup(): Promise<void> {
   process.env.ORDO_TEST_SERVER_URL = serverUrl;
   process.env.ORDO_TEST_TEMPLATE = template;
   globalThis.__ORDO_TEST_PG__ = { handle, dir, serverUrl, template };
+}
+
+/** Compiles the tree once (incrementally) for the tests that start real Ordo processes. */
+function buildTestDist(): string {
+  const root = path.resolve(__dirname, '..', '..');
+  const dir = path.join(root, '.ordo-test', 'dist');
+  execFileSync(
+    path.join(root, 'node_modules', '.bin', 'tsc'),
+    ['-p', 'tsconfig.build.json', '--outDir', dir, '--tsBuildInfoFile', path.join(dir, '.tsbuildinfo')],
+    { cwd: root, stdio: 'inherit' },
+  );
+  return dir;
 }

@@ -1,7 +1,6 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import fs from 'node:fs';
 import path from 'node:path';
-import { projectRoot } from '../../core/home/project-root';
 import type { Plugin } from './plugin';
 
 /**
@@ -34,11 +33,11 @@ export class PluginRegistry implements OnApplicationShutdown {
   }
 }
 
-/** Finds `plugins/<name>/index.{js,ts}` next to the running code (dist/plugins when built). */
+/** Finds `plugins/<name>/index.{js,ts}` beside the running code (the compiled tree's plugins/ when built). */
 export function loadBuiltInPlugins(): Plugin[] {
   const compiled = __filename.endsWith('.js');
-  const root = projectRoot();
-  const dir = compiled ? path.join(root, 'dist', 'plugins') : path.join(root, 'plugins');
+  // src/modules/plugins → plugins, in the source tree and in any compiled output alike.
+  const dir = path.resolve(__dirname, '..', '..', '..', 'plugins');
   const ext = compiled ? '.js' : '.ts';
   const out: Plugin[] = [];
   for (const entry of fs.readdirSync(dir, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
