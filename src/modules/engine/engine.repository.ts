@@ -130,6 +130,133 @@ export class EngineRepository {
   }
 
   /**
+   * One statement for the first claim round and its dispatch: takes each served tenant's share of
+   * ready items (as claimReady), locks their runs (key order), and for items of active runs whose
+   * step is still queued moves the step to running (new epoch, attempt, dispatch number after the
+   * run's last one, in queue order), leases the item to the worker and opens the attempt row
+   * (traceparent from the run's trace id and one of `spanIds`). Items of ended runs or of steps no
+   * longer queued leave the queue. Returns the claimed items (with the tenants' shares, for further
+   * rounds), the locked runs' bookkeeping and the dispatched steps.
+   */
+  async claimAndDispatch(
+    tx: SystemTx,
+    o: { capacity: number; cap: number; workerId: string; leaseMs: number; spanIds: string[] },
+  ): Promise<{
+    claimed: (ClaimedItem & { share: number; weight: number; in_flight: number })[];
+    runs: RunBookRow[];
+    dispatched: (DispatchedStep & { item_id: number; dispatch_seq: number; traceparent: string })[];
+  }> {
+    const r = await sql<{ kind: 'c' | 'r' | 'd'; row: Record<string, unknown> }>`
+      with t as (
+        select tq.tenant_id, tq.weight, tq.in_flight, tq.served_at from tenant_queue tq
+        where tq.in_flight < ${o.cap}
+          and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
+        order by tq.served_at, tq.tenant_id
+        limit ${Math.min(256, o.capacity)}
+      ),
+      s as (
+        select t.tenant_id, t.weight, t.in_flight, t.served_at,
+          least(${o.cap} - t.in_flight, ${o.capacity}, greatest(1, floor(${o.capacity}::numeric * t.weight / sum(t.weight) over ())))::int as share
+        from t
+      ),
+      ca as (
+        select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, s.share, s.weight, s.in_flight, s.served_at,
+          row_number() over (order by s.served_at, s.tenant_id, q.id) as rk
+        from s cross join lateral (
+          select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
+          where i.tenant_id = s.tenant_id and i.state = 'ready'
+          order by i.id limit s.share
+          for update skip locked
+        ) q
+      ),
+      c as materialized (select * from ca where rk <= ${o.capacity}),
+      rc as materialized (
+        select r.tenant_id, r.run_id, r.dag_id, r.dag_version, r.status, r.trace_id, r.event_seq, r.event_hash, r.dispatch_count,
+          r.steps_remaining, r.steps_failed, r.started_at, c.id, c.step_id, c.enqueued_at, c.rk
+        from c join run r on r.tenant_id = c.tenant_id and r.run_id = c.run_id
+        order by r.tenant_id, r.run_id
+        for update of r
+      ),
+      rl as (
+        select distinct on (tenant_id, run_id) tenant_id, run_id, dag_id, dag_version, status, trace_id, event_seq, event_hash,
+          dispatch_count, steps_remaining, steps_failed, started_at
+        from rc order by tenant_id, run_id
+      ),
+      o as (
+        select rc.tenant_id, rc.id, rc.run_id, rc.step_id, rc.enqueued_at,
+          rc.dispatch_count + row_number() over (partition by rc.tenant_id, rc.run_id order by rc.id) as seq,
+          '00-' || rc.trace_id || '-' || (${o.spanIds}::text[])[rc.rk::int] || '-01' as traceparent
+        from rc
+        join step st on st.tenant_id = rc.tenant_id and st.run_id = rc.run_id and st.step_id = rc.step_id
+        where rc.status in ('queued', 'running') and st.status = 'queued'
+      ),
+      d as (
+        update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+          dispatch_seq = coalesce(s.dispatch_seq, o.seq::int), started_at = coalesce(s.started_at, now())
+        from o
+        where s.tenant_id = o.tenant_id and s.run_id = o.run_id and s.step_id = o.step_id and s.status = 'queued'
+        returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at,
+          o.id as item_id, o.enqueued_at, o.traceparent, o.seq::int as dispatch_seq
+      ),
+      l as (
+        update queue_item q set state = 'leased', worker_id = ${o.workerId}, epoch = d.epoch,
+          lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
+        from d where q.tenant_id = d.tenant_id and q.id = d.item_id
+        returning 1
+      ),
+      a as (
+        insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
+          claimed_at, constraint_checked_at)
+        select d.tenant_id, d.run_id, d.step_id, d.attempts, d.epoch, ${o.workerId}, now() + make_interval(secs => ${o.leaseMs / 1000}),
+          d.traceparent, coalesce(d.queued_at, d.enqueued_at), now(), now()
+        from d
+        returning 1
+      ),
+      x as (
+        delete from queue_item q using c
+        where q.tenant_id = c.tenant_id and q.id = c.id and q.id not in (select d.item_id from d)
+        returning 1
+      )
+      select 'c' as kind, to_jsonb(c) as row from c
+      union all
+      select 'r', to_jsonb(rl) from rl
+      union all
+      select 'd', to_jsonb(d) from d`.execute(tx);
+    const claimed: (ClaimedItem & { share: number; weight: number; in_flight: number; served_at?: string })[] = [];
+    const runs: RunBookRow[] = [];
+    const dispatched: (DispatchedStep & { item_id: number; dispatch_seq: number; traceparent: string })[] = [];
+    const date = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string));
+    for (const x of r.rows) {
+      if (x.kind === 'c') {
+        const row = x.row as unknown as ClaimedItem & { share: number; weight: number; in_flight: number };
+        claimed.push({ ...row, enqueued_at: date(row.enqueued_at)! });
+      } else if (x.kind === 'r') {
+        const row = x.row as unknown as RunBookRow;
+        runs.push({ ...row, started_at: date(row.started_at) });
+      } else {
+        const row = x.row as unknown as DispatchedStep & { item_id: number; dispatch_seq: number; traceparent: string };
+        dispatched.push({ ...row, queued_at: date(row.queued_at) });
+      }
+    }
+    // Queue order: least recently served tenant first, then item id (as claimReady).
+    const served = new Map(claimed.map((c) => [c.tenant_id, (c as { served_at?: string }).served_at ?? '']));
+    claimed.sort((a, b) => {
+      const sa = served.get(a.tenant_id)!;
+      const sb = served.get(b.tenant_id)!;
+      return sa !== sb
+        ? sa < sb
+          ? -1
+          : 1
+        : a.tenant_id !== b.tenant_id
+          ? a.tenant_id < b.tenant_id
+            ? -1
+            : 1
+          : a.id - b.id;
+    });
+    return { claimed, runs, dispatched };
+  }
+
+  /**
    * One statement: moves queued steps to running (new fencing epoch, attempt number, dispatch
    * number), leases their queue items to the worker and opens their attempt rows. Returns the
    * steps dispatched (a step no longer queued is left out).

@@ -15,6 +15,7 @@ import { RunsRepository } from '../runs/runs.repository';
 import {
   EngineRepository,
   type ClaimedItem,
+  type DispatchedStep,
   type FinishAttempt,
   type ReadyStep,
   type SetStep,
@@ -58,6 +59,8 @@ export interface ClaimedWork extends StepKey {
   upstream: Record<string, { outputs: JsonValue }>;
   /** Its config is templated or its plugin takes run data: inputs and upstream are loaded. */
   needsData: boolean;
+  /** The step's dependencies (whose outputs are loaded when `needsData`). */
+  dependsOn?: string[];
 }
 
 export interface ClaimOptions {
@@ -413,12 +416,31 @@ export class EngineStore {
   }
 
   private async claim(tx: SystemTx, ctx: CycleContext, books: RunBooks, opts: ClaimOptions): Promise<ClaimedWork[]> {
-    const first = await this.engine.claimReady(tx, opts.capacity, opts.tenantCap);
-    if (first.length === 0) return [];
-    const items: ClaimedItem[] = first.slice(0, opts.capacity);
+    // First round: claimed, runs locked and dispatched in one statement.
+    const spanIds = Array.from({ length: opts.capacity }, () => randomBytes(8).toString('hex'));
+    const first = await this.engine.claimAndDispatch(tx, {
+      capacity: opts.capacity,
+      cap: opts.tenantCap,
+      workerId: opts.workerId,
+      leaseMs: opts.leaseMs,
+      spanIds,
+    });
+    if (first.claimed.length === 0) return [];
+    books.add(first.runs);
+    const order = new Map(first.claimed.map((c, n) => [`${c.tenant_id}/${c.id}`, n]));
+    const work: ClaimedWork[] = [];
+    for (const d of first.dispatched.sort(
+      (a, b) => order.get(`${a.tenant_id}/${a.item_id}`)! - order.get(`${b.tenant_id}/${b.item_id}`)!,
+    ))
+      work.push(this.dispatchedWork(ctx, books, d, opts));
     // Capacity a tenant could not use (fewer ready steps than its share) goes to the tenants that filled theirs.
+    const items: ClaimedItem[] = [...first.claimed];
+    const more: ClaimedItem[] = [];
     const tenants = new Map(
-      first.map((i) => [i.tenant_id, { tenant_id: i.tenant_id, weight: i.weight, in_flight: i.in_flight, n: i.share }]),
+      first.claimed.map((i) => [
+        i.tenant_id,
+        { tenant_id: i.tenant_id, weight: i.weight, in_flight: i.in_flight, n: i.share },
+      ]),
     );
     for (let round = 0; round < 3 && items.length < opts.capacity; round++) {
       const got = new Map<string, number>();
@@ -428,19 +450,33 @@ export class EngineStore {
         .map((t) => ({ ...t, in_flight: t.in_flight + t.n }));
       if (full.length === 0) break;
       const shares = fairShares(full, opts.capacity - items.length, opts.tenantCap);
-      const more = await this.engine.pickReady(
+      const picked = await this.engine.pickReady(
         tx,
         shares,
         items.map((i) => i.id),
       );
-      if (more.length === 0) break;
-      items.push(...more);
-      for (const s of shares) {
-        const t = tenants.get(s.tenantId)!;
+      if (picked.length === 0) break;
+      items.push(...picked);
+      more.push(...picked);
+      for (const sh of shares) {
+        const t = tenants.get(sh.tenantId)!;
         t.in_flight += t.n;
-        t.n = s.n;
+        t.n = sh.n;
       }
     }
+    if (more.length > 0) work.push(...(await this.dispatchItems(tx, ctx, books, more, opts)));
+    await this.fillTemplateScope(tx, work);
+    return work;
+  }
+
+  /** Dispatches claimed items (later claim rounds): locks their runs, numbers, leases and opens attempts. */
+  private async dispatchItems(
+    tx: SystemTx,
+    ctx: CycleContext,
+    books: RunBooks,
+    items: ClaimedItem[],
+    opts: ClaimOptions,
+  ): Promise<ClaimedWork[]> {
     const fresh = uniqRuns(items.map((i) => ({ tenantId: i.tenant_id, runId: i.run_id }))).filter(
       (k) => !books.get(k.tenantId, k.runId),
     );
@@ -476,7 +512,6 @@ export class EngineStore {
       ]),
     );
     const work: ClaimedWork[] = [];
-    const needOutputs: StepKey[] = [];
     for (let n = 0; n < live.length; n++) {
       const i = live[n];
       const d = dispatched.get(`${i.tenant_id}/${i.run_id}/${i.step_id}`);
@@ -484,51 +519,74 @@ export class EngineStore {
         stale.push({ tenantId: i.tenant_id, id: i.id });
         continue;
       }
-      const b = books.get(i.tenant_id, i.run_id)!;
-      if (b.status === 'queued') books.transition(b, 'running', 'engine');
-      b.dispatchCount = Math.max(b.dispatchCount, toDispatch[n].dispatchSeq);
-      b.dirty = true;
-      recordDispatch(d.tenant_id, d.queued_at ?? i.enqueued_at, books.now);
-      books.event(b, {
-        type: 'step.running',
-        stepId: d.step_id,
-        attempt: d.attempts,
-        actor: opts.workerId,
-        data: { dispatchSeq: toDispatch[n].dispatchSeq, epoch: d.epoch },
-      });
-      ctx.inFlight(d.tenant_id, 1, true);
-      const config = d.config as JsonObject;
-      const needsData = isTemplated(config) || opts.receivesRunData?.(d.plugin) === true;
-      if (needsData)
-        for (const dep of d.depends_on) needOutputs.push({ tenantId: d.tenant_id, runId: d.run_id, stepId: dep });
-      work.push({
-        tenantId: d.tenant_id,
-        runId: d.run_id,
-        stepId: d.step_id,
-        attempt: d.attempts,
-        epoch: d.epoch,
-        plugin: d.plugin,
-        config,
-        spec: d.spec as StepSpec,
-        dagId: b.row.dag_id,
-        dagVersion: b.row.dag_version,
-        traceId: b.row.trace_id,
-        traceparent: toDispatch[n].traceparent,
-        dispatchSeq: toDispatch[n].dispatchSeq,
-        inputs: {},
-        upstream: {},
-        needsData,
-      });
+      work.push(
+        this.dispatchedWork(
+          ctx,
+          books,
+          {
+            ...d,
+            queued_at: d.queued_at ?? i.enqueued_at,
+            dispatch_seq: toDispatch[n].dispatchSeq,
+            traceparent: toDispatch[n].traceparent,
+          },
+          opts,
+        ),
+      );
     }
     await this.engine.deleteItems(tx, stale);
-    await this.fillTemplateScope(tx, work, needOutputs);
     return work;
   }
 
+  /** Books a dispatched step (run running, dispatch count, event, in-flight) and describes it for the worker. */
+  private dispatchedWork(
+    ctx: CycleContext,
+    books: RunBooks,
+    d: DispatchedStep & { dispatch_seq: number; traceparent: string; enqueued_at?: Date | string },
+    opts: ClaimOptions,
+  ): ClaimedWork {
+    const b = books.get(d.tenant_id, d.run_id)!;
+    if (b.status === 'queued') books.transition(b, 'running', 'engine');
+    b.dispatchCount = Math.max(b.dispatchCount, d.dispatch_seq);
+    b.dirty = true;
+    const queuedAt = d.queued_at ?? (d.enqueued_at === undefined ? books.now : new Date(d.enqueued_at));
+    recordDispatch(d.tenant_id, queuedAt, books.now);
+    books.event(b, {
+      type: 'step.running',
+      stepId: d.step_id,
+      attempt: d.attempts,
+      actor: opts.workerId,
+      data: { dispatchSeq: d.dispatch_seq, epoch: d.epoch },
+    });
+    ctx.inFlight(d.tenant_id, 1, true);
+    const config = d.config as JsonObject;
+    return {
+      tenantId: d.tenant_id,
+      runId: d.run_id,
+      stepId: d.step_id,
+      attempt: d.attempts,
+      epoch: d.epoch,
+      plugin: d.plugin,
+      config,
+      spec: d.spec as StepSpec,
+      dagId: b.row.dag_id,
+      dagVersion: b.row.dag_version,
+      traceId: b.row.trace_id,
+      traceparent: d.traceparent,
+      dispatchSeq: d.dispatch_seq,
+      inputs: {},
+      upstream: {},
+      needsData: isTemplated(config) || opts.receivesRunData?.(d.plugin) === true,
+      dependsOn: d.depends_on,
+    };
+  }
+
   /** Loads run inputs and upstream outputs for the claimed steps that use them (templated config, or a plugin that takes run data). */
-  private async fillTemplateScope(tx: SystemTx, work: ClaimedWork[], needOutputs: StepKey[]): Promise<void> {
+  private async fillTemplateScope(tx: SystemTx, work: ClaimedWork[]): Promise<void> {
     const templated = work.filter((w) => w.needsData);
     if (templated.length === 0) return;
+    const needOutputs = templated.flatMap((w) =>
+      (w.dependsOn ?? []).map((dep) => ({ tenantId: w.tenantId, runId: w.runId, stepId: dep })),
+    );
     const inputs = new Map(
       (await this.engine.runInputs(tx, uniqRuns(templated))).map((r) => [
         runKey(r.tenant_id, r.run_id),
