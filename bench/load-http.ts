@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
 import {
   pgClient,
@@ -85,6 +86,11 @@ export interface HttpLoadResult {
     postgresCpuMs: number | null;
     benchCpuMs: number;
   };
+  /**
+   * Runs/s the machine's cores could give if the api process, PostgreSQL and the load generator
+   * used them fully at the measured CPU per request (null without the embedded server's CPU).
+   */
+  cpuBoundRunsPerS: number | null;
   apiRssMiB: { before: number | null; after: number | null };
   target: { runsPerS: number; p99Ms: number; runsPerSRatio: number; met: boolean };
   cpuProfileTop?: { fn: string; selfPct: number }[];
@@ -237,6 +243,9 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
         postgresCpuMs: db.postmasterPid ? round((p1 - p0) / n, 3) : null,
         benchCpuMs: round((b.user + b.system) / 1000 / n, 3),
       },
+      cpuBoundRunsPerS: db.postmasterPid
+        ? Math.round((os.cpus().length * 1000) / ((a1 - a0 + (p1 - p0)) / n + (b.user + b.system) / 1000 / n))
+        : null,
       apiRssMiB: { before: rss0, after: rss1 },
       target: {
         runsPerS: 1000,
@@ -275,7 +284,7 @@ export async function runHttpLoad(opts: HttpLoadOptions): Promise<HttpLoadResult
 export function httpRow(r: HttpLoadResult): string[] {
   return [
     'runs created over HTTP (autocannon, 50 conn, api-only process)',
-    `${r.runsPerS} runs/s (×${r.target.runsPerSRatio} of target); p50 / p99 / p99.9 ${r.latencyMs.p50} / ${r.latencyMs.p99} / ${r.latencyMs.p99_9} ms; non-2xx ${r.non2xx}`,
+    `${r.runsPerS} runs/s (×${r.target.runsPerSRatio} of target); p50 / p99 / p99.9 ${r.latencyMs.p50} / ${r.latencyMs.p99} / ${r.latencyMs.p99_9} ms; non-2xx ${r.non2xx}; CPU per run: api ${r.perRequest.apiCpuMs} ms, PostgreSQL ${r.perRequest.postgresCpuMs ?? '?'} ms (all cores busy: ≈ ${r.cpuBoundRunsPerS ?? '?'} runs/s)`,
     '≥ 1,000 runs/s, p99 < 100 ms',
     `${r.loadavg1[0]} → ${r.loadavg1[1]}`,
   ];
