@@ -1,3 +1,3 @@
-// Shipped with the bundle and stored content-addressed on import; readable by bundle hash or
-// name@version and path (BundlesService.readScript).
+// Shipped with the bundle; a `script` step that names it with `scriptRef: scripts/greet.js`
+// runs it. `inputs` are the run's inputs, `steps` the upstream steps' outputs.
 return { greeting: 'Hello, ' + (inputs.name || 'world') + '!' };

@@ -6,6 +6,7 @@ import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import { parseDagYaml } from '../dags/dag-yaml';
 import { DagsService } from '../dags/dags.service';
 import { TrustService, type VerifiedSigner } from '../trust/trust.service';
+import { inlineScriptRefs } from './script-refs';
 import { BundleError, DEFAULT_BUNDLE_LIMITS, type BundleLimits } from './bundle-format';
 import { readBundle, type ReadBundle } from './bundle-reader';
 import type { BundleDto, ImportedBundleDto } from './bundles.dto';
@@ -61,7 +62,11 @@ export class BundlesService {
       },
     });
     const by = signer!;
-    const definitions = read.manifest.dags.map((path) => ({ path, ...parseDagFile(path, read.files.get(path)!) }));
+    const scripts = new Map(read.manifest.scripts.map((p) => [p, read.files.get(p)!] as const));
+    const definitions = read.manifest.dags.map((path) => {
+      const parsed = parseDagFile(path, read.files.get(path)!);
+      return { path, ...parsed, raw: inlineScriptRefs(path, parsed.raw, scripts) };
+    });
     try {
       return await this.db.withTenant(tenantId, async (tx) => {
         // By name@version: this also sees a concurrent import of the same bundle committed meanwhile.
