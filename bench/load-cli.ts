@@ -34,6 +34,7 @@ Load options:
   --hold-seconds <s>         sampling window while the runs are held (default 45)
   --hold-concurrency <n>     worker concurrency while holding (default 256: a worker holds at most 256 steps)
   --hold-sleep-ms <ms>       step sleep (default: longer than the window, every run held; shorter: runs turn over)
+  --hold-max-old-space-mb <n>  cap the worker's V8 old space (tells lazy garbage collection from a leak)
   --ws-clients <n>           (default 1000)
   --ws-runs <n>              runs whose events every subscriber must receive (default 20, 3-step chains)
   --ws-run-interval-ms <ms>  pause between their creations (default 250; 0 = all at once)
@@ -66,6 +67,7 @@ export async function runLoadCli(argv: string[]): Promise<void> {
       'hold-seconds': { type: 'string', default: '45' },
       'hold-concurrency': { type: 'string', default: '256' },
       'hold-sleep-ms': { type: 'string' },
+      'hold-max-old-space-mb': { type: 'string' },
       'ws-clients': { type: 'string', default: '1000' },
       'ws-runs': { type: 'string', default: '20' },
       'ws-run-interval-ms': { type: 'string', default: '250' },
@@ -136,6 +138,8 @@ export async function runLoadCli(argv: string[]): Promise<void> {
             holdSeconds: Number(values['hold-seconds']),
             concurrency: Number(values['hold-concurrency']),
             sleepMs: values['hold-sleep-ms'] === undefined ? undefined : Number(values['hold-sleep-ms']),
+            maxOldSpaceMiB:
+              values['hold-max-old-space-mb'] === undefined ? undefined : Number(values['hold-max-old-space-mb']),
           });
           files.push(writeHold(values.out, r));
           rows.push(holdRow(r));

@@ -21,6 +21,8 @@ export interface HoldOptions extends LoadOptions {
   concurrency: number;
   /** Step sleep; default: longer than the window, so every run stays held. */
   sleepMs?: number;
+  /** Caps the worker's V8 old space (MiB): a bounded RSS under the cap tells lazy collection from a leak. */
+  maxOldSpaceMiB?: number;
 }
 
 export interface HoldSample {
@@ -38,6 +40,7 @@ export interface HoldResult {
   createSeconds: number;
   workerConcurrency: number;
   stepSleepMs: number;
+  workerMaxOldSpaceMiB: number | null;
   holdSeconds: number;
   workerRssMiB: { atStart: number | null; min: number; max: number; slopeMiBPerMin: number };
   apiSchedulerRssMiB: { min: number; max: number };
@@ -69,10 +72,11 @@ export async function runHold(opts: HoldOptions): Promise<HoldResult> {
       id: 'hold',
       steps: [{ id: 'wait', plugin: 'noop', with: { sleepMs }, timeout: sleepMs + 60_000 }],
     });
-    const worker = await procs.start('worker', {
-      ORDO_WORKER_CONCURRENCY: String(opts.concurrency),
-      ORDO_TENANT_MAX_IN_FLIGHT: '100000',
-    });
+    const worker = await procs.start(
+      'worker',
+      { ORDO_WORKER_CONCURRENCY: String(opts.concurrency), ORDO_TENANT_MAX_IN_FLIGHT: '100000' },
+      opts.maxOldSpaceMiB ? [`--max-old-space-size=${opts.maxOldSpaceMiB}`] : [],
+    );
     await owner.connect();
     const rssStart = rssMiB(worker.pid);
     const l0 = load1();
@@ -124,6 +128,7 @@ export async function runHold(opts: HoldOptions): Promise<HoldResult> {
       createSeconds,
       workerConcurrency: opts.concurrency,
       stepSleepMs: sleepMs,
+      workerMaxOldSpaceMiB: opts.maxOldSpaceMiB ?? null,
       holdSeconds: opts.holdSeconds,
       workerRssMiB: {
         atStart: rssStart,
