@@ -40,7 +40,16 @@ export function preparedSystemDb(pool: pg.Pool): SystemDb {
     return w;
   };
   const facade = {
-    connect: async () => wrap(await pool.connect()),
+    connect: async () => {
+      const client = await pool.connect();
+      if (!wrapped.has(client))
+        // Plans follow the tables as they grow: a generic plan made while they were small would stay.
+        await client.query('set plan_cache_mode = force_custom_plan').catch((e: unknown) => {
+          client.release(e instanceof Error ? e : true);
+          throw e;
+        });
+      return wrap(client);
+    },
     end: async () => undefined,
     get options() {
       return pool.options;
