@@ -136,11 +136,20 @@ export class EngineRepository {
    * run's last one, in queue order), leases the item to the worker and opens the attempt row
    * (traceparent from the run's trace id and one of `spanIds`). Items of ended runs or of steps no
    * longer queued leave the queue. Returns the claimed items (with the tenants' shares, for further
-   * rounds), the locked runs' bookkeeping and the dispatched steps.
+   * rounds), the locked runs' bookkeeping and the dispatched steps. With `skipLocked` it never
+   * waits: tenants and runs locked by another transaction are left for later.
    */
   async claimAndDispatch(
     tx: SystemTx,
-    o: { capacity: number; cap: number; workerId: string; leaseMs: number; spanIds: string[] },
+    o: {
+      capacity: number;
+      cap: number;
+      workerId: string;
+      leaseMs: number;
+      spanIds: string[];
+      /** Leave out tenants and runs another transaction holds (a claim that must not wait). */
+      skipLocked?: boolean;
+    },
   ): Promise<{
     claimed: (ClaimedItem & { share: number; weight: number; in_flight: number })[];
     runs: RunBookRow[];
@@ -153,6 +162,7 @@ export class EngineRepository {
           and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
         order by tq.served_at, tq.tenant_id
         limit ${Math.min(256, o.capacity)}
+        ${o.skipLocked ? sql`for update of tq skip locked` : sql``}
       ),
       s as (
         select t.tenant_id, t.weight, t.in_flight, t.served_at,
@@ -175,7 +185,7 @@ export class EngineRepository {
           r.steps_remaining, r.steps_failed, r.started_at, c.id, c.step_id, c.enqueued_at, c.rk
         from c join run r on r.tenant_id = c.tenant_id and r.run_id = c.run_id
         order by r.tenant_id, r.run_id
-        for update of r
+        for update of r ${o.skipLocked ? sql`skip locked` : sql``}
       ),
       rl as (
         select distinct on (tenant_id, run_id) tenant_id, run_id, dag_id, dag_version, status, trace_id, event_seq, event_hash,
@@ -213,8 +223,8 @@ export class EngineRepository {
         returning 1
       ),
       x as (
-        delete from queue_item q using c
-        where q.tenant_id = c.tenant_id and q.id = c.id and q.id not in (select d.item_id from d)
+        delete from queue_item q using rc
+        where q.tenant_id = rc.tenant_id and q.id = rc.id and q.id not in (select d.item_id from d)
         returning 1
       )
       select 'c' as kind, to_jsonb(c) as row from c

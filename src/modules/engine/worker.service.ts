@@ -53,6 +53,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private local: ClaimedWork[] = [];
   private completions: Completion[] = [];
   private wake = true;
+  /** A loop turn (cycle transaction) is under way. */
+  private cycling = false;
+  /** A claim that does not wait for the cycle (see claimNow) is under way. */
+  private claimingNow: Promise<void> | null = null;
   private stopping = false;
   private notify: (() => void) | null = null;
   private loopDone: Promise<void> | null = null;
@@ -87,6 +91,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   async onApplicationShutdown(): Promise<void> {
     this.stopping = true;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    await this.claimingNow;
     const deadline = Date.now() + 5_000;
     while (this.local.length > 0 && Date.now() < deadline) await sleep(10);
     for (const w of this.local.splice(0)) this.completions.push(abortedCompletion(w, this.workerId));
@@ -113,6 +118,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       if (n.channel === 'ordo_ready') {
         this.wake = true;
         this.signal();
+        if (this.cycling) this.claimNow();
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
         const drop = this.local.filter((w) => w.runId === n.payload);
@@ -172,6 +178,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       const batch = isolate ? this.completions.splice(0, 1) : this.completions.splice(0);
       const t0 = PROFILE ? performance.now() : 0;
       if (PROFILE) for (const c of batch) prof('completion→cycle', t0 - (c as { reportedAt?: number }).reportedAt!);
+      this.cycling = true;
       try {
         const claimed = await this.store.cycle(batch, {
           workerId: this.workerId,
@@ -203,8 +210,39 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         }
         this.wake = true;
         if (this.stopping && failures > 5) return;
+      } finally {
+        this.cycling = false;
       }
     }
+  }
+
+  /**
+   * Woken while a cycle is under way: claims ready steps at once in a transaction of its own that
+   * skips tenants and runs the cycle holds, so that another tenant's step does not wait for the
+   * cycle's batch to commit. Its steps go to the front of the local queue.
+   */
+  private claimNow(): void {
+    const capacity = Math.min(this.concurrency, this.prefetch - this.running.size - this.local.length);
+    if (this.claimingNow || this.stopping || capacity <= 0) return;
+    this.claimingNow = this.store
+      .claimNow({
+        workerId: this.workerId,
+        capacity,
+        leaseMs: this.leaseMs,
+        tenantCap: this.tenantCap,
+        receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+      })
+      .then(
+        (claimed) => {
+          if (claimed.length === 0) return;
+          this.local.unshift(...claimed);
+          this.pump();
+        },
+        (e: unknown) => this.log.warn({ err: e }, 'claim failed'),
+      )
+      .finally(() => {
+        this.claimingNow = null;
+      });
   }
 
   /** Starts locally queued steps while execution slots are free. */
