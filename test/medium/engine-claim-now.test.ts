@@ -1,0 +1,117 @@
+import pg from 'pg';
+import { canonicalHash } from '../../src/core/json/canonical-json';
+import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
+import { dagDefinition, type DagDefinitionInput } from '../../src/modules/dags/dag-definition';
+import { DagsRepository } from '../../src/modules/dags/dags.repository';
+import { EngineRepository } from '../../src/modules/engine/engine.repository';
+import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
+import { RunsRepository } from '../../src/modules/runs/runs.repository';
+import { RunsService } from '../../src/modules/runs/runs.service';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+describe('engine: a claim that does not wait for a running cycle', () => {
+  let t: TestDatabase;
+  let owner: pg.Client;
+  let holder: pg.Client;
+  let store: EngineStore;
+  let runs: RunsService;
+  const opts = (capacity: number) => ({ workerId: 'w', capacity, leaseMs: 60_000, tenantCap: 64 });
+  const done = (w: ClaimedWork): Completion => ({
+    tenantId: w.tenantId,
+    runId: w.runId,
+    stepId: w.stepId,
+    attempt: w.attempt,
+    epoch: w.epoch,
+    workerId: 'w',
+    outcome: { status: 'succeeded', outputs: {}, logs: [] },
+    startedAt: new Date(),
+    finishedAt: new Date(),
+  });
+
+  async function publish(tenantId: string, input: DagDefinitionInput) {
+    const def = dagDefinition.parse(input);
+    const repo = new DagsRepository();
+    await t.db.withTenant(tenantId, async (tx) => {
+      const latest = await repo.lockDag(tx, def.id);
+      await repo.insertVersion(tx, {
+        dagId: def.id,
+        version: latest + 1,
+        contentHash: canonicalHash(def),
+        definition: def,
+        sourceFormat: 'json',
+        owner: 't',
+        signature: null,
+        bundleHash: null,
+      });
+    });
+  }
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    holder = new pg.Client({ connectionString: t.ownerUrl });
+    await holder.connect();
+    await owner.query(`insert into tenant (id, name) values ('busy', 'B'), ('quiet', 'Q')`);
+    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
+    await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+    await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+  });
+  afterAll(async () => {
+    await holder.end().catch(() => undefined);
+    await owner.end();
+    await t.drop();
+  });
+
+  it("skips a tenant whose queue another transaction holds, claims the other tenant's step at once and leaves the skipped work queued", async () => {
+    const busy = await runs.createRuns(
+      'busy',
+      Array.from({ length: 5 }, (_, i) => ({ dagId: 'one', inputs: {}, runToken: `b${i}`, requestedBy: 'me' })),
+    );
+    const quiet = await runs.createRun('quiet', { dagId: 'one', inputs: {}, runToken: 'q', requestedBy: 'me' });
+    // A cycle applying the busy tenant's batch holds its queue row until it commits.
+    await holder.query('begin');
+    await holder.query(`select 1 from tenant_queue where tenant_id = 'busy' for update`);
+    const claimed = await store.claimNow(opts(8));
+    expect(claimed.map((w) => [w.tenantId, w.runId])).toEqual([['quiet', quiet.runId]]);
+    const steps = (
+      await owner.query<{ status: string }>(`select status from step where tenant_id = 'quiet' and run_id = $1`, [
+        quiet.runId,
+      ])
+    ).rows;
+    expect(steps).toEqual([{ status: 'running' }]);
+    const events = (
+      await owner.query<{ type: string }>(`select type from run_event where run_id = $1 order by seq`, [quiet.runId])
+    ).rows.map((r) => r.type);
+    expect(events.slice(-2)).toEqual(['run.running', 'step.running']);
+    await holder.query('rollback');
+    const ready = (
+      await owner.query<{ n: number }>(
+        `select count(*)::int n from queue_item where tenant_id = 'busy' and state = 'ready'`,
+      )
+    ).rows[0].n;
+    expect(ready).toBe(busy.length);
+    // The busy tenant's steps are claimed by the next cycle once its queue is free.
+    const next = await store.cycle(claimed.map(done), opts(8));
+    expect(next.map((w) => w.tenantId)).toEqual(Array(5).fill('busy'));
+    await store.cycle(next.map(done), opts(0));
+    const open = (await owner.query<{ n: number }>(`select count(*)::int n from run where status not in ('succeeded')`))
+      .rows[0].n;
+    expect(open).toBe(0);
+  });
+
+  it('skips a run another transaction holds and leaves its step queued', async () => {
+    const r = await runs.createRun('quiet', { dagId: 'one', inputs: {}, runToken: 'held', requestedBy: 'me' });
+    await holder.query('begin');
+    await holder.query(`select 1 from run where run_id = $1 for update`, [r.runId]);
+    expect(await store.claimNow(opts(8))).toEqual([]);
+    await holder.query('rollback');
+    const items = (await owner.query<{ state: string }>(`select state from queue_item where run_id = $1`, [r.runId]))
+      .rows;
+    expect(items).toEqual([{ state: 'ready' }]);
+    const [w] = await store.claimNow(opts(8));
+    expect(w.runId).toBe(r.runId);
+    await store.cycle([done(w)], opts(0));
+  });
+});
