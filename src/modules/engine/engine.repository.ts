@@ -622,7 +622,7 @@ export class EngineRepository {
  * CTEs d, u, i, w: counts finished dependencies down (each pending step that depends on a step in
  * `done` loses one pending dependency per such step) and moves the steps left with none — unless
  * disabled or their run has ended — to queued, putting them into the ready queue in topological
- * order and waking workers.
+ * order and waking workers (one notification per tenant, the tenant id as payload).
  */
 function releaseCtes(done: StepKey[]) {
   return sql`
@@ -649,7 +649,7 @@ function releaseCtes(done: StepKey[]) {
         select tenant_id, run_id, step_id from u where ready order by tenant_id, run_id, topo_index, step_id
         returning 1
       ),
-      w as (select pg_notify('ordo_ready', '') as x)`;
+      w as (select pg_notify('ordo_ready', x.tenant_id) as x from (select distinct tenant_id from u where ready) x)`;
 }
 
 const json = (v: unknown) => (v === undefined || v === null ? null : JSON.stringify(v));

@@ -55,6 +55,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private wake = true;
   /** A loop turn (cycle transaction) is under way. */
   private cycling = false;
+  /** Tenants of the running cycle's results and of the steps waiting in the local queue. */
+  private cycleTenants = new Set<string>();
   /** A claim that does not wait for the cycle (see claimNow) is under way. */
   private claimingNow: Promise<void> | null = null;
   private stopping = false;
@@ -118,7 +120,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       if (n.channel === 'ordo_ready') {
         this.wake = true;
         this.signal();
-        if (this.cycling) this.claimNow();
+        // Work of a tenant the running cycle does not serve need not wait for it.
+        if (this.cycling && n.payload && !this.cycleTenants.has(n.payload)) this.claimNow();
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
         const drop = this.local.filter((w) => w.runId === n.payload);
@@ -179,6 +182,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       const t0 = PROFILE ? performance.now() : 0;
       if (PROFILE) for (const c of batch) prof('completion→cycle', t0 - (c as { reportedAt?: number }).reportedAt!);
       this.cycling = true;
+      this.cycleTenants = new Set([...batch.map((c) => c.tenantId), ...this.local.map((w) => w.tenantId)]);
       try {
         const claimed = await this.store.cycle(batch, {
           workerId: this.workerId,

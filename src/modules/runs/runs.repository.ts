@@ -195,7 +195,7 @@ export class RunsRepository {
     );
   }
 
-  /** Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes workers (one statement). */
+  /** Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes workers (one statement; payload: the tenant id). */
   async enqueue(tx: AnyTx, items: { tenantId: string; runId: string; stepId: string }[]): Promise<void> {
     if (items.length === 0) return;
     await sql`
@@ -205,9 +205,9 @@ export class RunsRepository {
         from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.runId)}::uuid[], ${items.map((i) => i.stepId)}::text[])
           with ordinality as u(tenant_id, run_id, step_id, n)
         order by u.n
-        returning 1
+        returning tenant_id
       )
-      select pg_notify('ordo_ready', '') where exists (select 1 from i)`.execute(asTrx(tx));
+      select pg_notify('ordo_ready', x.tenant_id) from (select distinct tenant_id from i) x`.execute(asTrx(tx));
   }
 
   async ensureTenantQueue(tx: TenantTx): Promise<void> {
