@@ -110,6 +110,8 @@ describe('engine: a claim that does not wait for a running cycle', () => {
     const items = (await owner.query<{ state: string }>(`select state from queue_item where run_id = $1`, [r.runId]))
       .rows;
     expect(items).toEqual([{ state: 'ready' }]);
+    // Tenants the running cycle serves are left to it.
+    expect(await store.claimNow({ ...opts(8), excludeTenants: ['quiet'] })).toEqual([]);
     const [w] = await store.claimNow(opts(8));
     expect(w.runId).toBe(r.runId);
     await store.cycle([done(w)], opts(0));

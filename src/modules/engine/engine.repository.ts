@@ -149,6 +149,8 @@ export class EngineRepository {
       spanIds: string[];
       /** Leave out tenants and runs another transaction holds (a claim that must not wait). */
       skipLocked?: boolean;
+      /** Tenants not to claim for. */
+      excludeTenants?: string[];
     },
   ): Promise<{
     claimed: (ClaimedItem & { share: number; weight: number; in_flight: number })[];
@@ -158,7 +160,7 @@ export class EngineRepository {
     const r = await sql<{ kind: 'c' | 'r' | 'd'; row: Record<string, unknown> }>`
       with t as (
         select tq.tenant_id, tq.weight, tq.in_flight, tq.served_at from tenant_queue tq
-        where tq.in_flight < ${o.cap}
+        where tq.in_flight < ${o.cap} and tq.tenant_id <> all(${o.excludeTenants ?? []}::text[])
           and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
         order by tq.served_at, tq.tenant_id
         limit ${Math.min(256, o.capacity)}

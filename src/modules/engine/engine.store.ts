@@ -652,7 +652,7 @@ export class EngineStore {
    * out): while a worker's cycle applies a large batch, a step of another tenant that became ready
    * is claimed at once instead of after that batch commits.
    */
-  async claimNow(opts: ClaimOptions): Promise<ClaimedWork[]> {
+  async claimNow(opts: ClaimOptions & { excludeTenants?: string[] }): Promise<ClaimedWork[]> {
     const committed: { books?: RunBooks } = {};
     const work = await this.withSystem(async (tx) => {
       const books = (committed.books = new RunBooks([]));
@@ -665,6 +665,7 @@ export class EngineStore {
         leaseMs: opts.leaseMs,
         spanIds,
         skipLocked: true,
+        excludeTenants: opts.excludeTenants,
       });
       if (first.dispatched.length === 0) return [];
       books.add(first.runs);
