@@ -21,7 +21,7 @@ export const LOAD_HELP = `Load figures (separate Ordo processes started from dis
                  delivery latency p50/p99, api RSS
   load-workers   the engine burst workload (500 x 10-step chain + 200 diamonds) with 1, 2 and 4 worker processes
                  against one api,scheduler process: steps/s for each
-  load-recovery  SIGKILL the worker running a step: kill -> attempt 2 started on another worker, against the bound
+  load-recovery  SIGKILL the worker running a step: kill -> attempt 2 claimed by another worker, against the bound
                  ORDO_LEASE_TTL_MS + ORDO_REAPER_INTERVAL_MS
 
 Load options:

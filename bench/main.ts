@@ -14,6 +14,7 @@ import { DagsRepository } from '../src/modules/dags/dags.repository';
 import { RunsRepository } from '../src/modules/runs/runs.repository';
 import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
 import { startOrdo, type RunningOrdo } from '../src/ordo';
+import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 
 const HELP = `Usage: npm run bench -- [options]
 
@@ -31,7 +32,7 @@ Options:
   --backlog <n>            fairness: queued steps of the busy tenant (default 50000)
   --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 30)
   --idle-seconds <s>       idle query-rate window (default 10)
-  --only <list>            comma list of burst,light,fairness,idle (default all)
+  --only <list>            comma list of burst,light,fairness,idle (default all); load or load-<name>: the load figures below
   --out <dir>              results directory (default bench/results)
   --help                   this text
 
@@ -115,6 +116,7 @@ const shapeOf = (k: number) => (k % 7 < 5 ? 'chain' : 'diamond');
 const cleanups: (() => Promise<unknown> | void)[] = [];
 
 async function main(): Promise<void> {
+  if (wantsLoad(process.argv.slice(2))) return runLoadCli(process.argv.slice(2));
   const { values } = parseArgs({
     options: {
       db: { type: 'string' },
@@ -132,7 +134,7 @@ async function main(): Promise<void> {
     },
   });
   if (values.help) {
-    console.log(HELP);
+    console.log(`${HELP}\n\n${LOAD_HELP}`);
     return;
   }
   const only = new Set(values.only.split(','));
