@@ -87,6 +87,8 @@ async function startRole(role: Role, env: Record<string, string> = {}): Promise<
 beforeAll(async () => {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
+  // Last resort (e.g. the runner exits without afterAll): synchronous kills and pg_ctl only.
+  process.once('exit', cleanup);
   await pgServer.init();
   cluster = new Cluster(pgServer, { leaseMs: LEASE_MS, reaperMs: REAPER_MS });
   // The first api process migrates and bootstraps; the others join.
@@ -107,6 +109,7 @@ beforeAll(async () => {
 afterAll(async () => {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
+  process.off('exit', cleanup);
   const fmt = (n: number) => n.toFixed(1);
   const lines = [
     `chaos harness (${FULL ? 'full' : 'short'} form; throughput in finished runs/s, recovery = s after the fault until ≥ ${RECOVERY_SHARE * 100}% of baseline)`,
@@ -223,7 +226,7 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
     else notes.push(`${msg}: not reached (reported only)`);
   }
   if (submitter.errors > 0) notes.push(`${submitter.errors} submit errors`);
-  table.push({
+  const row: Row = {
     cell: name,
     ...result.counts,
     baseline,
@@ -232,7 +235,10 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
     recoveryS,
     extra: notes.join('; '),
     verdict: violations.length === 0 ? 'pass' : `FAIL: ${violations.map((v) => v.split(':')[0]).join(', ')}`,
-  });
+  };
+  table.push(row);
+  // Each row as soon as its cell ends, so an interrupted full run still leaves its figures.
+  process.stdout.write(`chaos row: ${JSON.stringify(row)}\n`);
   expect(violations).toEqual([]);
 }
 
@@ -393,7 +399,7 @@ describe('chaos cells', () => {
         void submitted.finally(() => (done = true));
         const minUp = FULL ? 5_000 : 3_000;
         const maxUp = FULL ? 20_000 : 8_000;
-        const stormEnd = Date.now() + (FULL ? 600_000 : 30_000);
+        const stormEnd = Date.now() + (FULL ? 600_000 : 20_000);
         while (!done && Date.now() < stormEnd) {
           const up = minUp + Math.random() * (maxUp - minUp);
           const until = Date.now() + up;

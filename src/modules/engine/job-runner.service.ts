@@ -10,11 +10,15 @@ import { JOBS } from './jobs';
  * Runs graphile-worker in this process (system role) for the engine's jobs: retry timers and
  * constraint webhooks. Started and stopped with the application.
  */
+const UNLOCK_SWEEP_MS = 30_000;
+const ABANDONED_LOCK = '2 minutes';
+
 @Injectable()
 export class JobRunnerService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly log = new Logger('jobs');
   private runner: Runner | null = null;
   private pool: pg.Pool | null = null;
+  private unlockTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly db: Database,
@@ -43,15 +47,39 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
       concurrency: 4,
       noHandleSignals: true,
       pollInterval: 2_000,
+      // Completions and failures go through graphile-worker's batcher, which retries a lost
+      // connection with backoff; unbatched, a failJob/completeJob that loses its connection is an
+      // unhandled rejection that ends the process and leaves the job locked for hours.
+      preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
       taskList,
       logger: new GwLogger((scope) => (level, message) => {
         if (level === 'error') this.log.error({ scope }, message);
         else if (level === 'warning') this.log.warn({ scope }, message);
       }),
     });
+    this.unlockTimer = setInterval(() => void this.unlockAbandoned(), UNLOCK_SWEEP_MS);
+  }
+
+  /**
+   * graphile-worker keeps a job locked by a process that died mid-job (SIGKILL, crash) for 4 hours.
+   * The engine's jobs take seconds (webhooks time out after 10 s) and are safe to run again, so
+   * one locked for longer than ABANDONED_LOCK is released for another runner.
+   */
+  private async unlockAbandoned(): Promise<void> {
+    try {
+      await this.pool?.query(
+        `update graphile_worker._private_jobs j set locked_at = null, locked_by = null
+           from graphile_worker._private_tasks t
+          where t.id = j.task_id and t.identifier like 'ordo.engine.%'
+            and j.locked_at < now() - interval '${ABANDONED_LOCK}'`,
+      );
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, 'releasing abandoned job locks failed');
+    }
   }
 
   async onApplicationShutdown(): Promise<void> {
+    if (this.unlockTimer) clearInterval(this.unlockTimer);
     const r = this.runner;
     this.runner = null;
     await r?.stop();
