@@ -63,6 +63,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private notify: (() => void) | null = null;
   private loopDone: Promise<void> | null = null;
   private listener: pg.Client | null = null;
+  private listenFailures = 0;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private readonly concurrency: number;
   /** Steps claimed ahead of free slots: claims and results travel in batches of up to this size. */
@@ -132,13 +133,40 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         }
       }
     });
-    client.on('error', (e) => {
-      this.log.warn({ err: e }, 'notification connection lost; reconnecting');
+    // One reconnect per lost client, whatever mix of 'error' and 'end' it emits; the lost client is
+    // closed, so terminated connections never pile up.
+    let lost = false;
+    const reconnect = (e?: unknown) => {
+      if (lost) return;
+      lost = true;
       if (this.listener === client) this.listener = null;
-      if (!this.stopping) setTimeout(() => void this.listen().catch(() => undefined), 1_000);
-    });
-    await client.connect();
-    await client.query('listen ordo_ready; listen ordo_cancel');
+      void client.end().catch(() => undefined);
+      if (this.stopping) return;
+      const delay = Math.min(5_000, 250 * 2 ** Math.min(this.listenFailures++, 5));
+      this.log.warn(
+        { err: e instanceof Error ? e.message : e, retryInMs: delay },
+        'notification connection lost; reconnecting',
+      );
+      setTimeout(() => void this.listen(), delay);
+      // Meanwhile the loop's safety poll keeps claiming; wake it so nothing waits for a notification.
+      this.wake = true;
+      this.signal();
+    };
+    client.on('error', reconnect);
+    client.on('end', () => reconnect(new Error('connection ended')));
+    try {
+      await client.connect();
+      await client.query('listen ordo_ready; listen ordo_cancel');
+    } catch (e) {
+      reconnect(e);
+      return;
+    }
+    if (this.stopping) {
+      lost = true;
+      await client.end().catch(() => undefined);
+      return;
+    }
+    this.listenFailures = 0;
     this.listener = client;
     this.wake = true;
     this.signal();
