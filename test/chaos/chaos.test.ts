@@ -47,11 +47,6 @@ function cleanup(): void {
   cluster?.destroy();
 }
 
-const onSignal = () => {
-  cleanup();
-  process.exit(130);
-};
-
 async function ownerClient(): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: pgServer.ownerUrl, application_name: 'chaos:owner' });
   c.on('error', () => undefined);
@@ -85,10 +80,7 @@ async function startRole(role: Role, env: Record<string, string> = {}): Promise<
 }
 
 beforeAll(async () => {
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
-  // Last resort (e.g. the runner exits without afterAll): synchronous kills and pg_ctl only.
-  process.once('exit', cleanup);
+  // Ctrl-C, a crash or a kill of jest: the guard (cluster.ts) kills and removes what is left.
   await pgServer.init();
   cluster = new Cluster(pgServer, { leaseMs: LEASE_MS, reaperMs: REAPER_MS });
   // The first api process migrates and bootstraps; the others join.
@@ -107,9 +99,6 @@ beforeAll(async () => {
 }, 180_000);
 
 afterAll(async () => {
-  process.off('SIGINT', onSignal);
-  process.off('SIGTERM', onSignal);
-  process.off('exit', cleanup);
   const fmt = (n: number) => n.toFixed(1);
   const lines = [
     `chaos harness (${FULL ? 'full' : 'short'} form; throughput in finished runs/s, recovery = s after the fault until ≥ ${RECOVERY_SHARE * 100}% of baseline)`,

@@ -35,6 +35,28 @@ function pgCommand(bin: string, args: string[]): [string, string[]] {
   return asRoot ? ['runuser', ['-u', 'postgres', '--', exe, ...args]] : [exe, args];
 }
 
+/**
+ * The guard (guard.cjs), started once and detached: told what the harness starts, it kills and
+ * removes whatever is left as soon as the harness process ends, however it ends (a Ctrl-C kills
+ * jest before any handler in the test could run: jest gives tests their own `process` object).
+ */
+let guardIn: (NodeJS.WritableStream & { unref?: () => void }) | null = null;
+
+export function guard(msg: Record<string, unknown>): void {
+  if (!guardIn) {
+    const g = spawn(process.execPath, [path.join(__dirname, 'guard.cjs')], {
+      detached: true,
+      stdio: ['pipe', 'ignore', 'ignore'],
+    });
+    g.unref();
+    const stdin = g.stdin as NonNullable<typeof g.stdin> & { unref?: () => void };
+    stdin.unref?.();
+    stdin.on('error', () => undefined);
+    guardIn = stdin;
+  }
+  guardIn.write(`${JSON.stringify(msg)}\n`);
+}
+
 function runPg(bin: string, args: string[]): string {
   const [cmd, argv] = pgCommand(bin, args);
   return execFileSync(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
@@ -49,6 +71,11 @@ export class Postgres {
   constructor() {
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-chaos-pg-'));
     this.dataDir = path.join(this.dir, 'data');
+    guard({ rm: this.dir });
+    guard({
+      pg: this.dataDir,
+      stop: pgCommand('pg_ctl', ['-D', this.dataDir, '-m', 'immediate', '-w', 'stop']).flat(),
+    });
   }
 
   get ownerUrl(): string {
@@ -141,6 +168,7 @@ export class Cluster {
     readonly opts: ClusterOptions,
   ) {
     this.home = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-chaos-home-'));
+    guard({ rm: this.home });
   }
 
   async spawn(role: Role, env: Record<string, string> = {}): Promise<OrdoProcess> {
@@ -163,7 +191,10 @@ export class Cluster {
         ...env,
       },
       stdio: ['ignore', 'ignore', 'pipe'],
+      // Its own process group: the guard and killAll end it with anything it started.
+      detached: true,
     });
+    if (child.pid) guard({ group: child.pid });
     let tail = '';
     // CHAOS_LOG_DIR keeps every process's stderr for a post-mortem.
     const logDir = process.env.CHAOS_LOG_DIR;
@@ -173,7 +204,10 @@ export class Cluster {
       if (logDir) fs.appendFileSync(path.join(logDir, `${name}.log`), d);
     });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-      child.once('exit', (code, signal) => resolve({ code, signal })),
+      child.once('exit', (code, signal) => {
+        if (child.pid) guard({ exited: child.pid });
+        resolve({ code, signal });
+      }),
     );
     const p: OrdoProcess = {
       name,
@@ -223,9 +257,13 @@ export class Cluster {
 
   killAll(): void {
     for (const p of this.procs) {
-      if (p.alive()) {
-        p.child.kill('SIGCONT');
-        p.child.kill('SIGKILL');
+      if (p.alive() && p.child.pid) {
+        try {
+          process.kill(-p.child.pid, 'SIGCONT');
+          process.kill(-p.child.pid, 'SIGKILL');
+        } catch {
+          // Exited meanwhile.
+        }
       }
     }
   }
