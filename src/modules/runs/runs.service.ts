@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Database } from '../../core/database/database';
 import type { TenantTx } from '../../core/database/handles';
-import { badRequest, conflict, notFound } from '../../core/errors/domain-error';
+import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import { canonicalHash } from '../../core/json/canonical-json';
 import { observeCommittedEvents } from '../../core/telemetry/run-observer';
@@ -33,6 +33,8 @@ export interface CreateRunResult {
   traceId: string;
 }
 
+type CreateOutcome = { result: CreateRunResult } | { error: unknown };
+
 interface Lineage {
   replayOf?: string;
   rerunOf?: string;
@@ -49,38 +51,74 @@ const isAfter = (v: unknown): v is { t: string; id: string } =>
 /** Runs: idempotent creation, reads, cancel, replay and rerun. Every change is a chained run_event. */
 @Injectable()
 export class RunsService {
+  private readonly batcher = new CreationBatcher((tenantId, reqs) => this.createEach(tenantId, reqs));
+
   constructor(
     private readonly db: Database,
     private readonly repo: RunsRepository,
     private readonly dags: DagsRepository,
   ) {}
 
-  /** Creates a run, or returns the existing one for the same (dagId, runToken, inputs). */
+  /**
+   * Creates a run, or returns the existing one for the same (dagId, runToken, inputs). Concurrent
+   * calls for one tenant are written together (group commit, see CreationBatcher); each call still
+   * gets its own answer and its own error.
+   */
   async createRun(tenantId: string, req: CreateRunRequest): Promise<CreateRunResult> {
-    const [r] = await this.createRuns(tenantId, [req]);
-    return r;
+    return this.batcher.submit(tenantId, req);
   }
 
   /**
-   * Creates many runs in one transaction (a few statements whatever their number). Each request
-   * is idempotent on (tenant, dagId, runToken, inputsHash): a repeated one returns the existing run
-   * (created: false); the same token with other inputs is RUN_TOKEN_CONFLICT.
+   * Creates many runs in one transaction (a few statements whatever their number), all or nothing.
+   * Each request is idempotent on (tenant, dagId, runToken, inputsHash): a repeated one returns the
+   * existing run (created: false); the same token with other inputs is RUN_TOKEN_CONFLICT.
    */
   async createRuns(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateRunResult[]> {
-    return this.db.withTenant(tenantId, (tx) => this.createInTx(tx, tenantId, reqs, {}));
+    return this.db.withTenant(tenantId, (tx) => this.createdInTx(tx, tenantId, reqs, {}, true));
   }
 
+  /**
+   * Creates the runs of independent requests in one transaction: a request refused for its own
+   * reason (unknown DAG, invalid inputs, token conflict) gets its error while the others are
+   * written. When the transaction itself fails, each request is tried again on its own.
+   */
+  private async createEach(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateOutcome[]> {
+    try {
+      return await this.db.withTenant(tenantId, (tx) => this.createInTx(tx, tenantId, reqs, {}, false));
+    } catch (e) {
+      if (reqs.length === 1) return [{ error: e }];
+      return Promise.all(reqs.map(async (r) => (await this.createEach(tenantId, [r]))[0]));
+    }
+  }
+
+  /**
+   * Plans and writes the runs of `reqs` in `tx`, one outcome per request. With `allOrNothing`, the
+   * first refusal is thrown (the caller's transaction rolls back) and a request repeating an
+   * earlier one of the list shares its answer; otherwise refusals are outcomes and a repeat is
+   * answered like a repeat in a later call (created: false).
+   */
   private async createInTx(
     tx: TenantTx,
     tenantId: string,
     reqs: CreateRunRequest[],
     lineage: Lineage,
-  ): Promise<CreateRunResult[]> {
-    const versions = new Map<string, DagVersionRecord>();
+    allOrNothing: boolean,
+  ): Promise<CreateOutcome[]> {
+    const outcomes: (CreateOutcome | undefined)[] = new Array(reqs.length);
+    const refuse = (i: number, error: unknown) => {
+      if (allOrNothing) throw error;
+      outcomes[i] = { error };
+    };
+    const versions = new Map<string, DagVersionRecord | { error: unknown }>();
     for (const r of reqs) {
       const k = `${r.dagId}@${r.version ?? 'latest'}`;
       if (versions.has(k)) continue;
-      versions.set(k, await this.resolveVersion(tx, r.dagId, r.version));
+      try {
+        versions.set(k, await this.resolveVersion(tx, r.dagId, r.version));
+      } catch (e) {
+        if (allOrNothing || !(e instanceof DomainError)) throw e;
+        versions.set(k, { error: e });
+      }
     }
     const newRuns: NewRun[] = [];
     const steps: (PlannedStep & { runId: string })[] = [];
@@ -88,23 +126,48 @@ export class RunsService {
     const queue: { tenantId: string; runId: string; stepId: string }[] = [];
     const planned = new Map<string, { run: NewRun; steps: PlannedStep[]; events: ChainedEvent[] }>();
     const now = new Date();
-    const seenTokens = new Map<string, string>();
-    // maxConcurrentRuns: slots left per DAG (counted under a per-DAG advisory lock, so concurrent creators agree).
+    // Index in `reqs` of the first request of each (dagId, runToken), with its inputs hash.
+    const seenTokens = new Map<string, { hash: string; first: number }>();
+    const runOf: (NewRun | undefined)[] = new Array(reqs.length);
+    const repeatOf: (number | undefined)[] = new Array(reqs.length);
+    // maxConcurrentRuns: slots left per DAG, counted under per-DAG advisory locks taken in DAG id
+    // order (so concurrent creators agree and cannot deadlock on them).
     const slots = new Map<string, number>();
-    for (const v of versions.values()) {
-      const c = v.definition.constraints?.maxConcurrentRuns;
-      if (c && !slots.has(v.dagId)) slots.set(v.dagId, c.limit - (await this.repo.countActiveRuns(tx, v.dagId)));
+    const limited = [...versions.values()]
+      .filter((v): v is DagVersionRecord => !('error' in v) && !!v.definition.constraints?.maxConcurrentRuns)
+      .sort((a, b) => (a.dagId < b.dagId ? -1 : a.dagId > b.dagId ? 1 : 0));
+    for (const v of limited) {
+      const c = v.definition.constraints!.maxConcurrentRuns!;
+      if (!slots.has(v.dagId)) slots.set(v.dagId, c.limit - (await this.repo.countActiveRuns(tx, v.dagId)));
     }
-    for (const r of reqs) {
+    for (let i = 0; i < reqs.length; i++) {
+      const r = reqs[i];
       const v = versions.get(`${r.dagId}@${r.version ?? 'latest'}`)!;
-      const inputs = this.validateInputs(v.definition, r.inputs);
-      const inputsHash = canonicalHash(inputs);
+      if ('error' in v) {
+        refuse(i, v.error);
+        continue;
+      }
+      let inputs: JsonValue;
+      let inputsHash: string;
+      try {
+        inputs = this.validateInputs(v.definition, r.inputs);
+        inputsHash = canonicalHash(inputs);
+      } catch (e) {
+        if (!(e instanceof DomainError)) throw e;
+        refuse(i, e);
+        continue;
+      }
       const tokenKey = `${r.dagId}\u0000${r.runToken}`;
       const prior = seenTokens.get(tokenKey);
-      if (prior !== undefined && prior !== inputsHash)
-        throw conflict('RUN_TOKEN_CONFLICT', `runToken ${r.runToken} was used with other inputs`);
-      if (prior !== undefined) continue;
-      seenTokens.set(tokenKey, inputsHash);
+      if (prior !== undefined && prior.hash !== inputsHash) {
+        refuse(i, conflict('RUN_TOKEN_CONFLICT', `runToken ${r.runToken} was used with other inputs`));
+        continue;
+      }
+      if (prior !== undefined) {
+        repeatOf[i] = prior.first;
+        continue;
+      }
+      seenTokens.set(tokenKey, { hash: inputsHash, first: i });
       const runId = randomUUID();
       const traceId = randomBytes(16).toString('hex');
       let plan = planRun(v.definition, lineage.reuse);
@@ -184,9 +247,14 @@ export class RunsService {
         finished: finishedNow,
       };
       newRuns.push(run);
+      runOf[i] = run;
       planned.set(runId, { run, steps: plan, events: chained });
     }
-    const inserted = await this.repo.insertRuns(tx, newRuns);
+    // Inserted in (dagId, runToken) order, so concurrent creators of overlapping tokens cannot deadlock.
+    const inserted = await this.repo.insertRuns(
+      tx,
+      newRuns.length > 1 ? [...newRuns].sort((a, b) => compareTokens(a, b)) : newRuns,
+    );
     for (const [runId, p] of planned) {
       if (!inserted.has(runId)) continue;
       for (const s of p.steps) {
@@ -208,16 +276,36 @@ export class RunsService {
       for (const row of await this.repo.findByTokens(tx, dagId, tokens))
         existing.set(`${dagId}\u0000${row.run_token}`, row);
     }
-    return reqs.map((r) => {
-      const tokenKey = `${r.dagId}\u0000${r.runToken}`;
-      const mine = newRuns.find((n) => n.dagId === r.dagId && n.runToken === r.runToken)!;
-      if (inserted.has(mine.runId))
-        return { runId: mine.runId, created: true, status: mine.status, traceId: mine.traceId };
-      const row = existing.get(tokenKey);
+    for (let i = 0; i < reqs.length; i++) {
+      const mine = runOf[i];
+      if (!mine) continue;
+      if (inserted.has(mine.runId)) {
+        outcomes[i] = { result: { runId: mine.runId, created: true, status: mine.status, traceId: mine.traceId } };
+        continue;
+      }
+      const row = existing.get(`${mine.dagId}\u0000${mine.runToken}`);
       if (!row) throw new Error('run token neither inserted nor found');
       if (row.inputs_hash !== mine.inputsHash)
-        throw conflict('RUN_TOKEN_CONFLICT', `runToken ${r.runToken} was used with other inputs`);
-      return { runId: row.run_id, created: false, status: row.status, traceId: row.trace_id };
+        refuse(i, conflict('RUN_TOKEN_CONFLICT', `runToken ${mine.runToken} was used with other inputs`));
+      else outcomes[i] = { result: { runId: row.run_id, created: false, status: row.status, traceId: row.trace_id } };
+    }
+    return Array.from(outcomes, (o, i) => {
+      if (o) return o;
+      const first = outcomes[repeatOf[i]!]!;
+      return 'error' in first || allOrNothing ? first : { result: { ...first.result, created: false } };
+    });
+  }
+
+  private async createdInTx(
+    tx: TenantTx,
+    tenantId: string,
+    reqs: CreateRunRequest[],
+    lineage: Lineage,
+    allOrNothing: true,
+  ): Promise<CreateRunResult[]> {
+    return (await this.createInTx(tx, tenantId, reqs, lineage, allOrNothing)).map((o) => {
+      if ('error' in o) throw o.error;
+      return o.result;
     });
   }
 
@@ -372,7 +460,7 @@ export class RunsService {
       const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
       if (!row) throw notFound('run', 'RUN_NOT_FOUND');
       const old = (await this.repo.findRun(tx, runId))!;
-      const [created] = await this.createInTx(
+      const [created] = await this.createdInTx(
         tx,
         tenantId,
         [
@@ -385,6 +473,7 @@ export class RunsService {
           },
         ],
         { replayOf: runId },
+        true,
       );
       await this.recordOn(tx, row, { type: 'run.replayed', actor, data: { newRunId: created.runId } });
       return created;
@@ -413,7 +502,7 @@ export class RunsService {
         if (!redo.has(s.step_id))
           reuse.set(s.step_id, { outputs: (s.outputs ?? null) as JsonValue, outputsHash: s.outputs_hash });
       }
-      const [created] = await this.createInTx(
+      const [created] = await this.createdInTx(
         tx,
         tenantId,
         [
@@ -426,6 +515,7 @@ export class RunsService {
           },
         ],
         { rerunOf: runId, rerunFromStep: fromStep, reuse },
+        true,
       );
       await this.recordOn(tx, row, { type: 'run.rerun', actor, data: { newRunId: created.runId, fromStep } });
       return created;
@@ -437,6 +527,82 @@ export class RunsService {
     books.event(books.get(row.tenant_id, row.run_id)!, draft);
     await this.repo.insertEvents(tx, books.events());
     await this.repo.updateRunBooks(tx, books.updates());
+  }
+}
+
+const compareTokens = (a: NewRun, b: NewRun): number =>
+  a.dagId !== b.dagId ? (a.dagId < b.dagId ? -1 : 1) : a.runToken < b.runToken ? -1 : a.runToken > b.runToken ? 1 : 0;
+
+/** Run creations of one tenant in one transaction at most; more arrivals wait for a free slot. */
+const MAX_BATCH = 100;
+/** Creation transactions of one tenant in flight at once (one is written while the next is planned). */
+const MAX_IN_FLIGHT = 2;
+
+interface Waiting {
+  req: CreateRunRequest;
+  resolve: (r: CreateRunResult) => void;
+  reject: (e: unknown) => void;
+}
+
+interface TenantBatches {
+  waiting: Waiting[];
+  inFlight: number;
+  scheduled: boolean;
+}
+
+/**
+ * Group commit of run creations: the calls for one tenant that arrive within one event-loop turn,
+ * or while that tenant's creation transactions are busy, are handed to `write` together (one
+ * transaction, a few multi-row statements). `write` answers each call on its own.
+ */
+class CreationBatcher {
+  private readonly tenants = new Map<string, TenantBatches>();
+
+  constructor(private readonly write: (tenantId: string, reqs: CreateRunRequest[]) => Promise<CreateOutcome[]>) {}
+
+  submit(tenantId: string, req: CreateRunRequest): Promise<CreateRunResult> {
+    return new Promise((resolve, reject) => {
+      let t = this.tenants.get(tenantId);
+      if (!t) {
+        t = { waiting: [], inFlight: 0, scheduled: false };
+        this.tenants.set(tenantId, t);
+      }
+      t.waiting.push({ req, resolve, reject });
+      this.schedule(tenantId, t);
+    });
+  }
+
+  private schedule(tenantId: string, t: TenantBatches): void {
+    if (t.scheduled || t.inFlight >= MAX_IN_FLIGHT || t.waiting.length === 0) return;
+    t.scheduled = true;
+    setImmediate(() => {
+      t.scheduled = false;
+      void this.flush(tenantId, t);
+    });
+  }
+
+  private async flush(tenantId: string, t: TenantBatches): Promise<void> {
+    if (t.inFlight >= MAX_IN_FLIGHT || t.waiting.length === 0) return;
+    const batch = t.waiting.splice(0, MAX_BATCH);
+    t.inFlight++;
+    this.schedule(tenantId, t);
+    try {
+      const outcomes = await this.write(
+        tenantId,
+        batch.map((w) => w.req),
+      );
+      batch.forEach((w, i) => {
+        const o = outcomes[i];
+        if ('error' in o) w.reject(o.error);
+        else w.resolve(o.result);
+      });
+    } catch (e) {
+      for (const w of batch) w.reject(e);
+    } finally {
+      t.inFlight--;
+      if (t.waiting.length > 0) this.schedule(tenantId, t);
+      else if (t.inFlight === 0 && !t.scheduled) this.tenants.delete(tenantId);
+    }
   }
 }
 
