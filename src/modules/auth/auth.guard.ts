@@ -1,4 +1,4 @@
-import { Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { Injectable, Optional, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
 import { Database } from '../../core/database/database';
@@ -8,14 +8,16 @@ import { ROUTE_SPEC, type RouteSpec } from '../../core/http/route-spec';
 import { AuthRepository } from './auth.repository';
 import { grants } from './scopes';
 import { TokenService } from './token.service';
+import { TokenStatusCache } from './token-status-cache';
 
 const TENANT_HEADER = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 /**
  * Authenticates every route that is not public: 401 for a missing, malformed, expired, unknown or
- * revoked token (revocation is read from the database on each request, so it holds on every
- * replica at once); 403 for a tenant header that is not the token's tenant, a missing scope or a
- * disabled tenant.
+ * revoked token; 403 for a tenant header that is not the token's tenant, a missing scope or a
+ * disabled tenant. A tenant token's revocation and its tenant's status come from TokenStatusCache
+ * (kept current by database notifications, so a revocation holds on every replica at once);
+ * platform tokens are checked in the database on each request.
  */
 @Injectable()
 export class AuthGuard implements CanActivate {
@@ -24,6 +26,8 @@ export class AuthGuard implements CanActivate {
     private readonly tokens: TokenService,
     private readonly repo: AuthRepository,
     private readonly db: Database,
+    // Absent where a module provides this guard for its own routes only (then: one query per check).
+    @Optional() private readonly statuses?: TokenStatusCache,
   ) {}
 
   async canActivate(ctx: ExecutionContext): Promise<boolean> {
@@ -48,7 +52,9 @@ export class AuthGuard implements CanActivate {
     }
 
     if (verified.kind !== 'tenant') throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
-    const status = await this.repo.tenantTokenStatus(this.db.system, verified.tid, verified.jti);
+    const status = this.statuses
+      ? await this.statuses.status(verified.tid, verified.jti)
+      : await this.repo.tenantTokenStatus(this.db.system, verified.tid, verified.jti);
     if (!status) throw unauthorized('token unknown to this instance', 'INVALID_TOKEN');
     if (status.revoked) throw unauthorized('token revoked', 'TOKEN_REVOKED');
     const header = req.headers['x-tenant-id'];

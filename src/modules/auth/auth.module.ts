@@ -4,6 +4,7 @@ import { ValidationGuard } from '../../core/http/validation.guard';
 import { AuthGuard } from './auth.guard';
 import { AuthRepository } from './auth.repository';
 import { TokenService } from './token.service';
+import { TokenStatusCache } from './token-status-cache';
 import { TokensController } from './tokens.controller';
 import { TokensService } from './tokens.service';
 
@@ -13,6 +14,7 @@ import { TokensService } from './tokens.service';
     AuthRepository,
     TokenService,
     TokensService,
+    TokenStatusCache,
     AuthGuard,
     // Order matters: authenticate (401/403) before validating input (400).
     { provide: APP_GUARD, useExisting: AuthGuard },

@@ -144,15 +144,22 @@ export class AuthRepository {
     }));
   }
 
-  /** Marks a token revoked; returns false when the tenant has no such token. Revoking twice keeps the first time. */
-  async revokeToken(tx: TenantTx, jti: string, by: string): Promise<{ found: boolean; revokedAt: Date | null }> {
+  /**
+   * Marks a token revoked; returns false when the tenant has no such token. Revoking twice keeps the
+   * first time (`now` is false then: the revocation happened in an earlier transaction).
+   */
+  async revokeToken(
+    tx: TenantTx,
+    jti: string,
+    by: string,
+  ): Promise<{ found: boolean; revokedAt: Date | null; now: boolean }> {
     const row = await tx
       .updateTable('api_token')
       .set({ revoked_at: sql<Date>`coalesce(revoked_at, now())`, revoked_by: sql<string>`coalesce(revoked_by, ${by})` })
       .where('tenant_id', '=', tenantOf(tx))
       .where('jti', '=', jti)
-      .returning('revoked_at')
+      .returning(['revoked_at', sql<boolean>`revoked_at = now()`.as('now')])
       .executeTakeFirst();
-    return { found: !!row, revokedAt: row?.revoked_at ?? null };
+    return { found: !!row, revokedAt: row?.revoked_at ?? null, now: row?.now === true };
   }
 }

@@ -20,7 +20,7 @@ describe('scopes', () => {
   });
 
   it('refuses to mint more scopes than the caller holds (SCOPE_ESCALATION), before touching the database', async () => {
-    const svc = new TokensService(undefined as never, undefined as never, undefined as never);
+    const svc = new TokensService(undefined as never, undefined as never, undefined as never, undefined as never);
     const writer: TenantPrincipalT = {
       kind: 'tenant',
       tenantId: 't',

@@ -10,6 +10,10 @@ import { isTenantScope } from './scopes';
 
 export const AUDIENCE = 'ordo-api';
 const KID = /^[A-Za-z0-9_-]{43}$/;
+/** Seconds of clock skew accepted on `exp`. */
+const CLOCK_TOLERANCE_S = 5;
+/** Tokens whose signature and claims were verified, remembered so the next presentation skips the signature check. */
+const MAX_VERIFIED = 10_000;
 
 export type VerifiedToken =
   | { kind: 'tenant'; sub: string; tid: string; scopes: TenantScope[]; jti: string; exp: number }
@@ -21,9 +25,15 @@ export interface MintedToken {
   expiresAt: Date;
 }
 
-/** Signs and verifies the instance's JWTs: EdDSA only, known kid, issuer and audience checked. */
+/**
+ * Signs and verifies the instance's JWTs: EdDSA only, known kid, issuer and audience checked. A
+ * token verified once is remembered (the exact token text, with its kid): presented again, only
+ * its expiry and its key's presence are checked, as the signature and claims cannot have changed.
+ */
 @Injectable()
 export class TokenService {
+  private readonly verified = new Map<string, { token: VerifiedToken; kid: string }>();
+
   constructor(
     private readonly keys: SigningKeys,
     @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
@@ -56,6 +66,22 @@ export class TokenService {
 
   /** Verifies signature, algorithm, kid, issuer, audience, expiry and claim shapes; any failure is a 401. */
   async verify(token: string): Promise<VerifiedToken> {
+    const known = this.verified.get(token);
+    if (known) {
+      if (known.token.exp <= Math.floor(Date.now() / 1000) - CLOCK_TOLERANCE_S) {
+        this.verified.delete(token);
+        throw unauthorized('token expired', 'TOKEN_EXPIRED');
+      }
+      if (await this.keys.find(known.kid)) return known.token;
+      this.verified.delete(token);
+    }
+    const v = await this.verifySigned(token);
+    if (this.verified.size >= MAX_VERIFIED) this.verified.delete(this.verified.keys().next().value!);
+    this.verified.set(token, v);
+    return v.token;
+  }
+
+  private async verifySigned(token: string): Promise<{ token: VerifiedToken; kid: string }> {
     let header: ReturnType<typeof decodeProtectedHeader>;
     try {
       header = decodeProtectedHeader(token);
@@ -77,7 +103,7 @@ export class TokenService {
         issuer: this.config.ORDO_ISSUER,
         audience: AUDIENCE,
         requiredClaims: ['sub', 'jti', 'exp', 'iat'],
-        clockTolerance: 5,
+        clockTolerance: CLOCK_TOLERANCE_S,
       }));
     } catch (e) {
       const code = (e as { code?: string }).code;
@@ -94,11 +120,11 @@ export class TokenService {
     if (tid === undefined) {
       if (scopes.length !== 1 || scopes[0] !== PLATFORM_SCOPE)
         throw unauthorized('token claims malformed', 'INVALID_TOKEN');
-      return { kind: 'platform', sub, jti, exp };
+      return { token: { kind: 'platform', sub, jti, exp }, kid: header.kid };
     }
     if (typeof tid !== 'string' || scopes.length === 0 || !scopes.every(isTenantScope)) {
       throw unauthorized('token claims malformed', 'INVALID_TOKEN');
     }
-    return { kind: 'tenant', sub, tid, scopes: scopes, jti, exp };
+    return { token: { kind: 'tenant', sub, tid, scopes: scopes, jti, exp }, kid: header.kid };
   }
 }

@@ -7,6 +7,7 @@ import type { TenantScope } from '../../core/http/route-spec';
 import { AuthRepository } from './auth.repository';
 import { covers } from './scopes';
 import { TokenService } from './token.service';
+import { TokenStatusCache } from './token-status-cache';
 import type { CreateTokenBody, MintedTokenDto, TokenRecordDto } from './tokens.dto';
 
 type PageKey = { c: string; j: string };
@@ -26,6 +27,7 @@ export class TokensService {
     private readonly db: Database,
     private readonly repo: AuthRepository,
     private readonly tokens: TokenService,
+    private readonly statuses: TokenStatusCache,
   ) {}
 
   async create(principal: TenantPrincipalT, body: CreateTokenBody): Promise<MintedTokenDto> {
@@ -85,6 +87,7 @@ export class TokensService {
   async revoke(principal: TenantPrincipalT, jti: string): Promise<{ jti: string; revokedAt: string }> {
     const r = await this.db.withTenant(principal.tenantId, (tx) => this.repo.revokeToken(tx, jti, principal.subject));
     if (!r.found || !r.revokedAt) throw notFound('token');
+    if (r.now) await this.statuses.revoked(principal.tenantId, jti);
     return { jti, revokedAt: r.revokedAt.toISOString() };
   }
 }
