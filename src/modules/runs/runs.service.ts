@@ -1,9 +1,10 @@
 import { Injectable } from '@nestjs/common';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { Database } from '../../core/database/database';
 import type { TenantTx } from '../../core/database/handles';
 import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
+import { newTraceId } from '../../core/http/trace';
 import { canonicalHash } from '../../core/json/canonical-json';
 import { observeCommittedEvents } from '../../core/telemetry/run-observer';
 import type { DagDefinition } from '../dags/dag-definition';
@@ -169,7 +170,7 @@ export class RunsService {
       }
       seenTokens.set(tokenKey, { hash: inputsHash, first: i });
       const runId = randomUUID();
-      const traceId = randomBytes(16).toString('hex');
+      const traceId = newTraceId();
       let plan = planRun(v.definition, lineage.reuse);
       let admission: 'admitted' | 'waiting' | 'skipped' = 'admitted';
       const limit = v.definition.constraints?.maxConcurrentRuns;
