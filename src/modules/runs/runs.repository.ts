@@ -136,31 +136,6 @@ export interface StepRow {
 /** Runs, steps, attempts and events. Request methods take a tenant transaction; shared writers take either handle. */
 @Injectable()
 export class RunsRepository {
-  /** Inserts runs, skipping (tenant, dag, runToken) duplicates; returns the ids actually inserted. */
-  async insertRuns(tx: TenantTx, runs: NewRun[]): Promise<Set<string>> {
-    if (runs.length === 0) return new Set();
-    const t = tenantOf(tx);
-    const col = <K extends keyof NewRun>(k: K) => runs.map((r) => r[k]);
-    const rows = await sql<{ run_id: string }>`
-      insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
-        trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
-        event_seq, event_hash, finished_at)
-      select ${t}, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs::jsonb, u.inputs_hash, u.status,
-        u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
-        u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end
-      from unnest(${col('runId')}::uuid[], ${col('dagId')}::text[], ${col('dagVersion')}::int[], ${col('contentHash')}::text[],
-        ${col('runToken')}::text[], ${runs.map((r) => JSON.stringify(r.inputs))}::text[], ${col('inputsHash')}::text[],
-        ${col('status')}::text[], ${col('reason')}::text[], ${col('traceId')}::text[], ${col('requestedBy')}::text[],
-        ${col('replayOf')}::uuid[], ${col('rerunOf')}::uuid[], ${col('rerunFromStep')}::text[], ${col('admitted')}::bool[],
-        ${col('stepsTotal')}::int[], ${col('stepsRemaining')}::int[], ${col('eventSeq')}::int[], ${col('eventHash')}::text[],
-        ${col('finished')}::bool[])
-        as u(run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason, trace_id, requested_by,
-          replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining, event_seq, event_hash, finished)
-      on conflict (tenant_id, dag_id, run_token) do nothing
-      returning run_id`.execute(asTrx(tx));
-    return new Set(rows.rows.map((r) => r.run_id));
-  }
-
   async findByTokens(tx: TenantTx, dagId: string, tokens: string[]): Promise<RunRow[]> {
     if (tokens.length === 0) return [];
     return tx
@@ -170,6 +145,93 @@ export class RunsRepository {
       .where('dag_id', '=', dagId)
       .where('run_token', 'in', tokens)
       .execute();
+  }
+
+  /**
+   * Writes created runs in one statement: the runs (skipping (tenant, dag, runToken) duplicates),
+   * and only for those inserted their steps, chained events and ready queue items (in the given
+   * order), the tenant's queue row, and the workers' wake-up (ordo_ready). Returns the ids of the
+   * runs inserted.
+   */
+  async insertCreatedRuns(
+    tx: TenantTx,
+    runs: NewRun[],
+    steps: (PlannedStep & { runId: string })[],
+    events: ChainedEvent[],
+    queue: { runId: string; stepId: string }[],
+  ): Promise<Set<string>> {
+    if (runs.length === 0) return new Set();
+    const t = tenantOf(tx);
+    const col = <K extends keyof NewRun>(k: K) => runs.map((r) => r[k]);
+    const now = new Date();
+    const rows = await sql<{ run_id: string }>`
+      with r as (
+        insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
+          trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
+          event_seq, event_hash, finished_at)
+        select ${t}, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs::jsonb, u.inputs_hash, u.status,
+          u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
+          u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end
+        from unnest(${col('runId')}::uuid[], ${col('dagId')}::text[], ${col('dagVersion')}::int[], ${col('contentHash')}::text[],
+          ${col('runToken')}::text[], ${runs.map((r) => JSON.stringify(r.inputs))}::text[], ${col('inputsHash')}::text[],
+          ${col('status')}::text[], ${col('reason')}::text[], ${col('traceId')}::text[], ${col('requestedBy')}::text[],
+          ${col('replayOf')}::uuid[], ${col('rerunOf')}::uuid[], ${col('rerunFromStep')}::text[], ${col('admitted')}::bool[],
+          ${col('stepsTotal')}::int[], ${col('stepsRemaining')}::int[], ${col('eventSeq')}::int[], ${col('eventHash')}::text[],
+          ${col('finished')}::bool[])
+          as u(run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason, trace_id, requested_by,
+            replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining, event_seq, event_hash, finished)
+        on conflict (tenant_id, dag_id, run_token) do nothing
+        returning run_id
+      ),
+      s as (
+        insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
+          from_rerun, outputs, outputs_hash, queued_at, finished_at)
+        select ${t}, u.run_id, u.step_id, u.status, u.reason, u.plugin, u.config::jsonb, u.spec::jsonb,
+          array(select jsonb_array_elements_text(u.deps::jsonb)), u.topo_index, u.pending_deps, u.from_rerun, u.outputs::jsonb,
+          u.outputs_hash, case when u.status = 'queued' then ${now}::timestamptz end,
+          case when u.status in ('skipped', 'succeeded', 'cancelled') then ${now}::timestamptz end
+        from unnest(${steps.map((s) => s.runId)}::uuid[], ${steps.map((s) => s.stepId)}::text[], ${steps.map((s) => s.status)}::text[],
+          ${steps.map((s) => s.reason)}::text[], ${steps.map((s) => s.plugin)}::text[],
+          ${steps.map((s) => JSON.stringify(s.config))}::text[], ${steps.map((s) => JSON.stringify(s.spec))}::text[],
+          ${steps.map((s) => JSON.stringify(s.dependsOn))}::text[], ${steps.map((s) => s.topoIndex)}::int[],
+          ${steps.map((s) => s.pendingDeps)}::int[], ${steps.map((s) => s.fromRerun)}::bool[],
+          ${steps.map((s) => (s.outputs === null ? null : JSON.stringify(s.outputs)))}::text[],
+          ${steps.map((s) => s.outputsHash)}::text[])
+          as u(run_id, step_id, status, reason, plugin, config, spec, deps, topo_index, pending_deps, from_rerun, outputs, outputs_hash)
+        where u.run_id in (select run_id from r)
+        returning 1
+      ),
+      e as (
+        insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
+        select ${t}, u.run_id, u.seq, u.created_at, u.type, u.step_id, u.attempt, u.actor, u.data::jsonb, u.prev_hash, u.hash
+        from unnest(${events.map((e) => e.runId)}::uuid[], ${events.map((e) => e.seq)}::int[],
+          ${events.map((e) => e.createdAt)}::timestamptz[], ${events.map((e) => e.type)}::text[], ${events.map((e) => e.stepId)}::text[],
+          ${events.map((e) => e.attempt)}::int[], ${events.map((e) => e.actor)}::text[], ${events.map((e) => JSON.stringify(e.data))}::text[],
+          ${events.map((e) => e.prevHash)}::text[], ${events.map((e) => e.hash)}::text[])
+          as u(run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
+        where u.run_id in (select run_id from r)
+        returning 1
+      ),
+      tq as (
+        insert into tenant_queue (tenant_id)
+        select ${t} where exists (select 1 from s)
+        on conflict (tenant_id) do nothing
+        returning 1
+      ),
+      q as (
+        insert into queue_item (tenant_id, run_id, step_id)
+        select ${t}, u.run_id, u.step_id
+        from unnest(${queue.map((i) => i.runId)}::uuid[], ${queue.map((i) => i.stepId)}::text[]) with ordinality as u(run_id, step_id, n)
+        where u.run_id in (select run_id from r)
+        order by u.n
+        returning 1
+      ),
+      w as (select pg_notify('ordo_ready', ${t}) where exists (select 1 from q))
+      -- The inserts (s, e, tq, q) run to completion whether read or not; w only when read.
+      select r.run_id, (select count(*) from w) as woken from r`.execute(
+      asTrx(tx),
+    );
+    return new Set(rows.rows.map((r) => r.run_id));
   }
 
   /** Inserts the planned steps of many runs in one statement. */

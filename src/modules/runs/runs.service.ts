@@ -124,7 +124,7 @@ export class RunsService {
     const newRuns: NewRun[] = [];
     const steps: (PlannedStep & { runId: string })[] = [];
     const events: ChainedEvent[] = [];
-    const queue: { tenantId: string; runId: string; stepId: string }[] = [];
+    const queue: { runId: string; stepId: string }[] = [];
     const planned = new Map<string, { run: NewRun; steps: PlannedStep[]; events: ChainedEvent[] }>();
     const now = new Date();
     // Index in `reqs` of the first request of each (dagId, runToken), with its inputs hash.
@@ -251,23 +251,23 @@ export class RunsService {
       runOf[i] = run;
       planned.set(runId, { run, steps: plan, events: chained });
     }
-    // Inserted in (dagId, runToken) order, so concurrent creators of overlapping tokens cannot deadlock.
-    const inserted = await this.repo.insertRuns(
-      tx,
-      newRuns.length > 1 ? [...newRuns].sort((a, b) => compareTokens(a, b)) : newRuns,
-    );
-    for (const [runId, p] of planned) {
-      if (!inserted.has(runId)) continue;
+    // Runs, then only for those inserted their steps, events and queue items, in one statement.
+    // Runs are inserted in (dagId, runToken) order, so concurrent creators of overlapping tokens cannot deadlock.
+    for (const run of newRuns) {
+      const p = planned.get(run.runId)!;
       for (const s of p.steps) {
-        steps.push({ ...s, runId });
-        if (s.status === 'queued') queue.push({ tenantId, runId, stepId: s.stepId });
+        steps.push({ ...s, runId: run.runId });
+        if (s.status === 'queued') queue.push({ runId: run.runId, stepId: s.stepId });
       }
       events.push(...p.events);
     }
-    await this.repo.insertSteps(tx, tenantId, steps);
-    await this.repo.insertEvents(tx, events);
-    if (steps.length > 0) await this.repo.ensureTenantQueue(tx);
-    await this.repo.enqueue(tx, queue);
+    const inserted = await this.repo.insertCreatedRuns(
+      tx,
+      newRuns.length > 1 ? [...newRuns].sort((a, b) => compareTokens(a, b)) : newRuns,
+      steps,
+      events,
+      queue,
+    );
     // Requests whose token already had a run: same inputs → that run; other inputs → conflict.
     const existing = new Map<string, RunRow>();
     const missing = newRuns.filter((r) => !inserted.has(r.runId));
