@@ -186,7 +186,7 @@ async function main(): Promise<void> {
     ORDO_HOME: path.join(tmp, 'home'),
     PORT: '0',
     HOST: '127.0.0.1',
-    LOG_LEVEL: 'silent',
+    LOG_LEVEL: process.env.ORDO_BENCH_LOG_LEVEL ?? 'silent',
     ORDO_ROLES: 'worker',
     ORDO_WORKER_CONCURRENCY: String(concurrency),
     ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],

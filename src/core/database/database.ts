@@ -86,7 +86,7 @@ function newPool(connectionString: string, max: number, applicationName: string)
 
 /**
  * Test-only switch `ORDO_CHAOS_COMMIT_ERROR_RATE` (0–1, unset in production): the fraction of
- * successful COMMITs that the caller sees as a lost connection. The chaos harness uses it to prove
+ * successful COMMITs (and of the engine's one-statement hops) that the caller sees as a lost connection. The chaos harness uses it to prove
  * that a write whose commit outcome is unknown is safe to repeat (idempotent or fenced).
  */
 function chaosCommitErrorRate(): number {
@@ -98,7 +98,10 @@ function injectCommitErrors(client: pg.PoolClient, rate: number): void {
   const query = client.query.bind(client) as (...args: unknown[]) => unknown;
   client.query = ((...args: unknown[]) => {
     const result = query(...args);
-    if (args[0] !== 'commit' || !(result instanceof Promise) || Math.random() >= rate) return result;
+    // A COMMIT, or the engine's hop, a statement that commits on its own.
+    const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: unknown } | undefined)?.text;
+    const commits = text === 'commit' || (typeof text === 'string' && text.includes('ordo_engine_advance('));
+    if (!commits || !(result instanceof Promise) || Math.random() >= rate) return result;
     return result.then(() => {
       throw Object.assign(new Error('Connection terminated unexpectedly (injected after a successful commit)'), {
         code: 'ORDO_CHAOS_COMMIT_ERROR',

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
-import type { SystemTx } from '../../core/database/handles';
+import type { SystemDb, SystemTx } from '../../core/database/handles';
 import type { NewArtifact } from '../artifacts/artifacts.repository';
 import type { RunBookRow } from '../runs/runs.repository';
 import type { JobName } from './jobs';
@@ -84,6 +84,61 @@ export interface ExpiredLease {
   epoch: number;
   worker_id: string;
 }
+
+/** Input of ordo_engine_advance: the worker's successful results and its room for successors. */
+export interface AdvanceInput {
+  worker: string;
+  leaseMs: number;
+  capacity: number;
+  cap: number;
+  completions: {
+    t: string;
+    r: string;
+    s: string;
+    a: number;
+    e: number;
+    /** Outputs kept inline on the step (null when only the artifact holds them). */
+    o: unknown;
+    oh: string;
+    lh: string | null;
+    sa: Date | null;
+    fa: Date | null;
+    ord: number;
+  }[];
+  artifacts: { t: string; h: string; m: string; b: string }[];
+}
+
+/** A row of ordo_engine_advance: a dispatched step ('d') or a committed event ('e'). */
+export type AdvanceRow =
+  | {
+      kind: 'd';
+      item: DispatchedStep & {
+        dispatch_seq: number;
+        traceparent: string;
+        dag_id: string;
+        dag_version: number;
+        trace_id: string;
+      };
+    }
+  | {
+      kind: 'e';
+      item: {
+        tenantId: string;
+        runId: string;
+        seq: number;
+        createdAt: string;
+        type: string;
+        stepId: string | null;
+        attempt: number | null;
+        actor: string;
+        data: Record<string, unknown>;
+        prevHash: string;
+        hash: string;
+        dagId: string;
+        traceId: string;
+        startedAt: string | null;
+      };
+    };
 
 const keysSql = (keys: StepKey[]) =>
   sql`unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[], ${keys.map((k) => k.stepId)}::text[])`;
@@ -580,6 +635,19 @@ export class EngineRepository {
       where state = 'leased' and lease_expires_at < now()
       order by lease_expires_at limit ${limit}
       for update skip locked`.execute(tx);
+    return r.rows;
+  }
+
+  /**
+   * The one-statement hop (migrations/011_engine_advance.sql), committed on its own: applies
+   * successful results, makes their successors ready and dispatches up to `capacity` of them to
+   * `worker`, appending the chained events. Raises SQLSTATE OR001 (nothing written) when the
+   * batch needs the general engine transaction.
+   */
+  async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
+    const r = await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(
+      db,
+    );
     return r.rows;
   }
 

@@ -14,6 +14,7 @@ import type { StepSpec } from '../runs/run-plan';
 import { RunsRepository } from '../runs/runs.repository';
 import {
   EngineRepository,
+  type AdvanceInput,
   type ClaimedItem,
   type DispatchedStep,
   type FinishAttempt,
@@ -131,6 +132,97 @@ export class EngineStore {
     });
     if (committed.books) observe(committed.books);
     return claimedWork;
+  }
+
+  /**
+   * The common hop in one statement and one commit (ordo_engine_advance): every completion
+   * succeeded; their successors that become ready are dispatched to this worker (up to
+   * `opts.capacity`, under the tenant cap) and the rest queued. Returns null, having written
+   * nothing, when the batch needs the general transaction (`cycle`): a failure or an aborted
+   * attempt, a result that is no longer current, a disabled successor, a run whose end admits
+   * waiting runs.
+   */
+  async advance(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[] | null> {
+    if (completions.length === 0 || completions.some((c) => c.outcome.status !== 'succeeded')) return null;
+    const input: AdvanceInput = {
+      worker: opts.workerId,
+      leaseMs: opts.leaseMs,
+      capacity: Math.max(0, opts.capacity),
+      cap: opts.tenantCap,
+      completions: [],
+      artifacts: [],
+    };
+    completions.forEach((c, n) => {
+      const out = c.outcome as { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] };
+      const art = jsonArtifact(c.tenantId, out.outputs ?? {});
+      input.artifacts.push({ t: art.tenantId, h: art.sha256, m: art.mediaType, b: art.json });
+      let logsHash: string | null = null;
+      if (out.logs.length > 0) {
+        const logs = jsonArtifact(c.tenantId, out.logs, 'application/x-ordo-log+json');
+        input.artifacts.push({ t: logs.tenantId, h: logs.sha256, m: logs.mediaType, b: logs.json });
+        logsHash = logs.sha256;
+      }
+      input.completions.push({
+        t: c.tenantId,
+        r: c.runId,
+        s: c.stepId,
+        a: c.attempt,
+        e: c.epoch,
+        o: Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (out.outputs ?? {}) : null,
+        oh: art.sha256,
+        lh: logsHash,
+        sa: c.startedAt,
+        fa: c.finishedAt,
+        ord: n + 1,
+      });
+    });
+    let rows;
+    try {
+      rows = await this.engine.advance(this.sys, input);
+    } catch (e) {
+      if ((e as { code?: string }).code === 'OR001') return null;
+      throw e;
+    }
+    const now = new Date();
+    const events = rows.flatMap((r) => (r.kind === 'e' ? [r.item] : []));
+    const runs = new Map(events.map((e) => [runKey(e.tenantId, e.runId), e]));
+    observeCommittedEvents(
+      events,
+      (tenantId, runId) => {
+        const e = runs.get(runKey(tenantId, runId));
+        return e && { dagId: e.dagId, traceId: e.traceId, startedAt: e.startedAt ? new Date(e.startedAt) : null };
+      },
+      now,
+    );
+    const work: ClaimedWork[] = [];
+    for (const r of rows) {
+      if (r.kind !== 'd') continue;
+      const d = r.item;
+      const queuedAt = d.queued_at ? new Date(d.queued_at) : now;
+      recordDispatch(d.tenant_id, queuedAt, now);
+      const config = d.config as JsonObject;
+      work.push({
+        tenantId: d.tenant_id,
+        runId: d.run_id,
+        stepId: d.step_id,
+        attempt: d.attempts,
+        epoch: d.epoch,
+        plugin: d.plugin,
+        config,
+        spec: d.spec as StepSpec,
+        dagId: d.dag_id,
+        dagVersion: d.dag_version,
+        traceId: d.trace_id,
+        traceparent: d.traceparent,
+        dispatchSeq: d.dispatch_seq,
+        inputs: {},
+        upstream: {},
+        needsData: isTemplated(config) || opts.receivesRunData?.(d.plugin) === true,
+        dependsOn: d.depends_on,
+      });
+    }
+    if (work.some((w) => w.needsData)) await this.withSystem((tx) => this.fillTemplateScope(tx, work));
+    return work;
   }
 
   private async applyCompletions(

@@ -201,6 +201,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         await this.waitForSignal(IDLE_POLL_MS);
         continue;
       }
+      const woken = this.wake;
       this.wake = false;
       // One event-loop turn lets results that are already settling join this batch (group commit).
       await new Promise<void>((r) => setImmediate(r));
@@ -212,16 +213,21 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       this.cycling = true;
       this.cycleTenants = new Set([...batch.map((c) => c.tenantId), ...this.local.map((w) => w.tenantId)]);
       try {
-        const claimed = await this.store.cycle(batch, {
+        const opts = {
           workerId: this.workerId,
           capacity: isolate ? 0 : capacity,
           leaseMs: this.leaseMs,
           tenantCap: this.tenantCap,
-          receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
-        });
+          receivesRunData: (name: string) => this.plugins.get(name)?.receivesRunData === true,
+        };
+        // The common hop (results that succeeded, successors to this worker) is one statement; the
+        // general transaction takes everything else, and claims from the queue.
+        const advanced = isolate ? null : await this.store.advance(batch, opts);
+        const claimed = advanced ?? (await this.store.cycle(batch, opts));
         failures = 0;
-        if (PROFILE) prof('cycle', performance.now() - t0);
-        if (capacity > 0 && claimed.length >= capacity) this.wake = true;
+        if (PROFILE) prof(advanced ? 'advance' : 'cycle', performance.now() - t0);
+        // The hop does not claim from the queue: work announced meanwhile is claimed next turn.
+        if (advanced ? woken : capacity > 0 && claimed.length >= capacity) this.wake = true;
         this.local.push(...claimed);
         this.pump();
       } catch (e) {

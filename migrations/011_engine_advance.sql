@@ -1,0 +1,337 @@
+-- The engine's one-round-trip hop: applying a batch of successful results, making their
+-- successors ready and dispatching them to the reporting worker, in ONE statement (so one round
+-- trip and one commit per hop). Everything the general engine transaction does for these cases is
+-- done here with the same rows, the same transitions (the triggers check them again) and the same
+-- hash-chained events; the event hashes are computed here, over the same RFC 8785 body as the code
+-- (src/modules/runs/run-events.ts: chainHash/hashedBody), so a chain mixes both writers freely.
+--
+-- Anything out of the common case raises SQLSTATE OR001 before it is committed (the whole
+-- statement rolls back) and the caller applies the batch through the general transaction: a result
+-- that is not current (fenced out, cancelled run), a successor that is disabled, a run that ends
+-- while runs of its DAG wait for a maxConcurrentRuns slot.
+
+-- The canonical JSON body of an event (keys in RFC 8785 order: actor, attempt, createdAt, data,
+-- runId, seq, stepId, type) given its data already in canonical form.
+create function ordo_event_body(
+  p_run uuid, p_seq integer, p_created text, p_type text, p_step text, p_attempt integer, p_actor text, p_data text
+) returns text
+  language sql immutable parallel safe
+  as $$
+    select '{"actor":' || to_json(p_actor)::text
+      || ',"attempt":' || coalesce(p_attempt::text, 'null')
+      || ',"createdAt":' || to_json(p_created)::text
+      || ',"data":' || p_data
+      || ',"runId":' || to_json(p_run::text)::text
+      || ',"seq":' || p_seq::text
+      || ',"stepId":' || coalesce(to_json(p_step)::text, 'null')
+      || ',"type":' || to_json(p_type)::text
+      || '}'
+  $$;
+
+create type ordo_adv_result as (
+  tenant_id text, run_id uuid, step_id text, attempt integer, epoch integer, outputs jsonb, outputs_hash text,
+  logs_hash text, started_at timestamptz, finished_at timestamptz, ord integer
+);
+create type ordo_adv_event as (
+  tenant_id text, run_id uuid, ord integer, type text, step_id text, attempt integer, actor text, data text
+);
+create type ordo_adv_ready as (tenant_id text, run_id uuid, step_id text, topo_index integer, claim boolean);
+create type ordo_adv_chained as (
+  tenant_id text, run_id uuid, seq integer, type text, step_id text, attempt integer, actor text, data text,
+  prev_hash text, hash text
+);
+
+-- Its statements are planned once per connection (generic plans: every one of them is keyed by
+-- primary keys), whatever the caller's plan_cache_mode.
+create function ordo_engine_advance(p jsonb) returns table (kind text, item jsonb)
+  language plpgsql
+  set plan_cache_mode = force_generic_plan
+  as $$
+declare
+  v_now timestamptz := date_trunc('milliseconds', now());
+  v_created text := to_char(date_trunc('milliseconds', now()) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+  v_worker text := p->>'worker';
+  v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
+  v_capacity integer := greatest(0, (p->>'capacity')::integer);
+  v_cap integer := (p->>'cap')::integer;
+  v_c ordo_adv_result[];
+  v_e ordo_adv_event[];
+  v_ready ordo_adv_ready[];
+  v_ch ordo_adv_chained[] := '{}';
+  v_d jsonb[];
+  v_ended uuid[];
+  v_rel jsonb;
+  v_n integer;
+  v_done integer;
+  rec record;
+  v_prev text;
+  v_hash text;
+  v_seq integer;
+  v_run_key text := '';
+begin
+  v_c := array(
+    select row(c.t, c.r, c.s, c.a, c.e, c.o, c.oh, c.lh, c.sa, c.fa, c.ord)::ordo_adv_result
+    from jsonb_to_recordset(p->'completions')
+      as c(t text, r uuid, s text, a integer, e integer, o jsonb, oh text, lh text, sa timestamptz, fa timestamptz, ord integer)
+  );
+  v_n := cardinality(v_c);
+
+  -- The runs, locked in key order (as every engine transaction locks them): all must be running.
+  perform 1 from run x
+  where (x.tenant_id, x.run_id) in (select c.tenant_id, c.run_id from unnest(v_c) c)
+  order by x.tenant_id, x.run_id
+  for update of x;
+  if exists (
+    select 1 from (select distinct c.tenant_id, c.run_id from unnest(v_c) c) c
+    left join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
+    where x.status is distinct from 'running'
+  ) then
+    raise exception using errcode = 'OR001', message = 'a run of the batch is not running';
+  end if;
+
+  -- The results: each step must still be running at the reported epoch.
+  update step s set status = 'succeeded', outputs = coalesce(c.outputs, s.outputs), outputs_hash = c.outputs_hash,
+    logs_hash = coalesce(c.logs_hash, s.logs_hash), finished_at = now()
+  from unnest(v_c) c
+  where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+    and s.status = 'running' and s.epoch = c.epoch;
+  get diagnostics v_done = row_count;
+  if v_done <> v_n then
+    raise exception using errcode = 'OR001', message = 'a result of the batch is not current';
+  end if;
+  update attempt a set status = 'succeeded', outputs_hash = c.outputs_hash, logs_hash = c.logs_hash,
+    started_at = coalesce(c.started_at, a.started_at), finished_at = coalesce(c.finished_at, a.finished_at), terminated_at = now()
+  from unnest(v_c) c
+  where a.tenant_id = c.tenant_id and a.run_id = c.run_id and a.step_id = c.step_id and a.attempt = c.attempt
+    and a.epoch = c.epoch and a.status = 'running';
+  v_e := array(
+    select row(c.tenant_id, c.run_id, c.ord, 'step.succeeded', c.step_id, c.attempt, v_worker,
+      '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
+    from unnest(v_c) c
+  );
+
+  insert into artifact (tenant_id, sha256, media_type, size, body_json)
+  select a.t, a.h, a.m, octet_length(a.b), a.b::jsonb
+  from jsonb_to_recordset(p->'artifacts') as a(t text, h text, m text, b text)
+  on conflict do nothing;
+
+  -- The results' queue items leave the queue (counted per tenant: their in-flight slots are free).
+  with rl as (
+    delete from queue_item q using unnest(v_c) c
+    where q.tenant_id = c.tenant_id and q.run_id = c.run_id and q.step_id = c.step_id and q.state = 'leased' and q.epoch = c.epoch
+    returning q.tenant_id
+  )
+  select coalesce(jsonb_object_agg(x.tenant_id, x.n), '{}') into v_rel
+  from (select rl.tenant_id, count(*)::integer as n from rl group by rl.tenant_id) x;
+
+  -- Dependents counted down; the ones left with no pending dependency become ready. A ready step
+  -- that is disabled (skipped, and counted as done for its own dependents) needs the general transaction.
+  with d as (
+    select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n
+    from unnest(v_c) c
+    join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and c.step_id = any(s.depends_on)
+    where s.status = 'pending'
+    group by s.tenant_id, s.run_id, s.step_id
+  ),
+  u as (
+    update step s set pending_deps = s.pending_deps - d.n,
+      status = case when s.pending_deps - d.n = 0 and not coalesce((s.spec->>'disabled')::boolean, false)
+        then 'queued' else s.status end,
+      queued_at = case when s.pending_deps - d.n = 0 then now() else s.queued_at end
+    from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
+    returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status
+  )
+  select array_agg(row(u.tenant_id, u.run_id, case when u.status = 'queued' then u.step_id end, u.topo_index, false)::ordo_adv_ready
+    order by u.tenant_id, u.run_id, u.topo_index, u.step_id)
+  into v_ready
+  from u where u.pending_deps = 0;
+  v_ready := coalesce(v_ready, '{}');
+  if exists (select 1 from unnest(v_ready) x where x.step_id is null) then
+    raise exception using errcode = 'OR001', message = 'a disabled step became ready';
+  end if;
+
+  -- Which ready successors go to this worker: while it has room (topological order, ties by step
+  -- id), and per tenant as many as its results freed, more only under the tenant's in-flight cap
+  -- (the counters of those tenants are locked to be read). A local successor taking the slot its
+  -- predecessor freed leaves the tenant's counter (a row every worker of the tenant writes) alone.
+  perform 1 from tenant_queue t
+  where t.tenant_id in (
+    select x.tenant_id from unnest(v_ready) x group by x.tenant_id
+    having count(*) > coalesce((v_rel->>x.tenant_id)::integer, 0)
+  )
+  order by t.tenant_id
+  for update of t;
+  v_ready := array(
+    select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
+      x.n_all <= v_capacity and x.n_tenant <= case when x.want <= x.rel and t.in_flight <= v_cap then x.want else greatest(0, v_cap - t.in_flight + x.rel) end
+    )::ordo_adv_ready
+    from (
+      select x.*,
+        row_number() over (order by x.tenant_id, x.run_id, x.topo_index, x.step_id) as n_all,
+        row_number() over (partition by x.tenant_id order by x.run_id, x.topo_index, x.step_id) as n_tenant,
+        count(*) over (partition by x.tenant_id) as want,
+        coalesce((v_rel->>x.tenant_id)::integer, 0) as rel
+      from unnest(v_ready) x
+    ) x
+    left join tenant_queue t on t.tenant_id = x.tenant_id
+    order by x.tenant_id, x.run_id, x.topo_index, x.step_id
+  );
+  v_e := v_e || array(
+    select row(x.tenant_id, x.run_id, 1000000 + n, 'step.queued', x.step_id, null, 'engine', '{}')::ordo_adv_event
+    from unnest(v_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, n)
+  );
+
+  -- Ready successors go to this worker while it has room and the tenant is under its in-flight cap
+  -- (topological order, ties by step id); the rest wait in the queue.
+  with c as (
+    select x.tenant_id, x.run_id, x.step_id,
+      r.dispatch_count + row_number() over (partition by x.tenant_id, x.run_id order by x.topo_index, x.step_id) as seq,
+      row_number() over (order by x.tenant_id, x.run_id, x.topo_index, x.step_id) as k
+    from unnest(v_ready) x join run r on r.tenant_id = x.tenant_id and r.run_id = x.run_id
+    where x.claim
+  ),
+  d as (
+    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+      dispatch_seq = coalesce(s.dispatch_seq, c.seq::integer), started_at = coalesce(s.started_at, now())
+    from c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and s.status = 'queued'
+    returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at,
+      c.seq::integer as dispatch_seq, c.k
+  ),
+  t as (
+    select d.*, r.dag_id, r.dag_version, r.trace_id,
+      '00-' || r.trace_id || '-' || substr(md5(gen_random_uuid()::text), 1, 16) || '-01' as traceparent
+    from d join run r on r.tenant_id = d.tenant_id and r.run_id = d.run_id
+  ),
+  l as (
+    insert into queue_item (tenant_id, run_id, step_id, state, worker_id, epoch, lease_expires_at)
+    select t.tenant_id, t.run_id, t.step_id, 'leased', v_worker, t.epoch, now() + v_lease from t
+    returning 1
+  ),
+  a as (
+    insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
+      claimed_at, constraint_checked_at)
+    select t.tenant_id, t.run_id, t.step_id, t.attempts, t.epoch, v_worker, now() + v_lease, t.traceparent,
+      coalesce(t.queued_at, now()), now(), now()
+    from t
+    returning 1
+  )
+  select array_agg(to_jsonb(t) order by t.k) into v_d from t;
+  v_d := coalesce(v_d, '{}');
+  v_e := v_e || array(
+    select row((x->>'tenant_id'), (x->>'run_id')::uuid, 2000000 + (x->>'k')::integer, 'step.running', x->>'step_id',
+      (x->>'attempts')::integer, v_worker,
+      '{"dispatchSeq":' || (x->>'dispatch_seq') || ',"epoch":' || (x->>'epoch') || '}')::ordo_adv_event
+    from unnest(v_d) x
+  );
+  if cardinality(v_d) <> (select count(*) from unnest(v_ready) x where x.claim) then
+    raise exception using errcode = 'OR001', message = 'a ready step could not be dispatched';
+  end if;
+
+  -- Steps left for the queue, and the workers woken for them.
+  insert into queue_item (tenant_id, run_id, step_id)
+  select x.tenant_id, x.run_id, x.step_id from unnest(v_ready) x where not x.claim
+  order by x.tenant_id, x.run_id, x.topo_index, x.step_id;
+  perform pg_notify('ordo_ready', n.tenant_id) from (select distinct x.tenant_id from unnest(v_ready) x where not x.claim) n;
+
+  -- In-flight counters: what this worker took less what its results freed, where that changes them.
+  update tenant_queue t set in_flight = greatest(0, t.in_flight + c.delta)
+  from (
+    select z.tenant_id, sum(z.n)::integer as delta from (
+      select x.tenant_id, count(*) filter (where x.claim) as n from unnest(v_ready) x group by x.tenant_id
+      union all
+      select f.key, -(f.value::integer) from jsonb_each_text(v_rel) f
+    ) z
+    group by z.tenant_id
+    having sum(z.n) <> 0
+  ) c
+  where t.tenant_id = c.tenant_id;
+
+  -- Runs with no step left end here; a waiting run of the same DAG needs the general transaction.
+  for rec in
+    select x.tenant_id, x.run_id, x.dag_id, x.steps_failed
+    from run x join (select c.tenant_id, c.run_id, count(*)::integer as n from unnest(v_c) c group by c.tenant_id, c.run_id) c
+      on c.tenant_id = x.tenant_id and c.run_id = x.run_id
+    where x.steps_remaining - c.n <= 0
+    order by x.tenant_id, x.run_id
+  loop
+    if exists (
+      select 1 from run w
+      where w.tenant_id = rec.tenant_id and w.dag_id = rec.dag_id and w.status = 'queued' and not w.admitted
+    ) then
+      raise exception using errcode = 'OR001', message = 'a run waits for a maxConcurrentRuns slot';
+    end if;
+    v_e := v_e || array(
+      select row(rec.tenant_id, rec.run_id, 3000000, case when rec.steps_failed > 0 then 'run.failed' else 'run.succeeded' end,
+        null, null, 'engine',
+        '{"outputsHash":' || to_json(encode(sha256(convert_to(
+          '{' || coalesce(string_agg(to_json(s.step_id)::text || ':' || coalesce(to_json(s.outputs_hash)::text, 'null'), ','
+            order by s.step_id collate "C"), '') || '}', 'UTF8')), 'hex'))::text || '}')::ordo_adv_event
+      from step s where s.tenant_id = rec.tenant_id and s.run_id = rec.run_id and s.status = 'succeeded'
+    );
+  end loop;
+
+  -- Events numbered after each run's last one and chained, in the order they happened.
+  for rec in
+    select e.*, x.event_seq, x.event_hash
+    from unnest(v_e) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
+    order by e.tenant_id, e.run_id, e.ord
+  loop
+    if rec.tenant_id || '/' || rec.run_id::text <> v_run_key then
+      v_run_key := rec.tenant_id || '/' || rec.run_id::text;
+      v_seq := rec.event_seq;
+      v_prev := rec.event_hash;
+    end if;
+    v_seq := v_seq + 1;
+    v_hash := encode(sha256(convert_to(
+      v_prev || ordo_event_body(rec.run_id, v_seq, v_created, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data), 'UTF8')), 'hex');
+    v_ch := v_ch || row(rec.tenant_id, rec.run_id, v_seq, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data, v_prev, v_hash)::ordo_adv_chained;
+    v_prev := v_hash;
+  end loop;
+  insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
+  select e.tenant_id, e.run_id, e.seq, v_now, e.type, e.step_id, e.attempt, e.actor, e.data::jsonb, e.prev_hash, e.hash
+  from unnest(v_ch) e order by e.tenant_id, e.run_id, e.seq;
+
+  -- The runs' bookkeeping.
+  with last as (
+    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
+    order by e.tenant_id, e.run_id, e.seq desc
+  ),
+  fin as (
+    select e.tenant_id, e.run_id, e.type, e.data from unnest(v_ch) e where e.type in ('run.succeeded', 'run.failed')
+  ),
+  disp as (
+    select x.tenant_id, x.run_id, count(*)::integer as n from unnest(v_ready) x where x.claim group by x.tenant_id, x.run_id
+  ),
+  res as (
+    select c.tenant_id, c.run_id, count(*)::integer as n from unnest(v_c) c group by c.tenant_id, c.run_id
+  ),
+  upd as (
+    update run x set event_seq = last.seq, event_hash = last.hash,
+      dispatch_count = x.dispatch_count + coalesce(disp.n, 0),
+      steps_remaining = x.steps_remaining - coalesce(res.n, 0),
+      status = case when fin.type is null then x.status else substr(fin.type, 5) end,
+      finished_at = case when fin.type is null then x.finished_at else coalesce(x.finished_at, now()) end,
+      outputs_hash = case when fin.type is null then x.outputs_hash else (fin.data::jsonb)->>'outputsHash' end
+    from last
+    left join fin on fin.tenant_id = last.tenant_id and fin.run_id = last.run_id
+    left join disp on disp.tenant_id = last.tenant_id and disp.run_id = last.run_id
+    left join res on res.tenant_id = last.tenant_id and res.run_id = last.run_id
+    where x.tenant_id = last.tenant_id and x.run_id = last.run_id
+    returning x.run_id, fin.type is not null as ended
+  )
+  select array_agg(upd.run_id) into v_ended from upd where upd.ended;
+  perform pg_notify('ordo_run_finished', id::text) from unnest(coalesce(v_ended, '{}')) id;
+
+  return query
+    select 'd'::text, x - 'k' from unnest(v_d) x
+    union all
+    select 'e'::text, jsonb_build_object('tenantId', e.tenant_id, 'runId', e.run_id, 'seq', e.seq, 'createdAt', v_created,
+      'type', e.type, 'stepId', e.step_id, 'attempt', e.attempt, 'actor', e.actor, 'data', e.data::jsonb,
+      'prevHash', e.prev_hash, 'hash', e.hash, 'dagId', x.dag_id, 'traceId', x.trace_id, 'startedAt', x.started_at)
+    from unnest(v_ch) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+end
+$$;
+revoke all on function ordo_engine_advance(jsonb) from public;
+grant execute on function ordo_engine_advance(jsonb) to ordo_system;
+grant execute on function ordo_event_body(uuid, integer, text, text, text, integer, text, text) to ordo_system;

@@ -1,0 +1,284 @@
+import pg from 'pg';
+import { canonicalHash } from '../../src/core/json/canonical-json';
+import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
+import { dagDefinition, type DagDefinitionInput } from '../../src/modules/dags/dag-definition';
+import { DagsRepository } from '../../src/modules/dags/dags.repository';
+import { EngineRepository } from '../../src/modules/engine/engine.repository';
+import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
+import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import { RunsRepository } from '../../src/modules/runs/runs.repository';
+import { RunsService } from '../../src/modules/runs/runs.service';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+/**
+ * The one-statement hop (ordo_engine_advance) against the general engine transaction: the same
+ * rows, the same events (chained in SQL, verified here by the code's verifier), and a refusal that
+ * writes nothing whenever the batch is not the common case.
+ */
+describe('engine: the one-statement hop', () => {
+  let t: TestDatabase;
+  let owner: pg.Client;
+  let store: EngineStore;
+  let runs: RunsService;
+  const opts = (capacity: number, tenantCap = 64) => ({ workerId: 'w1', capacity, leaseMs: 60_000, tenantCap });
+  const ok = (w: ClaimedWork, outputs: Record<string, unknown> = { n: w.stepId }): Completion => ({
+    tenantId: w.tenantId,
+    runId: w.runId,
+    stepId: w.stepId,
+    attempt: w.attempt,
+    epoch: w.epoch,
+    workerId: 'w1',
+    outcome: { status: 'succeeded', outputs: outputs as never, logs: [] },
+    startedAt: new Date(),
+    finishedAt: new Date(),
+  });
+
+  async function publish(tenantId: string, input: DagDefinitionInput) {
+    const def = dagDefinition.parse(input);
+    const repo = new DagsRepository();
+    await t.db.withTenant(tenantId, async (tx) => {
+      const latest = await repo.lockDag(tx, def.id);
+      await repo.insertVersion(tx, {
+        dagId: def.id,
+        version: latest + 1,
+        contentHash: canonicalHash(def),
+        definition: def,
+        sourceFormat: 'json',
+        owner: 't',
+        signature: null,
+        bundleHash: null,
+      });
+    });
+  }
+
+  async function events(tenantId: string, runId: string): Promise<ChainedEvent[]> {
+    const r = await owner.query<{
+      seq: number;
+      created_at: Date;
+      type: string;
+      step_id: string | null;
+      attempt: number | null;
+      actor: string;
+      data: Record<string, unknown>;
+      prev_hash: string;
+      hash: string;
+    }>(`select * from run_event where tenant_id = $1 and run_id = $2 order by seq`, [tenantId, runId]);
+    return r.rows.map((e) => ({
+      tenantId,
+      runId,
+      seq: e.seq,
+      createdAt: e.created_at.toISOString(),
+      type: e.type,
+      stepId: e.step_id,
+      attempt: e.attempt,
+      actor: e.actor,
+      data: e.data as never,
+      prevHash: e.prev_hash,
+      hash: e.hash,
+    }));
+  }
+
+  const stepStates = async (runId: string) =>
+    Object.fromEntries(
+      (
+        await owner.query<{ step_id: string; status: string }>(
+          `select step_id, status from step where run_id = $1 order by step_id`,
+          [runId],
+        )
+      ).rows.map((r) => [r.step_id, r.status]),
+    );
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    await owner.query(`insert into tenant (id, name) values ('a', 'A'), ('b', 'B')`);
+    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
+    const chain = {
+      id: 'chain',
+      steps: [
+        { id: 's1', plugin: 'noop' },
+        { id: 's2', plugin: 'noop', dependsOn: ['s1'] },
+        { id: 's3', plugin: 'noop', dependsOn: ['s2'] },
+      ],
+    };
+    await publish('a', chain);
+    await publish('b', chain);
+    await publish('a', {
+      id: 'fan',
+      steps: [
+        { id: 'start', plugin: 'noop' },
+        { id: 'b1', plugin: 'noop', dependsOn: ['start'] },
+        { id: 'b2', plugin: 'noop', dependsOn: ['start'] },
+        { id: 'b3', plugin: 'noop', dependsOn: ['start'] },
+        { id: 'join', plugin: 'noop', dependsOn: ['b1', 'b2', 'b3'] },
+      ],
+    });
+    await publish('a', {
+      id: 'gap',
+      steps: [
+        { id: 's1', plugin: 'noop' },
+        { id: 's2', plugin: 'noop', dependsOn: ['s1'], disabled: true },
+        { id: 's3', plugin: 'noop', dependsOn: ['s2'] },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await owner.end();
+    await t.drop();
+  });
+
+  it('runs a chain hop by hop, each successor dispatched to the reporting worker, and ends the run with a verifying chain', async () => {
+    const run = await runs.createRun('a', { dagId: 'chain', inputs: {}, runToken: 'c1', requestedBy: 'me' });
+    let work = await store.cycle([], opts(4));
+    expect(work.map((w) => w.stepId)).toEqual(['s1']);
+    for (const next of ['s2', 's3']) {
+      const got = await store.advance([ok(work[0])], opts(4));
+      expect(got?.map((w) => [w.stepId, w.attempt, w.epoch, w.dispatchSeq])).toEqual([
+        [next, 1, 1, Number(next.slice(1))],
+      ]);
+      expect(got![0].traceparent).toMatch(new RegExp(`^00-${got![0].traceId}-[0-9a-f]{16}-01$`));
+      work = got!;
+    }
+    expect(await store.advance([ok(work[0])], opts(4))).toEqual([]);
+    const r = (await owner.query(`select * from run where run_id = $1`, [run.runId])).rows[0];
+    expect(r.status).toBe('succeeded');
+    expect(r.steps_remaining).toBe(0);
+    expect(r.dispatch_count).toBe(3);
+    const steps = (
+      await owner.query<{ step_id: string; outputs_hash: string }>(
+        `select step_id, outputs_hash from step where run_id = $1 order by step_id`,
+        [run.runId],
+      )
+    ).rows;
+    // The run's outputs hash is the code's: SHA-256 of the canonical JSON of {stepId: outputsHash}.
+    expect(r.outputs_hash).toBe(canonicalHash(Object.fromEntries(steps.map((s) => [s.step_id, s.outputs_hash]))));
+    const ev = await events('a', run.runId);
+    expect(verifyChain(ev)).toEqual({ ok: true });
+    expect(ev.map((e) => [e.type, e.stepId])).toEqual([
+      ['run.created', null],
+      ['step.queued', 's1'],
+      ['run.running', null],
+      ['step.running', 's1'],
+      ['step.succeeded', 's1'],
+      ['step.queued', 's2'],
+      ['step.running', 's2'],
+      ['step.succeeded', 's2'],
+      ['step.queued', 's3'],
+      ['step.running', 's3'],
+      ['step.succeeded', 's3'],
+      ['run.succeeded', null],
+    ]);
+    expect(ev.find((e) => e.type === 'step.running' && e.stepId === 's2')?.data).toEqual({ dispatchSeq: 2, epoch: 1 });
+    expect(ev.at(-1)?.data).toEqual({ outputsHash: r.outputs_hash });
+    const attempts = (
+      await owner.query(
+        `select step_id, status, worker_id, claimed_at, terminated_at from attempt where run_id = $1 order by step_id`,
+        [run.runId],
+      )
+    ).rows;
+    expect(attempts.map((a) => [a.step_id, a.status, a.worker_id])).toEqual([
+      ['s1', 'succeeded', 'w1'],
+      ['s2', 'succeeded', 'w1'],
+      ['s3', 'succeeded', 'w1'],
+    ]);
+    expect(attempts.every((a) => a.terminated_at !== null)).toBe(true);
+    expect((await owner.query(`select count(*)::int n from queue_item where run_id = $1`, [run.runId])).rows[0].n).toBe(
+      0,
+    );
+    expect((await owner.query(`select in_flight from tenant_queue where tenant_id = 'a'`)).rows[0].in_flight).toBe(0);
+  });
+
+  it('dispatches a fan-out up to its room and queues the rest; the join follows the last branch', async () => {
+    const run = await runs.createRun('a', { dagId: 'fan', inputs: {}, runToken: 'f1', requestedBy: 'me' });
+    const [start] = await store.cycle([], opts(1));
+    const got = await store.advance([ok(start)], opts(2));
+    expect(got?.map((w) => w.stepId)).toEqual(['b1', 'b2']);
+    expect(await stepStates(run.runId)).toEqual({
+      b1: 'running',
+      b2: 'running',
+      b3: 'queued',
+      join: 'pending',
+      start: 'succeeded',
+    });
+    const queued = (
+      await owner.query(`select step_id, state from queue_item where run_id = $1 order by step_id`, [run.runId])
+    ).rows;
+    expect(queued).toEqual([
+      { step_id: 'b1', state: 'leased' },
+      { step_id: 'b2', state: 'leased' },
+      { step_id: 'b3', state: 'ready' },
+    ]);
+    // Two results in one hop; the third branch comes from the queue.
+    expect(
+      await store.advance(
+        got!.map((w) => ok(w)),
+        opts(4),
+      ),
+    ).toEqual([]);
+    const [b3] = await store.cycle([], opts(4));
+    expect(b3.stepId).toBe('b3');
+    const joined = await store.advance([ok(b3)], opts(4));
+    expect(joined?.map((w) => w.stepId)).toEqual(['join']);
+    expect(await store.advance([ok(joined![0])], opts(4))).toEqual([]);
+    expect((await owner.query(`select status from run where run_id = $1`, [run.runId])).rows[0].status).toBe(
+      'succeeded',
+    );
+    expect(verifyChain(await events('a', run.runId))).toEqual({ ok: true });
+    const seqs = (
+      await owner.query(`select step_id, dispatch_seq from step where run_id = $1 order by dispatch_seq`, [run.runId])
+    ).rows;
+    expect(seqs.map((s) => s.step_id)).toEqual(['start', 'b1', 'b2', 'b3', 'join']);
+  });
+
+  it('keeps to the tenant in-flight cap: a successor over the cap is queued, not dispatched', async () => {
+    const run = await runs.createRun('b', { dagId: 'chain', inputs: {}, runToken: 'cap', requestedBy: 'me' });
+    const [s1] = await store.cycle([], opts(4));
+    // Another worker holds the tenant's one slot: in_flight 1 of 1 once s1's slot is released.
+    await owner.query(`update tenant_queue set in_flight = in_flight + 1 where tenant_id = 'b'`);
+    expect(await store.advance([ok(s1)], opts(4, 1))).toEqual([]);
+    expect(await stepStates(run.runId)).toEqual({ s1: 'succeeded', s2: 'queued', s3: 'pending' });
+    await owner.query(`update tenant_queue set in_flight = in_flight - 1 where tenant_id = 'b'`);
+    const [s2] = await store.cycle([], opts(4));
+    expect(s2.stepId).toBe('s2');
+  });
+
+  it('refuses, writing nothing, a result that is not current, a failure and a disabled successor; the general transaction then applies them', async () => {
+    const run = await runs.createRun('a', { dagId: 'chain', inputs: {}, runToken: 'stale', requestedBy: 'me' });
+    const [s1] = await store.cycle([], opts(4));
+    const before = (await owner.query(`select event_seq from run where run_id = $1`, [run.runId])).rows[0].event_seq;
+    expect(await store.advance([{ ...ok(s1), epoch: s1.epoch + 1 }], opts(4))).toBeNull();
+    expect(
+      await store.advance(
+        [{ ...ok(s1), outcome: { status: 'failed', error: { code: 'X', message: 'x', retryable: false }, logs: [] } }],
+        opts(4),
+      ),
+    ).toBeNull();
+    expect((await owner.query(`select event_seq from run where run_id = $1`, [run.runId])).rows[0].event_seq).toBe(
+      before,
+    );
+    expect(await stepStates(run.runId)).toEqual({ s1: 'running', s2: 'pending', s3: 'pending' });
+
+    const gap = await runs.createRun('a', { dagId: 'gap', inputs: {}, runToken: 'gap', requestedBy: 'me' });
+    const [g1] = await store.cycle([], opts(4));
+    expect(g1.runId).toBe(gap.runId);
+    expect(await store.advance([ok(g1)], opts(4))).toBeNull();
+    expect(await stepStates(gap.runId)).toEqual({ s1: 'running', s2: 'pending', s3: 'pending' });
+    const next = await store.cycle([ok(g1)], opts(4));
+    expect(next.map((w) => w.stepId)).toEqual(['s3']);
+    expect(await stepStates(gap.runId)).toEqual({ s1: 'succeeded', s2: 'skipped', s3: 'running' });
+    expect(verifyChain(await events('a', gap.runId))).toEqual({ ok: true });
+  });
+
+  it('mixes with the general transaction in one chain: events written by either verify together', async () => {
+    const run = await runs.createRun('b', { dagId: 'chain', inputs: {}, runToken: 'mix', requestedBy: 'me' });
+    const [s1] = await store.cycle([], opts(4));
+    const [s2] = (await store.advance([ok(s1, { text: 'ünïcödé "quoted" \\ \n' })], opts(4)))!;
+    const [s3] = await store.cycle([ok(s2)], opts(4));
+    expect(await store.advance([ok(s3)], opts(4))).toEqual([]);
+    const ev = await events('b', run.runId);
+    expect(verifyChain(ev)).toEqual({ ok: true });
+    expect(ev.at(-1)?.type).toBe('run.succeeded');
+  });
+});
