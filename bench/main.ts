@@ -157,6 +157,26 @@ async function main(): Promise<void> {
     const e = embedded;
     cleanups.unshift(() => e.stop());
   }
+  /** CPU time (ms) used so far by the embedded server's processes (null with --db: other clients share it). */
+  const pgCpuMs = (): number | null => {
+    if (!embedded) return null;
+    const pidFile = path.join(tmp, 'pg', 'data', 'postmaster.pid');
+    const pm = Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]);
+    const tick = 1000 / 100;
+    let total = 0;
+    for (const d of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(d)) continue;
+      let stat: string;
+      try {
+        stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      } catch {
+        continue;
+      }
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(d) === pm || Number(f[1]) === pm) total += (Number(f[11]) + Number(f[12])) * tick;
+    }
+    return total;
+  };
   const dbName = `ordo_bench_${process.pid}`;
   const admin = new pg.Client({ connectionString: serverUrl });
   await admin.connect();
@@ -270,6 +290,7 @@ async function main(): Promise<void> {
       }));
       const q0 = queryCount;
       const cpu0 = process.cpuUsage();
+      const pg0 = pgCpuMs();
       const load0 = os.loadavg()[0];
       const t0 = now();
       const made = await runs.createRuns('bench', reqs);
@@ -306,10 +327,11 @@ async function main(): Promise<void> {
         makespanMs: stats(mk),
         queriesPerStep: Math.round(((queryCount - q0) / Math.max(1, steps)) * 100) / 100,
         nodeCpuMsPerStep: Math.round(((cpu.user + cpu.system) / 1000 / Math.max(1, steps)) * 1000) / 1000,
+        pgCpuMsPerStep: pg0 === null ? null : Math.round(((pgCpuMs()! - pg0) / Math.max(1, steps)) * 1000) / 1000,
         loadavg1: [load0, os.loadavg()[0]],
       };
       log(
-        `burst #${rep}: ${row.stepsPerS} steps/s (${steps} steps in ${row.elapsedS} s, submit ${row.submitMs} ms), ${row.queriesPerStep} queries/step`,
+        `burst #${rep}: ${row.stepsPerS} steps/s (${steps} steps in ${row.elapsedS} s, submit ${row.submitMs} ms), ${row.queriesPerStep} queries/step, CPU per step ${row.nodeCpuMsPerStep} ms Node + ${row.pgCpuMsPerStep} ms PostgreSQL`,
       );
       reps.push(row);
       await sleep(500);
