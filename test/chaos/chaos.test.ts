@@ -1,6 +1,7 @@
+import os from 'node:os';
 import pg from 'pg';
 import { Cluster, Postgres, readyz, sleep, type OrdoProcess, type Role } from './cluster';
-import { checkRuns, checkSchedule, drain, throughput, type Counts } from './invariants';
+import { checkRuns, checkSchedule, checkTimers, drain, throughput, type Counts } from './invariants';
 import { Api, SCHEDULE_DAG, setupTenants, Submitter, type Tenant } from './workload';
 
 /**
@@ -15,6 +16,8 @@ const LEASE_MS = 3_000;
 const REAPER_MS = 1_000;
 const RATE = Number(process.env.CHAOS_RATE ?? (FULL ? 20 : 12));
 const BASELINE_MS = FULL ? 10_000 : 4_000;
+/** The baseline leaves out the cell's first seconds: its first runs are still on their way. */
+const BASELINE_SKIP_MS = FULL ? 3_000 : 2_000;
 const AFTER_MS = FULL ? 15_000 : 5_000;
 const STORM_RUNS = Number(process.env.CHAOS_STORM_RUNS ?? (FULL ? 5_000 : 300));
 /** Throughput must be back to this share of the baseline within RECOVERY_LIMIT_S of the fault's end. */
@@ -23,6 +26,8 @@ const RECOVERY_LIMIT_S = 15;
 /** The short form runs on a small shared machine: the throughput criterion is reported, not enforced. */
 const ENFORCE_THROUGHPUT = FULL && process.env.CHAOS_ENFORCE_THROUGHPUT !== '0';
 const CELLS = (process.env.CHAOS_CELLS ?? '').split(',').filter(Boolean);
+/** Full form: the load runs this long (then drains) before the first cell, so no baseline is taken cold. */
+const WARMUP_MS = FULL ? 15_000 : 0;
 
 interface Row extends Counts {
   cell: string;
@@ -30,11 +35,14 @@ interface Row extends Counts {
   during: number;
   after: number;
   recoveryS: number | null;
+  /** Mean and highest 1-minute load average sampled every 5 s while the cell ran. */
+  load: string;
   extra: string;
   verdict: string;
 }
 
 const table: Row[] = [];
+const startedAt = Date.now();
 const pgServer = new Postgres();
 let cluster: Cluster;
 let api: Api;
@@ -96,17 +104,24 @@ beforeAll(async () => {
   owner = await ownerClient();
   api = new Api(cluster);
   tenants = await setupTenants(api, cluster.credentials().platformToken, 3, 'chaos-t');
-}, 180_000);
+  if (WARMUP_MS > 0) {
+    const warm = new Submitter(api, tenants, 'warm-up', RATE);
+    warm.start();
+    await sleep(WARMUP_MS);
+    await warm.stop();
+    await drain(db, warm.runs, 120_000);
+  }
+}, 360_000);
 
 afterAll(async () => {
   const fmt = (n: number) => n.toFixed(1);
   const lines = [
-    `chaos harness (${FULL ? 'full' : 'short'} form; throughput in finished runs/s, recovery = s after the fault until ≥ ${RECOVERY_SHARE * 100}% of baseline)`,
-    '| cell | runs | baseline | during | after | recovery s | lost | dup | stale applied | stale rejected | notes | verdict |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|',
+    `chaos harness (${FULL ? 'full' : 'short'} form, ${Math.round((Date.now() - startedAt) / 1000)} s; throughput in finished runs/s, recovery = s after the fault until ≥ ${RECOVERY_SHARE * 100}% of baseline; load = 1-min load average, mean/max)`,
+    '| cell | runs | baseline | during | after | recovery s | lost | dup | stale applied | stale rejected | load | notes | verdict |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...table.map(
       (r) =>
-        `| ${r.cell} | ${r.runs} | ${fmt(r.baseline)} | ${fmt(r.during)} | ${fmt(r.after)} | ${r.recoveryS ?? '—'} | ${r.lost} | ${r.duplicated} | ${r.staleApplied} | ${r.staleRejected} | ${r.extra} | ${r.verdict} |`,
+        `| ${r.cell} | ${r.runs} | ${fmt(r.baseline)} | ${fmt(r.during)} | ${fmt(r.after)} | ${r.recoveryS ?? '—'} | ${r.lost} | ${r.duplicated} | ${r.staleApplied} | ${r.staleRejected} | ${r.load} | ${r.extra} | ${r.verdict} |`,
     ),
   ];
   process.stdout.write(`\n${lines.join('\n')}\n\n`);
@@ -136,7 +151,20 @@ function cell(name: string, full: boolean, short: boolean, opts: CellOptions, ti
   (run ? it : it.skip)(name, () => runCell(name, opts), timeoutMs);
 }
 
+/** Samples the 1-minute load average every 5 s until stopped; returns "mean/max". */
+function loadSampler(): () => string {
+  const samples = [os.loadavg()[0]];
+  const timer = setInterval(() => samples.push(os.loadavg()[0]), 5_000);
+  return () => {
+    clearInterval(timer);
+    samples.push(os.loadavg()[0]);
+    const mean = samples.reduce((a, b) => a + b, 0) / samples.length;
+    return `${mean.toFixed(1)}/${Math.max(...samples).toFixed(1)}`;
+  };
+}
+
 async function runCell(name: string, opts: CellOptions): Promise<void> {
+  const load = loadSampler();
   const started = new Date(Date.now() - 1_000).toISOString();
   const notes: string[] = [];
   const violations: string[] = [];
@@ -182,6 +210,8 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
   const drained = await drain(db, submitter.runs, opts.drainMs ?? (FULL ? 300_000 : 60_000));
   if (!drained) violations.push('queue depth back to zero (runs still open or queue_item not empty after the drain)');
   const c = await db();
+  // Before the run checks: a stalled drain is most often a timer nobody runs.
+  violations.push(...(await checkTimers(c)));
   const result = await checkRuns(c, submitter.runs, started);
   violations.push(...result.violations);
   if (opts.expectRejections && result.counts.staleRejected === 0)
@@ -198,7 +228,7 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
     for (let s = from; s < to; s++) n += tp.get(s) ?? 0;
     return to > from ? n / (to - from) : 0;
   };
-  const baseline = rate(sec(faultStart - BASELINE_MS + 2_000), sec(faultStart));
+  const baseline = rate(sec(faultStart - BASELINE_MS + BASELINE_SKIP_MS), sec(faultStart));
   const during = rate(sec(faultStart), Math.max(sec(faultEnd), sec(faultStart) + 1));
   const after = rate(sec(faultEnd), sec(faultEnd + AFTER_MS));
   let recoveryS: number | null = null;
@@ -222,6 +252,7 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
     during,
     after,
     recoveryS,
+    load: load(),
     extra: notes.join('; '),
     verdict: violations.length === 0 ? 'pass' : `FAIL: ${violations.map((v) => v.split(':')[0]).join(', ')}`,
   };
@@ -329,7 +360,23 @@ describe('chaos cells', () => {
         const v = await busiestWorker();
         ctx.notes.push(`paused ${v.name} holding ${v.held} running step(s)`);
         v.child.kill('SIGSTOP');
-        await sleep(LEASE_MS + 3 * REAPER_MS + 1_000);
+        // What the stopped process leaves behind: its open transactions and the sessions waiting on their locks.
+        const pauseEnd = Date.now() + LEASE_MS + 3 * REAPER_MS + 1_000;
+        let stuck = 0;
+        let waiting = 0;
+        while (Date.now() < pauseEnd) {
+          const r = await (
+            await db()
+          ).query<{ stuck: number; waiting: number }>(
+            `select count(*) filter (where state like 'idle in transaction%' and now() - state_change > interval '1 second')::int as stuck,
+                    count(*) filter (where wait_event_type = 'Lock')::int as waiting
+               from pg_stat_activity where application_name like 'ordo:%'`,
+          );
+          stuck = Math.max(stuck, r.rows[0].stuck);
+          waiting = Math.max(waiting, r.rows[0].waiting);
+          await sleep(Math.min(500, Math.max(0, pauseEnd - Date.now())));
+        }
+        ctx.notes.push(`at most ${stuck} transaction(s) left open, ${waiting} session(s) waiting on a lock`);
         v.child.kill('SIGCONT');
         await sleep(2_000);
         if (!v.alive()) ctx.violations.push('the resumed worker keeps running');
@@ -368,46 +415,6 @@ describe('chaos cells', () => {
       },
     },
     600_000,
-  );
-
-  cell(
-    `PostgreSQL restart storm with ${STORM_RUNS} three-step runs`,
-    true,
-    true,
-    {
-      rate: FULL ? RATE : RATE / 2,
-      drainMs: FULL ? 900_000 : 120_000,
-      fault: async (ctx) => {
-        const before = cluster.live();
-        const storm = new Submitter(api, tenants, 'storm', 1, ['three']);
-        let restarts = 0;
-        let done = false;
-        const submitted = storm
-          .submitCount('three', STORM_RUNS, 32)
-          .then(() => drain(db, storm.runs, FULL ? 900_000 : 120_000));
-        void submitted.finally(() => (done = true));
-        const minUp = FULL ? 5_000 : 3_000;
-        const maxUp = FULL ? 20_000 : 8_000;
-        const stormEnd = Date.now() + (FULL ? 600_000 : 20_000);
-        while (!done && Date.now() < stormEnd) {
-          const up = minUp + Math.random() * (maxUp - minUp);
-          const until = Date.now() + up;
-          while (!done && Date.now() < until) await sleep(100);
-          if (done) break;
-          await outage(Math.random() * 5_000, ctx, false);
-          restarts++;
-        }
-        await submitted;
-        const r = await checkRuns(await db(), storm.runs, new Date(0).toISOString());
-        ctx.violations.push(...r.violations.map((v) => `storm runs: ${v}`));
-        const ok = storm.runs.filter((s) => s.runId).length;
-        ctx.notes.push(
-          `${restarts} restarts; ${ok}/${STORM_RUNS} storm runs acknowledged, lost ${r.counts.lost}, dup ${r.counts.duplicated}`,
-        );
-        checkAlive(ctx, before);
-      },
-    },
-    FULL ? 2_400_000 : 400_000,
   );
 
   cell(
@@ -519,6 +526,47 @@ describe('chaos cells', () => {
     600_000,
   );
 
+  // The storm late: the cell most likely to leave damage behind; the next cell replaces every process.
+  cell(
+    `PostgreSQL restart storm with ${STORM_RUNS} three-step runs`,
+    true,
+    true,
+    {
+      rate: FULL ? RATE : RATE / 2,
+      drainMs: FULL ? 900_000 : 120_000,
+      fault: async (ctx) => {
+        const before = cluster.live();
+        const storm = new Submitter(api, tenants, 'storm', 1, ['three']);
+        let restarts = 0;
+        let done = false;
+        const submitted = storm
+          .submitCount('three', STORM_RUNS, 32)
+          .then(() => drain(db, storm.runs, FULL ? 900_000 : 120_000));
+        void submitted.finally(() => (done = true));
+        const minUp = FULL ? 5_000 : 3_000;
+        const maxUp = FULL ? 20_000 : 8_000;
+        const stormEnd = Date.now() + (FULL ? 600_000 : 20_000);
+        while (!done && Date.now() < stormEnd) {
+          const up = minUp + Math.random() * (maxUp - minUp);
+          const until = Date.now() + up;
+          while (!done && Date.now() < until) await sleep(100);
+          if (done) break;
+          await outage(Math.random() * 5_000, ctx, false);
+          restarts++;
+        }
+        await submitted;
+        const r = await checkRuns(await db(), storm.runs, new Date(0).toISOString());
+        ctx.violations.push(...r.violations.map((v) => `storm runs: ${v}`));
+        const ok = storm.runs.filter((s) => s.runId).length;
+        ctx.notes.push(
+          `${restarts} restarts; ${ok}/${STORM_RUNS} storm runs acknowledged, lost ${r.counts.lost}, dup ${r.counts.duplicated}`,
+        );
+        checkAlive(ctx, before);
+      },
+    },
+    FULL ? 2_400_000 : 400_000,
+  );
+
   cell(
     'commits that succeed while the caller sees an error (1%)',
     true,
@@ -550,6 +598,7 @@ describe('chaos cells', () => {
   );
 
   it('shuts every role down cleanly within 10 s of SIGTERM', async () => {
+    const load = loadSampler();
     const results = await Promise.all(cluster.live().map(async (p) => ({ p, r: await cluster.terminate(p) })));
     const slow = results.filter((x) => !x.r.clean).map((x) => `${x.p.name} (${x.r.ms} ms, exit ${x.r.code})`);
     table.push({
@@ -563,6 +612,7 @@ describe('chaos cells', () => {
       during: 0,
       after: 0,
       recoveryS: null,
+      load: load(),
       extra: `slowest ${Math.max(...results.map((x) => x.r.ms))} ms`,
       verdict: slow.length === 0 ? 'pass' : `FAIL: ${slow.join(', ')}`,
     });

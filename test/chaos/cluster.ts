@@ -190,7 +190,8 @@ export class Cluster {
         ...this.opts.env,
         ...env,
       },
-      stdio: ['ignore', 'ignore', 'pipe'],
+      // stdout carries Ordo's log lines: kept only with CHAOS_LOG_DIR.
+      stdio: ['ignore', process.env.CHAOS_LOG_DIR ? 'pipe' : 'ignore', 'pipe'],
       // Its own process group: the guard and killAll end it with anything it started.
       detached: true,
     });
@@ -199,8 +200,11 @@ export class Cluster {
     // CHAOS_LOG_DIR keeps every process's stderr for a post-mortem.
     const logDir = process.env.CHAOS_LOG_DIR;
     if (logDir) fs.mkdirSync(logDir, { recursive: true });
-    child.stderr.on('data', (d: Buffer) => {
+    child.stderr?.on('data', (d: Buffer) => {
       tail = (tail + d.toString()).slice(-4000);
+      if (logDir) fs.appendFileSync(path.join(logDir, `${name}.log`), d);
+    });
+    child.stdout?.on('data', (d: Buffer) => {
       if (logDir) fs.appendFileSync(path.join(logDir, `${name}.log`), d);
     });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>

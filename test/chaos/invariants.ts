@@ -31,10 +31,21 @@ interface RunRow {
   status: string;
 }
 
-/** Waits (bounded) until every acknowledged run is terminal and the ready queue is empty. */
-export async function drain(conn: () => Promise<pg.Client>, runs: Submitted[], timeoutMs: number): Promise<boolean> {
+/**
+ * Waits (bounded) until every acknowledged run is terminal and the ready queue is empty. Gives up
+ * early when nothing has moved (open runs, queue depth) for `stallMs`: a stuck run does not get
+ * unstuck by waiting out the whole bound.
+ */
+export async function drain(
+  conn: () => Promise<pg.Client>,
+  runs: Submitted[],
+  timeoutMs: number,
+  stallMs = 120_000,
+): Promise<boolean> {
   const ids = runs.filter((r) => r.runId).map((r) => r.runId!);
   const deadline = Date.now() + timeoutMs;
+  let last = '';
+  let lastMove = Date.now();
   for (;;) {
     try {
       const db = await conn();
@@ -48,10 +59,15 @@ export async function drain(conn: () => Promise<pg.Client>, runs: Submitted[], t
         [TERMINAL],
       );
       if (open.rows[0].n === 0 && queued.rows[0].n === 0 && sched.rows[0].n === 0) return true;
+      const now = `${open.rows[0].n} ${queued.rows[0].n} ${sched.rows[0].n}`;
+      if (now !== last) {
+        last = now;
+        lastMove = Date.now();
+      }
     } catch {
       // The database may be restarting; ask again.
     }
-    if (Date.now() > deadline) return false;
+    if (Date.now() > deadline || Date.now() - lastMove > stallMs) return false;
     await sleep(250);
   }
 }
@@ -206,6 +222,22 @@ export async function checkRuns(db: pg.Client, submitted: Submitted[], sinceIso:
       staleRejected: events.filter((e) => e.type === 'step.result_rejected').length,
     },
   };
+}
+
+/**
+ * The engine's timers (graphile-worker jobs: retry backoffs, webhooks) are being run: none is due
+ * for more than `lateS` seconds without being taken.
+ */
+export async function checkTimers(db: pg.Client, lateS = 60): Promise<string[]> {
+  const r = await db.query<{ n: number; oldest: string | null }>(
+    `select count(*)::int as n, min(run_at)::text as oldest from graphile_worker._private_jobs
+      where locked_at is null and run_at < now() - make_interval(secs => $1) and attempts < max_attempts`,
+    [lateS],
+  );
+  const { n, oldest } = r.rows[0];
+  return n > 0
+    ? [`engine timers run (no job due for more than ${lateS} s): ${n} job(s) waiting, oldest due ${oldest}`]
+    : [];
 }
 
 /** Each fire time of the schedule, second by second, has exactly one fire and one run. */
