@@ -45,6 +45,18 @@ export class AuthRepository {
     return row && { revoked: row.revoked_at !== null, tenantActive: row.status === 'active' };
   }
 
+  /** Connections to this database with the given application_name (the replicas' revocation listeners). */
+  async countListeners(db: SystemDb, applicationName: string): Promise<number> {
+    const r = await sql<{ n: number }>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and application_name = ${applicationName}`.execute(db);
+    return r.rows[0].n;
+  }
+
+  async notify(db: SystemDb, channel: string, payload: string): Promise<void> {
+    await sql`select pg_notify(${channel}, ${payload})`.execute(db);
+  }
+
   async platformTokenRevoked(db: SystemDb, jti: string): Promise<boolean | undefined> {
     const row = await db.selectFrom('platform_token').select('revoked_at').where('jti', '=', jti).executeTakeFirst();
     return row && row.revoked_at !== null;

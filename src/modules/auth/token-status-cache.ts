@@ -1,4 +1,5 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Database } from '../../core/database/database';
 import { rootLogger } from '../../core/logging/logger';
@@ -6,11 +7,16 @@ import { AuthRepository, type TokenStatus } from './auth.repository';
 
 const REVOKED_CHANNEL = 'ordo_token_revoked';
 const TENANT_CHANNEL = 'ordo_tenant_status';
+/** Each listener's answer to a revocation, once it dropped the token: "<tenant> <jti>". */
+const ACK_CHANNEL = 'ordo_token_revoked_ack';
+/** The listening connections' application_name: a revoker counts them to know how many answers to wait for. */
+export const LISTENER_NAME = 'ordo:auth-listen';
 /** Entries are read again after this long even without a notification. */
 const ENTRY_TTL_MS = 60_000;
 const MAX_ENTRIES = 50_000;
-/** How long a revocation waits for its own notification to come back (see `revoked`). */
-const ECHO_WAIT_MS = 1_000;
+/** How long a revocation waits for the listeners' answers (see `revoked`). */
+const ACK_WAIT_MS = 2_000;
+const MAX_ACKS = 10_000;
 
 interface Entry {
   status: TokenStatus;
@@ -25,6 +31,11 @@ interface Entry {
  * is up are entries kept; when it is lost they are all dropped and every check reads the database
  * until it is back (and LISTENs again). A read that overlaps a notification is not kept, so an
  * answer older than a revocation is never cached after it. Unknown tokens are never cached.
+ *
+ * Every listener answers each revocation notification once it has dropped the token
+ * (`ordo_token_revoked_ack`), and the revoking request waits for as many answers as there are
+ * listening connections on the database: when it returns, every replica refuses the token. A
+ * tenant's status change is announced again with a nonce and answered the same way.
  */
 @Injectable()
 export class TokenStatusCache implements OnModuleDestroy {
@@ -37,7 +48,9 @@ export class TokenStatusCache implements OnModuleDestroy {
   private stopped = false;
   private retry?: NodeJS.Timeout;
   private delay = 250;
-  private readonly echoes = new Map<string, () => void>();
+  /** Answers seen per revoked token, and the revocations waiting for them. */
+  private readonly acks = new Map<string, number>();
+  private readonly waiting = new Map<string, { need: number; done: () => void }[]>();
   private readonly log = rootLogger().child({ component: 'token-status' });
 
   constructor(
@@ -63,24 +76,54 @@ export class TokenStatusCache implements OnModuleDestroy {
 
   /**
    * Called by the process that revoked a token, after the commit: forgets it here at once, then
-   * waits (bounded) until the revocation's notification comes back on this process's listening
-   * connection. Every replica's listening connection is told at the same commit, so when the
-   * revoking request answers, the other replicas have been told as well.
+   * waits (bounded) until every listening connection on the database has answered the
+   * revocation's notification, i.e. until every replica has dropped the token.
    */
   async revoked(tenantId: string, jti: string): Promise<void> {
-    this.forget(`${tenantId} ${jti}`);
-    if (!this.listening) return;
     const key = `${tenantId} ${jti}`;
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(done, ECHO_WAIT_MS);
-      t.unref();
-      const prior = this.echoes.get(key);
-      this.echoes.set(key, done);
+    this.forget(key);
+    if (this.listening) await this.answered(key, async () => undefined);
+  }
+
+  /**
+   * Called by the process that changed a tenant's status, after the commit: forgets the tenant's
+   * tokens here, announces the change once more with a nonce, and waits (bounded) until every
+   * listening connection has answered it (each has then dropped the tenant's tokens).
+   */
+  async tenantChanged(tenantId: string): Promise<void> {
+    this.dropTenant(tenantId);
+    if (!this.listening) return;
+    const key = `${tenantId} ${randomUUID()}`;
+    await this.answered(key, () => this.repo.notify(this.db.system, TENANT_CHANNEL, key));
+  }
+
+  /** Sends (after registering the wait) and waits until every listener answered `key`, at most ACK_WAIT_MS. */
+  private answered(key: string, send: () => Promise<void>): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ACK_WAIT_MS);
+      timer.unref();
+      const waiter = { need: Number.POSITIVE_INFINITY, done };
+      this.waiting.set(key, [...(this.waiting.get(key) ?? []), waiter]);
       function done() {
-        clearTimeout(t);
-        prior?.();
+        clearTimeout(timer);
         resolve();
       }
+      const settle = () => {
+        if ((this.acks.get(key) ?? 0) < waiter.need) return;
+        const rest = (this.waiting.get(key) ?? []).filter((w) => w !== waiter);
+        if (rest.length > 0) this.waiting.set(key, rest);
+        else this.waiting.delete(key);
+        done();
+      };
+      send()
+        .then(() => this.repo.countListeners(this.db.system, LISTENER_NAME))
+        .then(
+          (n) => {
+            waiter.need = n;
+            settle();
+          },
+          () => done(),
+        );
     });
   }
 
@@ -107,7 +150,7 @@ export class TokenStatusCache implements OnModuleDestroy {
     if (this.stopped) return;
     const c = new pg.Client({
       connectionString: this.db.urls.system,
-      application_name: 'ordo:auth-listen',
+      application_name: LISTENER_NAME,
       keepAlive: true,
     });
     const drop = (e?: unknown) => {
@@ -119,7 +162,7 @@ export class TokenStatusCache implements OnModuleDestroy {
     c.on('notification', (n) => this.notified(n.channel, n.payload ?? ''));
     try {
       await c.connect();
-      await c.query(`listen ${REVOKED_CHANNEL}; listen ${TENANT_CHANNEL}`);
+      await c.query(`listen ${REVOKED_CHANNEL}; listen ${TENANT_CHANNEL}; listen ${ACK_CHANNEL}`);
     } catch (e) {
       drop(e);
       return;
@@ -158,24 +201,42 @@ export class TokenStatusCache implements OnModuleDestroy {
     this.listening = false;
     this.entries.clear();
     this.generation++;
-    for (const done of this.echoes.values()) done();
-    this.echoes.clear();
+    for (const list of this.waiting.values()) for (const w of list) w.done();
+    this.waiting.clear();
   }
 
   private notified(channel: string, payload: string): void {
     if (channel === REVOKED_CHANNEL) {
       const [tenantId, jti] = payload.split(' ');
       if (!tenantId || !jti) return;
-      const key = `${tenantId} ${jti}`;
-      this.forget(key);
-      const echo = this.echoes.get(key);
-      this.echoes.delete(key);
-      echo?.();
+      this.forget(`${tenantId} ${jti}`);
+      // Dropped: tell the revoker (and everyone else listening).
+      void this.client?.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
+    } else if (channel === ACK_CHANNEL) {
+      if (this.acks.size >= MAX_ACKS) this.acks.delete(this.acks.keys().next().value!);
+      const n = (this.acks.get(payload) ?? 0) + 1;
+      this.acks.set(payload, n);
+      const list = this.waiting.get(payload);
+      if (!list) return;
+      const rest = list.filter((w) => {
+        if (n < w.need) return true;
+        w.done();
+        return false;
+      });
+      if (rest.length > 0) this.waiting.set(payload, rest);
+      else this.waiting.delete(payload);
     } else if (channel === TENANT_CHANNEL) {
-      this.generation++;
-      const prefix = `${payload} `;
-      for (const k of this.entries.keys()) if (k.startsWith(prefix)) this.entries.delete(k);
+      const [tenantId, nonce] = payload.split(' ');
+      if (!tenantId) return;
+      this.dropTenant(tenantId);
+      if (nonce) void this.client?.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
     }
+  }
+
+  private dropTenant(tenantId: string): void {
+    this.generation++;
+    const prefix = `${tenantId} `;
+    for (const k of this.entries.keys()) if (k.startsWith(prefix)) this.entries.delete(k);
   }
 
   private forget(key: string): void {

@@ -84,6 +84,11 @@ export class TokensService {
     return { items, nextPageToken: last ? encodePageToken({ c: last.createdKey, j: last.jti }) : null };
   }
 
+  /** After a tenant's status changed: returns once every api replica refuses or accepts its tokens accordingly. */
+  async tenantStatusChanged(tenantId: string): Promise<void> {
+    await this.statuses.tenantChanged(tenantId);
+  }
+
   async revoke(principal: TenantPrincipalT, jti: string): Promise<{ jti: string; revokedAt: string }> {
     const r = await this.db.withTenant(principal.tenantId, (tx) => this.repo.revokeToken(tx, jti, principal.subject));
     if (!r.found || !r.revokedAt) throw notFound('token');

@@ -42,6 +42,7 @@ export class TenantsService {
   async setStatus(id: string, status: 'active' | 'disabled'): Promise<TenantDto> {
     const row = await this.repo.setStatus(this.db.system, id, status);
     if (!row) throw notFound('tenant');
+    await this.tokens.tenantStatusChanged(id);
     return toDto(row);
   }
 
