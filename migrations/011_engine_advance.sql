@@ -41,6 +41,59 @@ create type ordo_adv_chained as (
   prev_hash text, hash text
 );
 
+-- Appends events to their runs (the runs are locked by the caller): each run's events are numbered
+-- after its last one (run.event_seq) and chained from its last hash (run.event_hash), in `ord`
+-- order, all stamped `p_at`. Returns them chained; the caller writes the runs' new event_seq and
+-- event_hash with the rest of its bookkeeping (one update per run row).
+create function ordo_append_events(p_events ordo_adv_event[], p_at timestamptz) returns ordo_adv_chained[]
+  language plpgsql
+  set plan_cache_mode = force_generic_plan
+  as $$
+declare
+  v_created text := to_char(p_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+  v_ch ordo_adv_chained[] := '{}';
+  v_key text := '';
+  v_seq integer;
+  v_prev text;
+  v_hash text;
+  rec record;
+begin
+  for rec in
+    select e.*, x.event_seq, x.event_hash
+    from unnest(p_events) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
+    order by e.tenant_id, e.run_id, e.ord
+  loop
+    if rec.tenant_id || '/' || rec.run_id::text <> v_key then
+      v_key := rec.tenant_id || '/' || rec.run_id::text;
+      v_seq := rec.event_seq;
+      v_prev := rec.event_hash;
+    end if;
+    v_seq := v_seq + 1;
+    v_hash := encode(sha256(convert_to(
+      v_prev || ordo_event_body(rec.run_id, v_seq, v_created, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data), 'UTF8')), 'hex');
+    v_ch := v_ch || row(rec.tenant_id, rec.run_id, v_seq, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data, v_prev, v_hash)::ordo_adv_chained;
+    v_prev := v_hash;
+  end loop;
+  insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
+  select e.tenant_id, e.run_id, e.seq, p_at, e.type, e.step_id, e.attempt, e.actor, e.data::jsonb, e.prev_hash, e.hash
+  from unnest(v_ch) e order by e.tenant_id, e.run_id, e.seq;
+  return v_ch;
+end
+$$;
+
+-- Appended events as the caller reports them back (with their run's DAG, trace and start, for
+-- metrics and run spans).
+create function ordo_events_out(p_ch ordo_adv_chained[], p_at timestamptz) returns setof jsonb
+  language sql stable
+  as $$
+    select jsonb_build_object('tenantId', e.tenant_id, 'runId', e.run_id, 'seq', e.seq,
+      'createdAt', to_char(p_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+      'type', e.type, 'stepId', e.step_id, 'attempt', e.attempt, 'actor', e.actor, 'data', e.data::jsonb,
+      'prevHash', e.prev_hash, 'hash', e.hash, 'dagId', x.dag_id, 'traceId', x.trace_id, 'startedAt', x.started_at)
+    from unnest(p_ch) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
+    order by e.tenant_id, e.run_id, e.seq
+  $$;
+
 -- Its statements are planned once per connection (generic plans: every one of them is keyed by
 -- primary keys), whatever the caller's plan_cache_mode.
 create function ordo_engine_advance(p jsonb) returns table (kind text, item jsonb)
@@ -49,7 +102,6 @@ create function ordo_engine_advance(p jsonb) returns table (kind text, item json
   as $$
 declare
   v_now timestamptz := date_trunc('milliseconds', now());
-  v_created text := to_char(date_trunc('milliseconds', now()) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
@@ -57,17 +109,13 @@ declare
   v_c ordo_adv_result[];
   v_e ordo_adv_event[];
   v_ready ordo_adv_ready[];
-  v_ch ordo_adv_chained[] := '{}';
+  v_ch ordo_adv_chained[];
   v_d jsonb[];
   v_ended uuid[];
   v_rel jsonb;
   v_n integer;
   v_done integer;
   rec record;
-  v_prev text;
-  v_hash text;
-  v_seq integer;
-  v_run_key text := '';
 begin
   v_c := array(
     select row(c.t, c.r, c.s, c.a, c.e, c.o, c.oh, c.lh, c.sa, c.fa, c.ord)::ordo_adv_result
@@ -271,26 +319,8 @@ begin
     );
   end loop;
 
-  -- Events numbered after each run's last one and chained, in the order they happened.
-  for rec in
-    select e.*, x.event_seq, x.event_hash
-    from unnest(v_e) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
-    order by e.tenant_id, e.run_id, e.ord
-  loop
-    if rec.tenant_id || '/' || rec.run_id::text <> v_run_key then
-      v_run_key := rec.tenant_id || '/' || rec.run_id::text;
-      v_seq := rec.event_seq;
-      v_prev := rec.event_hash;
-    end if;
-    v_seq := v_seq + 1;
-    v_hash := encode(sha256(convert_to(
-      v_prev || ordo_event_body(rec.run_id, v_seq, v_created, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data), 'UTF8')), 'hex');
-    v_ch := v_ch || row(rec.tenant_id, rec.run_id, v_seq, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data, v_prev, v_hash)::ordo_adv_chained;
-    v_prev := v_hash;
-  end loop;
-  insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
-  select e.tenant_id, e.run_id, e.seq, v_now, e.type, e.step_id, e.attempt, e.actor, e.data::jsonb, e.prev_hash, e.hash
-  from unnest(v_ch) e order by e.tenant_id, e.run_id, e.seq;
+  -- Events numbered after each run's last one, chained and appended, in the order they happened.
+  v_ch := ordo_append_events(v_e, v_now);
 
   -- The runs' bookkeeping.
   with last as (
@@ -326,12 +356,213 @@ begin
   return query
     select 'd'::text, x - 'k' from unnest(v_d) x
     union all
-    select 'e'::text, jsonb_build_object('tenantId', e.tenant_id, 'runId', e.run_id, 'seq', e.seq, 'createdAt', v_created,
-      'type', e.type, 'stepId', e.step_id, 'attempt', e.attempt, 'actor', e.actor, 'data', e.data::jsonb,
-      'prevHash', e.prev_hash, 'hash', e.hash, 'dagId', x.dag_id, 'traceId', x.trace_id, 'startedAt', x.started_at)
-    from unnest(v_ch) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+    select 'e'::text, x from ordo_events_out(v_ch, v_now) x;
 end
 $$;
 revoke all on function ordo_engine_advance(jsonb) from public;
 grant execute on function ordo_engine_advance(jsonb) to ordo_system;
 grant execute on function ordo_event_body(uuid, integer, text, text, text, integer, text, text) to ordo_system;
+revoke all on function ordo_append_events(ordo_adv_event[], timestamptz) from public;
+revoke all on function ordo_events_out(ordo_adv_chained[], timestamptz) from public;
+grant execute on function ordo_events_out(ordo_adv_chained[], timestamptz) to ordo_system;
+grant execute on function ordo_append_events(ordo_adv_event[], timestamptz) to ordo_system;
+
+-- The engine's claim in one statement: ready steps from the per-tenant queues, fairly (weighted
+-- round robin, least recently served tenant first, under the per-tenant in-flight cap), dispatched to
+-- `worker` with their events and run bookkeeping. Up to three rounds: capacity a tenant cannot use
+-- (fewer ready steps than its share) goes to the tenants that filled theirs. With `skipLocked` it
+-- never waits for another transaction: tenants and runs it holds are left for later. Returns the
+-- dispatched steps ('d') in claim order and the appended events ('e').
+create type ordo_claim_item as (tenant_id text, id bigint, run_id uuid, step_id text, enqueued_at timestamptz, rk integer);
+create type ordo_run_key as (tenant_id text, run_id uuid);
+
+create function ordo_engine_claim(p jsonb) returns table (kind text, item jsonb)
+  language plpgsql
+  set plan_cache_mode = force_generic_plan
+  as $$
+declare
+  v_now timestamptz := date_trunc('milliseconds', now());
+  v_worker text := p->>'worker';
+  v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
+  v_capacity integer := greatest(0, (p->>'capacity')::integer);
+  v_cap integer := (p->>'cap')::integer;
+  v_skip boolean := coalesce((p->>'skipLocked')::boolean, false);
+  v_exclude text[] := array(select jsonb_array_elements_text(coalesce(p->'exclude', '[]')));
+  v_left integer := v_capacity;
+  v_tenants text[];
+  v_eligible text[];
+  v_items ordo_claim_item[] := '{}';
+  v_new ordo_claim_item[];
+  v_locked ordo_run_key[];
+  v_d jsonb[];
+  v_e ordo_adv_event[];
+  v_ch ordo_adv_chained[];
+begin
+  if v_capacity = 0 then
+    return;
+  end if;
+  -- The tenants to serve, least recently served first.
+  if v_skip then
+    v_tenants := array(
+      select tq.tenant_id from tenant_queue tq
+      where tq.in_flight < v_cap and tq.tenant_id <> all(v_exclude)
+        and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
+      order by tq.served_at, tq.tenant_id
+      limit least(256, v_capacity)
+      for update of tq skip locked
+    );
+  else
+    v_tenants := array(
+      select tq.tenant_id from tenant_queue tq
+      where tq.in_flight < v_cap and tq.tenant_id <> all(v_exclude)
+        and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
+      order by tq.served_at, tq.tenant_id
+      limit least(256, v_capacity)
+    );
+  end if;
+  v_eligible := v_tenants;
+  for v_round in 1..3 loop
+    exit when v_left <= 0 or cardinality(v_eligible) = 0;
+    -- Each eligible tenant's share of what is left (by weight, at least one, within its cap), then
+    -- up to that many of its oldest ready items, skipping items another claimer holds.
+    with t as (
+      select u.tenant_id, u.ord, tq.weight, tq.in_flight,
+        (select count(*) from unnest(v_items) i where i.tenant_id = u.tenant_id)::integer as got
+      from unnest(v_tenants) with ordinality as u(tenant_id, ord)
+      join tenant_queue tq on tq.tenant_id = u.tenant_id
+      where u.tenant_id = any(v_eligible)
+    ),
+    s as (
+      select t.tenant_id, t.ord,
+        least(v_cap - t.in_flight - t.got, v_left, greatest(1, floor(v_left::numeric * t.weight / sum(t.weight) over ())))::integer as share
+      from t
+    ),
+    q as (
+      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, s.ord, s.share
+      from s cross join lateral (
+        select x.tenant_id, x.id, x.run_id, x.step_id, x.enqueued_at from queue_item x
+        where x.tenant_id = s.tenant_id and x.state = 'ready'
+          and x.id <> all(array(select c.id from unnest(v_items) c where c.tenant_id = s.tenant_id))
+        order by x.id limit greatest(s.share, 0)
+        for update skip locked
+      ) i
+    )
+    select array_agg(row(q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, 0)::ordo_claim_item order by q.ord, q.id),
+      array_agg(distinct q.tenant_id) filter (where q.full_share)
+    into v_new, v_eligible
+    from (select q.*, count(*) over (partition by q.tenant_id) = q.share as full_share from q) q;
+    v_new := coalesce(v_new[1:v_left], '{}');
+    v_eligible := coalesce(v_eligible, '{}');
+    exit when cardinality(v_new) = 0;
+    v_items := v_items || v_new;
+    v_left := v_left - cardinality(v_new);
+  end loop;
+  if cardinality(v_items) = 0 then
+    return;
+  end if;
+  v_items := array(
+    select row(i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, n::integer)::ordo_claim_item
+    from unnest(v_items) with ordinality as i(tenant_id, id, run_id, step_id, enqueued_at, rk, n)
+  );
+
+  -- Their runs, locked in key order (or left for later when another transaction holds them).
+  if v_skip then
+    v_locked := array(
+      select row(r.tenant_id, r.run_id)::ordo_run_key from run r
+      where (r.tenant_id, r.run_id) in (select i.tenant_id, i.run_id from unnest(v_items) i)
+      order by r.tenant_id, r.run_id
+      for update of r skip locked
+    );
+  else
+    v_locked := array(
+      select row(r.tenant_id, r.run_id)::ordo_run_key from run r
+      where (r.tenant_id, r.run_id) in (select i.tenant_id, i.run_id from unnest(v_items) i)
+      order by r.tenant_id, r.run_id
+      for update of r
+    );
+  end if;
+
+  -- Items of active runs whose step is still queued are dispatched (running, new epoch, attempt
+  -- row, lease, dispatch numbers after the run's last one in queue order); the others leave the queue.
+  with o as (
+    select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.rk, r.status as run_status,
+      r.dispatch_count + row_number() over (partition by i.tenant_id, i.run_id order by i.id) as seq
+    from unnest(v_items) i
+    join unnest(v_locked) k on k.tenant_id = i.tenant_id and k.run_id = i.run_id
+    join run r on r.tenant_id = i.tenant_id and r.run_id = i.run_id
+    join step st on st.tenant_id = i.tenant_id and st.run_id = i.run_id and st.step_id = i.step_id
+    where r.status in ('queued', 'running') and st.status = 'queued'
+  ),
+  d as (
+    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+      dispatch_seq = coalesce(s.dispatch_seq, o.seq::integer), started_at = coalesce(s.started_at, now())
+    from o
+    where s.tenant_id = o.tenant_id and s.run_id = o.run_id and s.step_id = o.step_id and s.status = 'queued'
+    returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on,
+      coalesce(s.queued_at, o.enqueued_at) as queued_at, o.seq::integer as dispatch_seq, o.id as item_id, o.rk, o.run_status
+  ),
+  t as (
+    select d.*, r.dag_id, r.dag_version, r.trace_id,
+      '00-' || r.trace_id || '-' || substr(md5(gen_random_uuid()::text), 1, 16) || '-01' as traceparent
+    from d join run r on r.tenant_id = d.tenant_id and r.run_id = d.run_id
+  ),
+  l as (
+    update queue_item q set state = 'leased', worker_id = v_worker, epoch = t.epoch, lease_expires_at = now() + v_lease
+    from t where q.tenant_id = t.tenant_id and q.id = t.item_id
+    returning 1
+  ),
+  a as (
+    insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
+      claimed_at, constraint_checked_at)
+    select t.tenant_id, t.run_id, t.step_id, t.attempts, t.epoch, v_worker, now() + v_lease, t.traceparent, t.queued_at, now(), now()
+    from t
+    returning 1
+  )
+  select array_agg(to_jsonb(t) order by t.rk) into v_d from t;
+  v_d := coalesce(v_d, '{}');
+  delete from queue_item q
+  using unnest(v_items) i, unnest(v_locked) k
+  where k.tenant_id = i.tenant_id and k.run_id = i.run_id and q.tenant_id = i.tenant_id and q.id = i.id
+    and q.id <> all(array(select (x->>'item_id')::bigint from unnest(v_d) x));
+
+  -- Events: a run's first dispatch starts it (run.running), then each step.running in claim order.
+  v_e := array(
+    select row(x->>'tenant_id', (x->>'run_id')::uuid, 2 * n::integer - 1, 'run.running', null, null, 'engine', '{}')::ordo_adv_event
+    from unnest(v_d) with ordinality as u(x, n)
+    where x->>'run_status' = 'queued' and (x->>'dispatch_seq')::integer = (
+      select min((y->>'dispatch_seq')::integer) from unnest(v_d) y
+      where y->>'tenant_id' = x->>'tenant_id' and y->>'run_id' = x->>'run_id')
+    union all
+    select row(x->>'tenant_id', (x->>'run_id')::uuid, 2 * n::integer, 'step.running', x->>'step_id',
+      (x->>'attempts')::integer, v_worker,
+      '{"dispatchSeq":' || (x->>'dispatch_seq') || ',"epoch":' || (x->>'epoch') || '}')::ordo_adv_event
+    from unnest(v_d) with ordinality as u(x, n)
+  );
+  v_ch := ordo_append_events(v_e, v_now);
+
+  -- The runs' bookkeeping and the served tenants' counters.
+  with last as (
+    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
+    order by e.tenant_id, e.run_id, e.seq desc
+  ),
+  disp as (
+    select x->>'tenant_id' as tenant_id, (x->>'run_id')::uuid as run_id, max((x->>'dispatch_seq')::integer) as seq
+    from unnest(v_d) x group by 1, 2
+  )
+  update run r set event_seq = last.seq, event_hash = last.hash, dispatch_count = greatest(r.dispatch_count, disp.seq),
+    status = case when r.status = 'queued' then 'running' else r.status end,
+    started_at = coalesce(r.started_at, now())
+  from last join disp on disp.tenant_id = last.tenant_id and disp.run_id = last.run_id
+  where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
+  update tenant_queue tq set in_flight = tq.in_flight + c.n, served_at = clock_timestamp()
+  from (select x->>'tenant_id' as tenant_id, count(*)::integer as n from unnest(v_d) x group by 1) c
+  where tq.tenant_id = c.tenant_id;
+
+  return query
+    select 'd'::text, x - 'rk' - 'item_id' - 'run_status' from unnest(v_d) x
+    union all
+    select 'e'::text, x from ordo_events_out(v_ch, v_now) x;
+end
+$$;
+revoke all on function ordo_engine_claim(jsonb) from public;
+grant execute on function ordo_engine_claim(jsonb) to ordo_system;

@@ -4,7 +4,7 @@ import { canonicalHash } from '../../src/core/json/canonical-json';
 import { dagDefinition, type DagDefinitionInput } from '../../src/modules/dags/dag-definition';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { EngineRepository } from '../../src/modules/engine/engine.repository';
-import { EngineStore, fairShares, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
+import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -192,19 +192,26 @@ describe('engine: leases, fencing, reaper, fairness', () => {
     );
   });
 
-  it('splits capacity by weight, least recently served first', () => {
-    const shares = fairShares(
-      [
-        { tenant_id: 'a', weight: 1, in_flight: 0 },
-        { tenant_id: 'b', weight: 3, in_flight: 0 },
-      ],
-      16,
-      64,
+  it('splits capacity by weight across tenants, and gives a share a tenant cannot use to the others', async () => {
+    await runs.createRuns(
+      'tb',
+      Array.from({ length: 20 }, (_, i) => ({ dagId: 'one', inputs: {}, runToken: `w-${i}`, requestedBy: 'me' })),
     );
-    expect(shares).toEqual([
-      { tenantId: 'a', n: 4 },
-      { tenantId: 'b', n: 12 },
-    ]);
-    expect(fairShares([{ tenant_id: 'a', weight: 1, in_flight: 60 }], 16, 64)).toEqual([{ tenantId: 'a', n: 4 }]);
+    await owner.query(`update tenant_queue set weight = 3 where tenant_id = 'tb'`);
+    const batch = await store.cycle([], opts('w', 16));
+    const count = (tenant: string) => batch.filter((w) => w.tenantId === tenant).length;
+    expect([count('ta'), count('tb')]).toEqual([4, 12]);
+    // 8 left for tb: its share of 12 is more than it has, the rest goes to ta in the next round.
+    const next = await store.cycle(
+      batch.map((w) => done(w, 'w')),
+      opts('w', 16),
+    );
+    expect(next.filter((w) => w.tenantId === 'tb')).toHaveLength(8);
+    expect(next.filter((w) => w.tenantId === 'ta')).toHaveLength(8);
+    await owner.query(`update tenant_queue set weight = 1 where tenant_id = 'tb'`);
+    await store.cycle(
+      next.map((w) => done(w, 'w')),
+      opts('w', 0),
+    );
   });
 });

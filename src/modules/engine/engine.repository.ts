@@ -45,14 +45,6 @@ export interface StepState {
   queued_at: Date | null;
 }
 
-export interface ClaimedItem {
-  tenant_id: string;
-  id: number;
-  run_id: string;
-  step_id: string;
-  enqueued_at: Date;
-}
-
 export interface DispatchedStep {
   tenant_id: string;
   run_id: string;
@@ -108,7 +100,19 @@ export interface AdvanceInput {
   artifacts: { t: string; h: string; m: string; b: string }[];
 }
 
-/** A row of ordo_engine_advance: a dispatched step ('d') or a committed event ('e'). */
+/** Input of ordo_engine_claim. */
+export interface ClaimInput {
+  worker: string;
+  leaseMs: number;
+  capacity: number;
+  cap: number;
+  /** Leave out tenants and runs another transaction holds (a claim that must not wait). */
+  skipLocked?: boolean;
+  /** Tenants not to claim for. */
+  exclude?: string[];
+}
+
+/** A row of ordo_engine_advance and ordo_engine_claim: a dispatched step ('d') or a committed event ('e'). */
 export type AdvanceRow =
   | {
       kind: 'd';
@@ -150,242 +154,6 @@ const keysSql = (keys: StepKey[]) =>
  */
 @Injectable()
 export class EngineRepository {
-  /**
-   * One statement: the tenants with ready work and room under the in-flight cap (least recently
-   * served first, at most `capacity` of them), each with its weighted share of `capacity`, and up to
-   * that share of its oldest ready items, skipping items another claimer holds.
-   */
-  async claimReady(
-    tx: SystemTx,
-    capacity: number,
-    cap: number,
-  ): Promise<(ClaimedItem & { share: number; weight: number; in_flight: number })[]> {
-    const r = await sql<ClaimedItem & { share: number; weight: number; in_flight: number }>`
-      with t as (
-        select tq.tenant_id, tq.weight, tq.in_flight, tq.served_at from tenant_queue tq
-        where tq.in_flight < ${cap}
-          and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
-        order by tq.served_at, tq.tenant_id
-        limit ${Math.min(256, capacity)}
-      ),
-      s as (
-        select t.tenant_id, t.weight, t.in_flight, t.served_at,
-          least(${cap} - t.in_flight, ${capacity}, greatest(1, floor(${capacity}::numeric * t.weight / sum(t.weight) over ())))::int as share
-        from t
-      )
-      select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, s.share, s.weight, s.in_flight
-      from s cross join lateral (
-        select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
-        where i.tenant_id = s.tenant_id and i.state = 'ready'
-        order by i.id limit s.share
-        for update skip locked
-      ) q
-      order by s.served_at, s.tenant_id, q.id`.execute(tx);
-    return r.rows;
-  }
-
-  /**
-   * One statement for the first claim round and its dispatch: takes each served tenant's share of
-   * ready items (as claimReady), locks their runs (key order), and for items of active runs whose
-   * step is still queued moves the step to running (new epoch, attempt, dispatch number after the
-   * run's last one, in queue order), leases the item to the worker and opens the attempt row
-   * (traceparent from the run's trace id and one of `spanIds`). Items of ended runs or of steps no
-   * longer queued leave the queue. Returns the claimed items (with the tenants' shares, for further
-   * rounds), the locked runs' bookkeeping and the dispatched steps. With `skipLocked` it never
-   * waits: tenants and runs locked by another transaction are left for later.
-   */
-  async claimAndDispatch(
-    tx: SystemTx,
-    o: {
-      capacity: number;
-      cap: number;
-      workerId: string;
-      leaseMs: number;
-      spanIds: string[];
-      /** Leave out tenants and runs another transaction holds (a claim that must not wait). */
-      skipLocked?: boolean;
-      /** Tenants not to claim for. */
-      excludeTenants?: string[];
-    },
-  ): Promise<{
-    claimed: (ClaimedItem & { share: number; weight: number; in_flight: number })[];
-    runs: RunBookRow[];
-    dispatched: (DispatchedStep & { item_id: number; dispatch_seq: number; traceparent: string })[];
-  }> {
-    const r = await sql<{ kind: 'c' | 'r' | 'd'; row: Record<string, unknown> }>`
-      with t as (
-        select tq.tenant_id, tq.weight, tq.in_flight, tq.served_at from tenant_queue tq
-        where tq.in_flight < ${o.cap} and tq.tenant_id <> all(${o.excludeTenants ?? []}::text[])
-          and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
-        order by tq.served_at, tq.tenant_id
-        limit ${Math.min(256, o.capacity)}
-        ${o.skipLocked ? sql`for update of tq skip locked` : sql``}
-      ),
-      s as (
-        select t.tenant_id, t.weight, t.in_flight, t.served_at,
-          least(${o.cap} - t.in_flight, ${o.capacity}, greatest(1, floor(${o.capacity}::numeric * t.weight / sum(t.weight) over ())))::int as share
-        from t
-      ),
-      ca as (
-        select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, s.share, s.weight, s.in_flight, s.served_at,
-          row_number() over (order by s.served_at, s.tenant_id, q.id) as rk
-        from s cross join lateral (
-          select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
-          where i.tenant_id = s.tenant_id and i.state = 'ready'
-          order by i.id limit s.share
-          for update skip locked
-        ) q
-      ),
-      c as materialized (select * from ca where rk <= ${o.capacity}),
-      rc as materialized (
-        select r.tenant_id, r.run_id, r.dag_id, r.dag_version, r.status, r.trace_id, r.event_seq, r.event_hash, r.dispatch_count,
-          r.steps_remaining, r.steps_failed, r.started_at, c.id, c.step_id, c.enqueued_at, c.rk
-        from c join run r on r.tenant_id = c.tenant_id and r.run_id = c.run_id
-        order by r.tenant_id, r.run_id
-        for update of r ${o.skipLocked ? sql`skip locked` : sql``}
-      ),
-      rl as (
-        select distinct on (tenant_id, run_id) tenant_id, run_id, dag_id, dag_version, status, trace_id, event_seq, event_hash,
-          dispatch_count, steps_remaining, steps_failed, started_at
-        from rc order by tenant_id, run_id
-      ),
-      o as (
-        select rc.tenant_id, rc.id, rc.run_id, rc.step_id, rc.enqueued_at,
-          rc.dispatch_count + row_number() over (partition by rc.tenant_id, rc.run_id order by rc.id) as seq,
-          '00-' || rc.trace_id || '-' || (${o.spanIds}::text[])[rc.rk::int] || '-01' as traceparent
-        from rc
-        join step st on st.tenant_id = rc.tenant_id and st.run_id = rc.run_id and st.step_id = rc.step_id
-        where rc.status in ('queued', 'running') and st.status = 'queued'
-      ),
-      d as (
-        update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
-          dispatch_seq = coalesce(s.dispatch_seq, o.seq::int), started_at = coalesce(s.started_at, now())
-        from o
-        where s.tenant_id = o.tenant_id and s.run_id = o.run_id and s.step_id = o.step_id and s.status = 'queued'
-        returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at,
-          o.id as item_id, o.enqueued_at, o.traceparent, o.seq::int as dispatch_seq
-      ),
-      l as (
-        update queue_item q set state = 'leased', worker_id = ${o.workerId}, epoch = d.epoch,
-          lease_expires_at = now() + make_interval(secs => ${o.leaseMs / 1000})
-        from d where q.tenant_id = d.tenant_id and q.id = d.item_id
-        returning 1
-      ),
-      a as (
-        insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
-          claimed_at, constraint_checked_at)
-        select d.tenant_id, d.run_id, d.step_id, d.attempts, d.epoch, ${o.workerId}, now() + make_interval(secs => ${o.leaseMs / 1000}),
-          d.traceparent, coalesce(d.queued_at, d.enqueued_at), now(), now()
-        from d
-        returning 1
-      ),
-      x as (
-        delete from queue_item q using rc
-        where q.tenant_id = rc.tenant_id and q.id = rc.id and q.id not in (select d.item_id from d)
-        returning 1
-      )
-      select 'c' as kind, to_jsonb(c) as row from c
-      union all
-      select 'r', to_jsonb(rl) from rl
-      union all
-      select 'd', to_jsonb(d) from d`.execute(tx);
-    const claimed: (ClaimedItem & { share: number; weight: number; in_flight: number; served_at?: string })[] = [];
-    const runs: RunBookRow[] = [];
-    const dispatched: (DispatchedStep & { item_id: number; dispatch_seq: number; traceparent: string })[] = [];
-    const date = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string));
-    for (const x of r.rows) {
-      if (x.kind === 'c') {
-        const row = x.row as unknown as ClaimedItem & { share: number; weight: number; in_flight: number };
-        claimed.push({ ...row, enqueued_at: date(row.enqueued_at)! });
-      } else if (x.kind === 'r') {
-        const row = x.row as unknown as RunBookRow;
-        runs.push({ ...row, started_at: date(row.started_at) });
-      } else {
-        const row = x.row as unknown as DispatchedStep & { item_id: number; dispatch_seq: number; traceparent: string };
-        dispatched.push({ ...row, queued_at: date(row.queued_at) });
-      }
-    }
-    // Queue order: least recently served tenant first, then item id (as claimReady).
-    const served = new Map(claimed.map((c) => [c.tenant_id, (c as { served_at?: string }).served_at ?? '']));
-    claimed.sort((a, b) => {
-      const sa = served.get(a.tenant_id)!;
-      const sb = served.get(b.tenant_id)!;
-      return sa !== sb
-        ? sa < sb
-          ? -1
-          : 1
-        : a.tenant_id !== b.tenant_id
-          ? a.tenant_id < b.tenant_id
-            ? -1
-            : 1
-          : a.id - b.id;
-    });
-    return { claimed, runs, dispatched };
-  }
-
-  /**
-   * One statement: moves queued steps to running (new fencing epoch, attempt number, dispatch
-   * number), leases their queue items to the worker and opens their attempt rows. Returns the
-   * steps dispatched (a step no longer queued is left out).
-   */
-  async dispatchAndLease(
-    tx: SystemTx,
-    steps: (StepKey & { dispatchSeq: number; itemId: number; enqueuedAt: Date; traceparent: string })[],
-    workerId: string,
-    leaseMs: number,
-  ): Promise<(DispatchedStep & { item_id: number })[]> {
-    if (steps.length === 0) return [];
-    const r = await sql<DispatchedStep & { item_id: number }>`
-      with d as (
-        update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
-          dispatch_seq = coalesce(s.dispatch_seq, u.seq), started_at = coalesce(s.started_at, now())
-        from unnest(${steps.map((k) => k.tenantId)}::text[], ${steps.map((k) => k.runId)}::uuid[], ${steps.map((k) => k.stepId)}::text[],
-          ${steps.map((k) => k.dispatchSeq)}::int[], ${steps.map((k) => k.itemId)}::bigint[], ${steps.map((k) => k.enqueuedAt)}::timestamptz[],
-          ${steps.map((k) => k.traceparent)}::text[]) as u(tenant_id, run_id, step_id, seq, item_id, enqueued_at, traceparent)
-        where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id and s.status = 'queued'
-        returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on, s.queued_at,
-          u.item_id, u.enqueued_at, u.traceparent
-      ),
-      l as (
-        update queue_item q set state = 'leased', worker_id = ${workerId}, epoch = d.epoch,
-          lease_expires_at = now() + make_interval(secs => ${leaseMs / 1000})
-        from d where q.tenant_id = d.tenant_id and q.id = d.item_id
-        returning 1
-      ),
-      a as (
-        insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
-          claimed_at, constraint_checked_at)
-        select d.tenant_id, d.run_id, d.step_id, d.attempts, d.epoch, ${workerId}, now() + make_interval(secs => ${leaseMs / 1000}),
-          d.traceparent, coalesce(d.queued_at, d.enqueued_at), now(), now()
-        from d
-        returning 1
-      )
-      select tenant_id, run_id, step_id, epoch, attempts, plugin, config, spec, depends_on, queued_at, item_id from d`.execute(
-      tx,
-    );
-    return r.rows;
-  }
-
-  /** Takes up to `n` ready items per tenant, oldest first, skipping items another claimer holds. */
-  async pickReady(
-    tx: SystemTx,
-    shares: { tenantId: string; n: number }[],
-    exclude: number[] = [],
-  ): Promise<ClaimedItem[]> {
-    if (shares.length === 0) return [];
-    const r = await sql<ClaimedItem>`
-      select q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at
-      from unnest(${shares.map((s) => s.tenantId)}::text[], ${shares.map((s) => s.n)}::int[]) as t(tenant_id, n)
-      cross join lateral (
-        select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at from queue_item i
-        where i.tenant_id = t.tenant_id and i.state = 'ready' and i.id <> all(${exclude}::bigint[])
-        order by i.id limit t.n
-        for update skip locked
-      ) q
-      order by q.tenant_id, q.id`.execute(tx);
-    return r.rows;
-  }
-
   /**
    * One statement: locks the runs (in key order, like RunsRepository.lockRuns) and then the given
    * steps, returning the runs' bookkeeping and the steps' current states (the latest committed
@@ -598,18 +366,6 @@ export class EngineRepository {
     return r.rows;
   }
 
-  /** Adds in-flight deltas per tenant; tenants that were served get served_at = now(). */
-  async adjustInFlight(tx: SystemTx, deltas: Map<string, { delta: number; served: boolean }>): Promise<void> {
-    if (deltas.size === 0) return;
-    const list = [...deltas.entries()].sort(([a], [b]) => (a < b ? -1 : 1));
-    await sql`
-      update tenant_queue tq set in_flight = greatest(0, tq.in_flight + u.delta),
-        served_at = case when u.served then clock_timestamp() else tq.served_at end
-      from unnest(${list.map(([t]) => t)}::text[], ${list.map(([, d]) => d.delta)}::int[], ${list.map(([, d]) => d.served)}::bool[])
-        as u(tenant_id, delta, served)
-      where tq.tenant_id = u.tenant_id`.execute(tx);
-  }
-
   /** Extends the leases this worker still holds; returns the ones it holds. */
   async heartbeat(
     tx: SystemTx,
@@ -648,6 +404,16 @@ export class EngineRepository {
     const r = await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(
       db,
     );
+    return r.rows;
+  }
+
+  /**
+   * The claim from the queue (migrations/011_engine_advance.sql: ordo_engine_claim): fair rounds
+   * across tenants, dispatch, events and bookkeeping in one statement. On the engine's handle it
+   * commits on its own; in a transaction it is part of it.
+   */
+  async claim(db: SystemDb | SystemTx, p: ClaimInput): Promise<AdvanceRow[]> {
+    const r = await sql<AdvanceRow>`select kind, item from ordo_engine_claim(${JSON.stringify(p)}::jsonb)`.execute(db);
     return r.rows;
   }
 

@@ -1,5 +1,4 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { randomBytes } from 'node:crypto';
 import { Database } from '../../core/database/database';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
 import { canonicalHash } from '../../core/json/canonical-json';
@@ -15,8 +14,8 @@ import { RunsRepository } from '../runs/runs.repository';
 import {
   EngineRepository,
   type AdvanceInput,
-  type ClaimedItem,
-  type DispatchedStep,
+  type AdvanceRow,
+  type ClaimInput,
   type FinishAttempt,
   type ReadyStep,
   type SetStep,
@@ -115,23 +114,78 @@ export class EngineStore {
     return this.sys.transaction().execute((trx) => fn(trx as unknown as SystemTx));
   }
 
-  /** Applies `completions` and claims up to `opts.capacity` steps, in one transaction. */
+  /**
+   * The general turn: applies `completions` and claims up to `opts.capacity` steps from the queue,
+   * in one transaction. With no completions it is the claim alone: one statement.
+   */
   async cycle(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
-    const committed: { books?: RunBooks } = {};
+    if (completions.length === 0) return opts.capacity > 0 ? this.claimFromQueue(opts) : [];
+    const committed: { books?: RunBooks; claimed?: AdvanceRow[] } = {};
     const claimedWork = await this.withSystem(async (tx) => {
       // The completions' runs and steps, locked in one statement.
       const locked = await this.engine.lockRunsAndSteps(tx, completions);
       const books = (committed.books = new RunBooks(locked.runs));
       const ctx = new CycleContext(books);
-      if (completions.length > 0) await this.applyCompletions(tx, ctx, completions, locked.states);
-      // Released slots count before this cycle claims: the successors of these results can start now.
-      await this.engine.adjustInFlight(tx, ctx.takeDeltas());
-      const claimed = opts.capacity > 0 ? await this.claim(tx, ctx, books, opts) : [];
+      await this.applyCompletions(tx, ctx, completions, locked.states);
       await this.flush(tx, ctx, books);
-      return claimed;
+      // Released slots count before this turn claims: the successors of these results can start now.
+      if (opts.capacity <= 0) return [];
+      const rows = (committed.claimed = await this.engine.claim(tx, claimInput(opts)));
+      const work = this.dispatched(rows, opts);
+      await this.fillTemplateScope(tx, work);
+      return work;
     });
     if (committed.books) observe(committed.books);
+    if (committed.claimed) observeRows(committed.claimed);
     return claimedWork;
+  }
+
+  /** A claim from the queue in one statement (ordo_engine_claim), committed on its own. */
+  private async claimFromQueue(
+    opts: ClaimOptions & { excludeTenants?: string[] },
+    skipLocked = false,
+  ): Promise<ClaimedWork[]> {
+    const rows = await this.engine.claim(this.sys, {
+      ...claimInput(opts),
+      skipLocked,
+      exclude: opts.excludeTenants ?? [],
+    });
+    observeRows(rows);
+    const work = this.dispatched(rows, opts);
+    if (work.some((w) => w.needsData)) await this.withSystem((tx) => this.fillTemplateScope(tx, work));
+    return work;
+  }
+
+  /** The work a worker runs for dispatched steps (as ordo_engine_advance and ordo_engine_claim return them). */
+  private dispatched(rows: AdvanceRow[], opts: ClaimOptions): ClaimedWork[] {
+    const now = new Date();
+    const work: ClaimedWork[] = [];
+    for (const r of rows) {
+      if (r.kind !== 'd') continue;
+      const d = r.item;
+      recordDispatch(d.tenant_id, d.queued_at ? new Date(d.queued_at) : now, now);
+      const config = d.config as JsonObject;
+      work.push({
+        tenantId: d.tenant_id,
+        runId: d.run_id,
+        stepId: d.step_id,
+        attempt: d.attempts,
+        epoch: d.epoch,
+        plugin: d.plugin,
+        config,
+        spec: d.spec as StepSpec,
+        dagId: d.dag_id,
+        dagVersion: d.dag_version,
+        traceId: d.trace_id,
+        traceparent: d.traceparent,
+        dispatchSeq: d.dispatch_seq,
+        inputs: {},
+        upstream: {},
+        needsData: isTemplated(config) || opts.receivesRunData?.(d.plugin) === true,
+        dependsOn: d.depends_on,
+      });
+    }
+    return work;
   }
 
   /**
@@ -183,44 +237,8 @@ export class EngineStore {
       if ((e as { code?: string }).code === 'OR001') return null;
       throw e;
     }
-    const now = new Date();
-    const events = rows.flatMap((r) => (r.kind === 'e' ? [r.item] : []));
-    const runs = new Map(events.map((e) => [runKey(e.tenantId, e.runId), e]));
-    observeCommittedEvents(
-      events,
-      (tenantId, runId) => {
-        const e = runs.get(runKey(tenantId, runId));
-        return e && { dagId: e.dagId, traceId: e.traceId, startedAt: e.startedAt ? new Date(e.startedAt) : null };
-      },
-      now,
-    );
-    const work: ClaimedWork[] = [];
-    for (const r of rows) {
-      if (r.kind !== 'd') continue;
-      const d = r.item;
-      const queuedAt = d.queued_at ? new Date(d.queued_at) : now;
-      recordDispatch(d.tenant_id, queuedAt, now);
-      const config = d.config as JsonObject;
-      work.push({
-        tenantId: d.tenant_id,
-        runId: d.run_id,
-        stepId: d.step_id,
-        attempt: d.attempts,
-        epoch: d.epoch,
-        plugin: d.plugin,
-        config,
-        spec: d.spec as StepSpec,
-        dagId: d.dag_id,
-        dagVersion: d.dag_version,
-        traceId: d.trace_id,
-        traceparent: d.traceparent,
-        dispatchSeq: d.dispatch_seq,
-        inputs: {},
-        upstream: {},
-        needsData: isTemplated(config) || opts.receivesRunData?.(d.plugin) === true,
-        dependsOn: d.depends_on,
-      });
-    }
+    observeRows(rows);
+    const work = this.dispatched(rows, opts);
     if (work.some((w) => w.needsData)) await this.withSystem((tx) => this.fillTemplateScope(tx, work));
     return work;
   }
@@ -507,171 +525,6 @@ export class EngineStore {
     }
   }
 
-  private async claim(tx: SystemTx, ctx: CycleContext, books: RunBooks, opts: ClaimOptions): Promise<ClaimedWork[]> {
-    // First round: claimed, runs locked and dispatched in one statement.
-    const spanIds = Array.from({ length: opts.capacity }, () => randomBytes(8).toString('hex'));
-    const first = await this.engine.claimAndDispatch(tx, {
-      capacity: opts.capacity,
-      cap: opts.tenantCap,
-      workerId: opts.workerId,
-      leaseMs: opts.leaseMs,
-      spanIds,
-    });
-    if (first.claimed.length === 0) return [];
-    books.add(first.runs);
-    const order = new Map(first.claimed.map((c, n) => [`${c.tenant_id}/${c.id}`, n]));
-    const work: ClaimedWork[] = [];
-    for (const d of first.dispatched.sort(
-      (a, b) => order.get(`${a.tenant_id}/${a.item_id}`)! - order.get(`${b.tenant_id}/${b.item_id}`)!,
-    ))
-      work.push(this.dispatchedWork(ctx, books, d, opts));
-    // Capacity a tenant could not use (fewer ready steps than its share) goes to the tenants that filled theirs.
-    const items: ClaimedItem[] = [...first.claimed];
-    const more: ClaimedItem[] = [];
-    const tenants = new Map(
-      first.claimed.map((i) => [
-        i.tenant_id,
-        { tenant_id: i.tenant_id, weight: i.weight, in_flight: i.in_flight, n: i.share },
-      ]),
-    );
-    for (let round = 0; round < 3 && items.length < opts.capacity; round++) {
-      const got = new Map<string, number>();
-      for (const i of items) got.set(i.tenant_id, (got.get(i.tenant_id) ?? 0) + 1);
-      const full = [...tenants.values()]
-        .filter((t) => got.get(t.tenant_id) === t.n)
-        .map((t) => ({ ...t, in_flight: t.in_flight + t.n }));
-      if (full.length === 0) break;
-      const shares = fairShares(full, opts.capacity - items.length, opts.tenantCap);
-      const picked = await this.engine.pickReady(
-        tx,
-        shares,
-        items.map((i) => i.id),
-      );
-      if (picked.length === 0) break;
-      items.push(...picked);
-      more.push(...picked);
-      for (const sh of shares) {
-        const t = tenants.get(sh.tenantId)!;
-        t.in_flight += t.n;
-        t.n = sh.n;
-      }
-    }
-    if (more.length > 0) work.push(...(await this.dispatchItems(tx, ctx, books, more, opts)));
-    await this.fillTemplateScope(tx, work);
-    return work;
-  }
-
-  /** Dispatches claimed items (later claim rounds): locks their runs, numbers, leases and opens attempts. */
-  private async dispatchItems(
-    tx: SystemTx,
-    ctx: CycleContext,
-    books: RunBooks,
-    items: ClaimedItem[],
-    opts: ClaimOptions,
-  ): Promise<ClaimedWork[]> {
-    const fresh = uniqRuns(items.map((i) => ({ tenantId: i.tenant_id, runId: i.run_id }))).filter(
-      (k) => !books.get(k.tenantId, k.runId),
-    );
-    books.add(await this.runs.lockRuns(tx, fresh));
-    const stale: { tenantId: string; id: number }[] = [];
-    const live = items.filter((i) => {
-      const b = books.get(i.tenant_id, i.run_id);
-      const ok = b !== undefined && books.isActive(b);
-      if (!ok) stale.push({ tenantId: i.tenant_id, id: i.id });
-      return ok;
-    });
-    // Dispatch numbers per run in queue order (topological order, ties by step id, within a batch).
-    const seqs = new Map<string, number>();
-    const toDispatch = live.map((i) => {
-      const b = books.get(i.tenant_id, i.run_id)!;
-      const k = runKey(i.tenant_id, i.run_id);
-      const next = (seqs.get(k) ?? b.dispatchCount) + 1;
-      seqs.set(k, next);
-      return {
-        tenantId: i.tenant_id,
-        runId: i.run_id,
-        stepId: i.step_id,
-        dispatchSeq: next,
-        itemId: i.id,
-        enqueuedAt: i.enqueued_at,
-        traceparent: `00-${b.row.trace_id}-${randomBytes(8).toString('hex')}-01`,
-      };
-    });
-    const dispatched = new Map(
-      (await this.engine.dispatchAndLease(tx, toDispatch, opts.workerId, opts.leaseMs)).map((d) => [
-        `${d.tenant_id}/${d.run_id}/${d.step_id}`,
-        d,
-      ]),
-    );
-    const work: ClaimedWork[] = [];
-    for (let n = 0; n < live.length; n++) {
-      const i = live[n];
-      const d = dispatched.get(`${i.tenant_id}/${i.run_id}/${i.step_id}`);
-      if (!d) {
-        stale.push({ tenantId: i.tenant_id, id: i.id });
-        continue;
-      }
-      work.push(
-        this.dispatchedWork(
-          ctx,
-          books,
-          {
-            ...d,
-            queued_at: d.queued_at ?? i.enqueued_at,
-            dispatch_seq: toDispatch[n].dispatchSeq,
-            traceparent: toDispatch[n].traceparent,
-          },
-          opts,
-        ),
-      );
-    }
-    await this.engine.deleteItems(tx, stale);
-    return work;
-  }
-
-  /** Books a dispatched step (run running, dispatch count, event, in-flight) and describes it for the worker. */
-  private dispatchedWork(
-    ctx: CycleContext,
-    books: RunBooks,
-    d: DispatchedStep & { dispatch_seq: number; traceparent: string; enqueued_at?: Date | string },
-    opts: ClaimOptions,
-  ): ClaimedWork {
-    const b = books.get(d.tenant_id, d.run_id)!;
-    if (b.status === 'queued') books.transition(b, 'running', 'engine');
-    b.dispatchCount = Math.max(b.dispatchCount, d.dispatch_seq);
-    b.dirty = true;
-    const queuedAt = d.queued_at ?? (d.enqueued_at === undefined ? books.now : new Date(d.enqueued_at));
-    recordDispatch(d.tenant_id, queuedAt, books.now);
-    books.event(b, {
-      type: 'step.running',
-      stepId: d.step_id,
-      attempt: d.attempts,
-      actor: opts.workerId,
-      data: { dispatchSeq: d.dispatch_seq, epoch: d.epoch },
-    });
-    ctx.inFlight(d.tenant_id, 1, true);
-    const config = d.config as JsonObject;
-    return {
-      tenantId: d.tenant_id,
-      runId: d.run_id,
-      stepId: d.step_id,
-      attempt: d.attempts,
-      epoch: d.epoch,
-      plugin: d.plugin,
-      config,
-      spec: d.spec as StepSpec,
-      dagId: b.row.dag_id,
-      dagVersion: b.row.dag_version,
-      traceId: b.row.trace_id,
-      traceparent: d.traceparent,
-      dispatchSeq: d.dispatch_seq,
-      inputs: {},
-      upstream: {},
-      needsData: isTemplated(config) || opts.receivesRunData?.(d.plugin) === true,
-      dependsOn: d.depends_on,
-    };
-  }
-
   /** Loads run inputs and upstream outputs for the claimed steps that use them (templated config, or a plugin that takes run data). */
   private async fillTemplateScope(tx: SystemTx, work: ClaimedWork[]): Promise<void> {
     const templated = work.filter((w) => w.needsData);
@@ -741,36 +594,11 @@ export class EngineStore {
 
   /**
    * A claim that never waits for another transaction (tenants and runs locked elsewhere are left
-   * out): while a worker's cycle applies a large batch, a step of another tenant that became ready
+   * out): while a worker's turn applies a large batch, a step of another tenant that became ready
    * is claimed at once instead of after that batch commits.
    */
   async claimNow(opts: ClaimOptions & { excludeTenants?: string[] }): Promise<ClaimedWork[]> {
-    const committed: { books?: RunBooks } = {};
-    const work = await this.withSystem(async (tx) => {
-      const books = (committed.books = new RunBooks([]));
-      const ctx = new CycleContext(books);
-      const spanIds = Array.from({ length: opts.capacity }, () => randomBytes(8).toString('hex'));
-      const first = await this.engine.claimAndDispatch(tx, {
-        capacity: opts.capacity,
-        cap: opts.tenantCap,
-        workerId: opts.workerId,
-        leaseMs: opts.leaseMs,
-        spanIds,
-        skipLocked: true,
-        excludeTenants: opts.excludeTenants,
-      });
-      if (first.dispatched.length === 0) return [];
-      books.add(first.runs);
-      const order = new Map(first.claimed.map((c, n) => [`${c.tenant_id}/${c.id}`, n]));
-      const claimed = first.dispatched
-        .sort((a, b) => order.get(`${a.tenant_id}/${a.item_id}`)! - order.get(`${b.tenant_id}/${b.item_id}`)!)
-        .map((d) => this.dispatchedWork(ctx, books, d, opts));
-      await this.fillTemplateScope(tx, claimed);
-      await this.flush(tx, ctx, books);
-      return claimed;
-    });
-    if (committed.books) observe(committed.books);
-    return work;
+    return this.claimFromQueue(opts, true);
   }
 
   /** Expired leases: the attempts become orphaned and are retried, or fail when no retry is left. */
@@ -856,13 +684,6 @@ class CycleContext {
     return a.sha256;
   }
 
-  /** Hands over the deltas accumulated so far (to be written now) and starts afresh. */
-  takeDeltas(): Map<string, { delta: number; served: boolean }> {
-    const d = new Map(this.deltas);
-    this.deltas.clear();
-    return d;
-  }
-
   inFlight(tenantId: string, delta: number, served = false): void {
     const d = this.deltas.get(tenantId) ?? { delta: 0, served: false };
     d.delta += delta;
@@ -880,36 +701,6 @@ function uniqRuns(keys: { tenantId: string; runId: string }[]): { tenantId: stri
   return [...m.values()];
 }
 
-/**
- * Weighted round-robin shares of `capacity` over tenants (least recently served first): each gets
- * capacity × weight / total weight (at least 1, at most its room under the cap); what is left goes
- * round again in the same order.
- */
-export function fairShares(
-  tenants: { tenant_id: string; weight: number; in_flight: number }[],
-  capacity: number,
-  cap: number,
-): { tenantId: string; n: number }[] {
-  const room = new Map(tenants.map((t) => [t.tenant_id, Math.max(0, cap - t.in_flight)]));
-  const got = new Map<string, number>();
-  let left = capacity;
-  const total = tenants.reduce((s, t) => s + t.weight, 0);
-  for (let round = 0; round < 4 && left > 0; round++) {
-    const before = left;
-    for (const t of tenants) {
-      if (left <= 0) break;
-      const want = Math.max(1, Math.floor((capacity * t.weight) / total));
-      const n = Math.min(want, room.get(t.tenant_id)!, left);
-      if (n <= 0) continue;
-      got.set(t.tenant_id, (got.get(t.tenant_id) ?? 0) + n);
-      room.set(t.tenant_id, room.get(t.tenant_id)! - n);
-      left -= n;
-    }
-    if (left === before) break;
-  }
-  return [...got.entries()].map(([tenantId, n]) => ({ tenantId, n }));
-}
-
 /** Metrics and run spans for what a committed engine transaction did (finished runs, retries). */
 function observe(books: RunBooks): void {
   observeCommittedEvents(
@@ -920,4 +711,23 @@ function observe(books: RunBooks): void {
     },
     books.now,
   );
+}
+
+/** Metrics and run spans for the events an engine statement committed (ordo_engine_advance, ordo_engine_claim). */
+function observeRows(rows: AdvanceRow[]): void {
+  const events = rows.flatMap((r) => (r.kind === 'e' ? [r.item] : []));
+  if (events.length === 0) return;
+  const runs = new Map(events.map((e) => [runKey(e.tenantId, e.runId), e]));
+  observeCommittedEvents(
+    events,
+    (tenantId, runId) => {
+      const e = runs.get(runKey(tenantId, runId));
+      return e && { dagId: e.dagId, traceId: e.traceId, startedAt: e.startedAt ? new Date(e.startedAt) : null };
+    },
+    new Date(),
+  );
+}
+
+function claimInput(opts: ClaimOptions): ClaimInput {
+  return { worker: opts.workerId, leaseMs: opts.leaseMs, capacity: Math.max(0, opts.capacity), cap: opts.tenantCap };
 }
