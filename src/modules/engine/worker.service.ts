@@ -221,13 +221,23 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           receivesRunData: (name: string) => this.plugins.get(name)?.receivesRunData === true,
         };
         // The common hop (results that succeeded, successors to this worker) is one statement; the
-        // general transaction takes everything else, and claims from the queue.
+        // general transaction takes everything else and claims from the queue.
         const advanced = isolate ? null : await this.store.advance(batch, opts);
-        const claimed = advanced ?? (await this.store.cycle(batch, opts));
+        let claimed: ClaimedWork[];
+        if (advanced) {
+          if (PROFILE) prof('advance', performance.now() - t0);
+          // The hop takes no work from the queue: with work announced and room left, a claim follows
+          // at once (one statement), so results that keep coming never starve the queue.
+          const room = opts.capacity - advanced.length;
+          const more = woken && room > 0 ? await this.store.cycle([], { ...opts, capacity: room }) : [];
+          claimed = [...advanced, ...more];
+          if (woken && (room <= 0 || more.length >= room)) this.wake = true;
+        } else {
+          claimed = await this.store.cycle(batch, opts);
+          if (PROFILE) prof('cycle', performance.now() - t0);
+          if (capacity > 0 && claimed.length >= capacity) this.wake = true;
+        }
         failures = 0;
-        if (PROFILE) prof(advanced ? 'advance' : 'cycle', performance.now() - t0);
-        // The hop does not claim from the queue: work announced meanwhile is claimed next turn.
-        if (advanced ? woken : capacity > 0 && claimed.length >= capacity) this.wake = true;
         this.local.push(...claimed);
         this.pump();
       } catch (e) {
