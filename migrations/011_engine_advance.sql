@@ -81,8 +81,8 @@ begin
 end
 $$;
 
--- Appended events as the caller reports them back (with their run's DAG, trace and start, for
--- metrics and run spans).
+-- The appended events the caller observes (run starts and ends, retries: metrics and run spans),
+-- with their run's DAG, trace and start. Step events are stored only.
 create function ordo_events_out(p_ch ordo_adv_chained[], p_at timestamptz) returns setof jsonb
   language sql stable
   as $$
@@ -91,6 +91,7 @@ create function ordo_events_out(p_ch ordo_adv_chained[], p_at timestamptz) retur
       'type', e.type, 'stepId', e.step_id, 'attempt', e.attempt, 'actor', e.actor, 'data', e.data::jsonb,
       'prevHash', e.prev_hash, 'hash', e.hash, 'dagId', x.dag_id, 'traceId', x.trace_id, 'startedAt', x.started_at)
     from unnest(p_ch) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
+    where e.type like 'run.%' or e.type = 'step.retrying'
     order by e.tenant_id, e.run_id, e.seq
   $$;
 

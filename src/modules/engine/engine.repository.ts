@@ -112,7 +112,7 @@ export interface ClaimInput {
   exclude?: string[];
 }
 
-/** A row of ordo_engine_advance and ordo_engine_claim: a dispatched step ('d') or a committed event ('e'). */
+/** A row of ordo_engine_advance and ordo_engine_claim: a dispatched step ('d') or a committed run or retry event ('e'). */
 export type AdvanceRow =
   | {
       kind: 'd';
