@@ -33,8 +33,8 @@ interface RunRow {
 
 /**
  * Waits (bounded) until every acknowledged run is terminal and the ready queue is empty. Gives up
- * early when nothing has moved (open runs, queue depth) for `stallMs`: a stuck run does not get
- * unstuck by waiting out the whole bound.
+ * early when the number of runs still open has not reached a new low for `stallMs`: a stuck run
+ * does not get unstuck by waiting out the whole bound (runs that come and go do not count as progress).
  */
 export async function drain(
   conn: () => Promise<pg.Client>,
@@ -44,7 +44,7 @@ export async function drain(
 ): Promise<boolean> {
   const ids = runs.filter((r) => r.runId).map((r) => r.runId!);
   const deadline = Date.now() + timeoutMs;
-  let last = '';
+  let low = Infinity;
   let lastMove = Date.now();
   for (;;) {
     try {
@@ -59,9 +59,9 @@ export async function drain(
         [TERMINAL],
       );
       if (open.rows[0].n === 0 && queued.rows[0].n === 0 && sched.rows[0].n === 0) return true;
-      const now = `${open.rows[0].n} ${queued.rows[0].n} ${sched.rows[0].n}`;
-      if (now !== last) {
-        last = now;
+      const left = open.rows[0].n + sched.rows[0].n;
+      if (left < low) {
+        low = left;
         lastMove = Date.now();
       }
     } catch {
