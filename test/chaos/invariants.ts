@@ -226,17 +226,23 @@ export async function checkRuns(db: pg.Client, submitted: Submitted[], sinceIso:
 
 /**
  * The engine's timers (graphile-worker jobs: retry backoffs, webhooks) are being run: none is due
- * for more than `lateS` seconds without being taken.
+ * for more than `lateS` seconds without being taken, or held that long (the engine's jobs take
+ * seconds; one held longer sits with a runner that has stopped).
  */
 export async function checkTimers(db: pg.Client, lateS = 60): Promise<string[]> {
-  const r = await db.query<{ n: number; oldest: string | null }>(
-    `select count(*)::int as n, min(run_at)::text as oldest from graphile_worker._private_jobs
-      where locked_at is null and run_at < now() - make_interval(secs => $1) and attempts < max_attempts`,
+  const r = await db.query<{ waiting: number; held: number; oldest: string | null }>(
+    `select count(*) filter (where locked_at is null)::int as waiting, count(*) filter (where locked_at is not null)::int as held,
+            min(run_at)::text as oldest
+       from graphile_worker._private_jobs
+      where run_at < now() - make_interval(secs => $1) and attempts < max_attempts
+        and (locked_at is null or locked_at < now() - make_interval(secs => $1))`,
     [lateS],
   );
-  const { n, oldest } = r.rows[0];
-  return n > 0
-    ? [`engine timers run (no job due for more than ${lateS} s): ${n} job(s) waiting, oldest due ${oldest}`]
+  const { waiting, held, oldest } = r.rows[0];
+  return waiting + held > 0
+    ? [
+        `engine timers run (no job due for more than ${lateS} s): ${waiting} job(s) waiting, ${held} held by a runner for more than ${lateS} s, oldest due ${oldest}`,
+      ]
     : [];
 }
 
