@@ -19,6 +19,9 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
   private runner: Runner | null = null;
   private pool: pg.Pool | null = null;
   private unlockTimer: NodeJS.Timeout | null = null;
+  private restartTimer: NodeJS.Timeout | null = null;
+  private restarts = 0;
+  private stopping = false;
 
   constructor(
     private readonly db: Database,
@@ -27,13 +30,6 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
-    const { run, Logger: GwLogger } = await import('graphile-worker');
-    const taskList: TaskList = {
-      'ordo.engine.retry_step': async (payload) =>
-        this.store.requeue(JOBS['ordo.engine.retry_step'].payload.parse(payload)),
-      'ordo.engine.webhook': async (payload) =>
-        this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload)),
-    };
     // Our own pool, so a connection dropped by the server (restart, pg_terminate_backend) is
     // an event the pool recovers from, never an unhandled 'error' that ends the process.
     this.pool = new pg.Pool({ connectionString: this.db.urls.system, max: 6, application_name: 'ordo:jobs' });
@@ -42,22 +38,67 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     this.pool.on('connect', (client) => {
       client.on('error', (e) => this.log.warn({ err: e.message }, 'job runner connection lost'));
     });
-    this.runner = await run({
-      pgPool: this.pool,
-      concurrency: 4,
-      noHandleSignals: true,
-      pollInterval: 2_000,
-      // Completions and failures go through graphile-worker's batcher, which retries a lost
-      // connection with backoff; unbatched, a failJob/completeJob that loses its connection is an
-      // unhandled rejection that ends the process and leaves the job locked for hours.
-      preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
-      taskList,
-      logger: new GwLogger((scope) => (level, message) => {
-        if (level === 'error') this.log.error({ scope }, message);
-        else if (level === 'warning') this.log.warn({ scope }, message);
-      }),
-    });
+    await this.start();
     this.unlockTimer = setInterval(() => void this.unlockAbandoned(), UNLOCK_SWEEP_MS);
+  }
+
+  /**
+   * Starts graphile-worker's runner and supervises it: a runner that stops while the application
+   * is not shutting down (its batcher gives up on the first lost connection when recording a job's
+   * result, and then the whole runner stops) is started again on the same pool after a pause, so
+   * retry timers and webhooks keep running after a database restart. Jobs the stopped runner held
+   * are released by the abandoned-lock sweep.
+   */
+  private async start(): Promise<void> {
+    const { run, Logger: GwLogger } = await import('graphile-worker');
+    const taskList: TaskList = {
+      'ordo.engine.retry_step': async (payload) =>
+        retryWhileDisconnected(() => this.store.requeue(JOBS['ordo.engine.retry_step'].payload.parse(payload))),
+      'ordo.engine.webhook': async (payload) =>
+        retryWhileDisconnected(() => this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload))),
+    };
+    let runner: Runner;
+    try {
+      runner = await run({
+        pgPool: this.pool!,
+        concurrency: 4,
+        noHandleSignals: true,
+        pollInterval: 2_000,
+        // Completions and failures go through graphile-worker's batcher; unbatched, a
+        // failJob/completeJob that loses its connection is an unhandled rejection that ends the
+        // process and leaves the job locked for hours.
+        preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+        taskList,
+        logger: new GwLogger((scope) => (level, message) => {
+          if (level === 'error') this.log.error({ scope }, message);
+          else if (level === 'warning') this.log.warn({ scope }, message);
+        }),
+      });
+    } catch (e) {
+      // The database is not reachable yet: try again later (readiness reports the database).
+      this.restartLater(e);
+      return;
+    }
+    this.runner = runner;
+    this.restarts = 0;
+    const settled = (e?: unknown) => {
+      if (this.runner === runner) this.runner = null;
+      if (!this.stopping) this.restartLater(e ?? new Error('runner stopped'));
+    };
+    runner.promise.then(
+      () => settled(),
+      (e: unknown) => settled(e),
+    );
+  }
+
+  private restartLater(e: unknown): void {
+    if (this.stopping || this.restartTimer) return;
+    const delay = Math.min(30_000, 500 * 2 ** Math.min(this.restarts++, 6));
+    this.log.warn({ err: e instanceof Error ? e.message : e, retryInMs: delay }, 'job runner stopped; restarting');
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = null;
+      if (!this.stopping) void this.start();
+    }, delay);
   }
 
   /**
@@ -79,12 +120,46 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.stopping = true;
     if (this.unlockTimer) clearInterval(this.unlockTimer);
+    if (this.restartTimer) clearTimeout(this.restartTimer);
     const r = this.runner;
     this.runner = null;
-    await r?.stop();
+    // Only a runner still running is stopped (one that stopped on its own has nothing to stop).
+    await r?.stop().catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'job runner stop'));
     const p = this.pool;
     this.pool = null;
     await p?.end();
+  }
+}
+
+/** A lost connection (server restart, terminated backend, refused connection): worth trying again. */
+function isConnectionError(e: unknown): boolean {
+  const err = e as { code?: unknown; message?: unknown };
+  const code = typeof err?.code === 'string' ? err.code : '';
+  return (
+    code.startsWith('08') ||
+    code.startsWith('57P0') ||
+    code === 'ECONNREFUSED' ||
+    code === 'ECONNRESET' ||
+    (typeof err?.message === 'string' &&
+      /Connection terminated|connection ended|Client has encountered a connection error/i.test(err.message))
+  );
+}
+
+/**
+ * Runs a job's work, trying again in the process while the database is unreachable (250 ms
+ * doubling to 2 s, for up to about 30 s) before the job fails: a failed job waits graphile-worker's
+ * own backoff (seconds to minutes), which would hold a retry timer back long after an outage.
+ */
+export async function retryWhileDisconnected<T>(fn: () => Promise<T>, budgetMs = 30_000): Promise<T> {
+  const deadline = Date.now() + budgetMs;
+  for (let delay = 250; ; delay = Math.min(2_000, delay * 2)) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!isConnectionError(e) || Date.now() + delay > deadline) throw e;
+      await new Promise((r) => setTimeout(r, delay));
+    }
   }
 }
