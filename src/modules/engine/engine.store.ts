@@ -130,7 +130,10 @@ export class EngineStore {
       await this.flush(tx, ctx, books);
       // Released slots count before this turn claims: the successors of these results can start now.
       if (opts.capacity <= 0) return [];
-      const rows = (committed.claimed = await this.engine.claim(tx, claimInput(opts)));
+      // This transaction already holds the results' runs: the claim never waits for another
+      // transaction's runs or tenants (waiting while holding locks could deadlock); what it leaves
+      // is claimed by the next turn.
+      const rows = (committed.claimed = await this.engine.claim(tx, { ...claimInput(opts), skipLocked: true }));
       const work = this.dispatched(rows, opts);
       await this.fillTemplateScope(tx, work);
       return work;
@@ -605,11 +608,17 @@ export class EngineStore {
   async reap(limit = 100): Promise<number> {
     const committed: { books?: RunBooks } = {};
     const reaped = await this.withSystem(async (tx) => {
-      const expired = await this.engine.expiredLeases(tx, limit);
-      if (expired.length === 0) return 0;
+      const leases = await this.engine.expiredLeases(tx, limit);
+      if (leases.length === 0) return 0;
+      // Runs another transaction holds (a worker reporting that very step, a cancel) are left for
+      // the next sweep: waiting for them while holding the leases' items could deadlock.
       const books = (committed.books = new RunBooks(
-        await this.runs.lockRuns(tx, uniqRuns(expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id })))),
+        await this.runs.lockRuns(tx, uniqRuns(leases.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id }))), {
+          skipLocked: true,
+        }),
       ));
+      const expired = leases.filter((e) => books.get(e.tenant_id, e.run_id));
+      if (expired.length === 0) return 0;
       const ctx = new CycleContext(books);
       const keys = expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id, stepId: e.step_id }));
       const states = new Map(

@@ -228,9 +228,7 @@ export class RunsRepository {
       ),
       w as (select pg_notify('ordo_ready', ${t}) where exists (select 1 from q))
       -- The inserts (s, e, tq, q) run to completion whether read or not; w only when read.
-      select r.run_id, (select count(*) from w) as woken from r`.execute(
-      asTrx(tx),
-    );
+      select r.run_id, (select count(*) from w) as woken from r`.execute(asTrx(tx));
     return new Set(rows.rows.map((r) => r.run_id));
   }
 
@@ -286,8 +284,15 @@ export class RunsRepository {
     await sql`${eventsInsert(events)}`.execute(asTrx(tx));
   }
 
-  /** Locks runs (in key order, so concurrent lockers cannot deadlock on them) and returns their bookkeeping. */
-  async lockRuns(tx: AnyTx, keys: { tenantId: string; runId: string }[]): Promise<RunBookRow[]> {
+  /**
+   * Locks runs (in key order, so concurrent lockers cannot deadlock on them) and returns their
+   * bookkeeping. With `skipLocked`, runs another transaction holds are left out instead of waited for.
+   */
+  async lockRuns(
+    tx: AnyTx,
+    keys: { tenantId: string; runId: string }[],
+    opts: { skipLocked?: boolean } = {},
+  ): Promise<RunBookRow[]> {
     if (keys.length === 0) return [];
     const r = await sql<RunBookRow>`
       select r.tenant_id, r.run_id, r.dag_id, r.dag_version, r.status, r.trace_id, r.event_seq, r.event_hash, r.dispatch_count,
@@ -296,7 +301,7 @@ export class RunsRepository {
       join unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[]) as k(tenant_id, run_id)
         on r.tenant_id = k.tenant_id and r.run_id = k.run_id
       order by r.tenant_id, r.run_id
-      for update of r`.execute(asTrx(tx));
+      for update of r ${opts.skipLocked ? sql`skip locked` : sql``}`.execute(asTrx(tx));
     return r.rows;
   }
 
