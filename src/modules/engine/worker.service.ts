@@ -235,9 +235,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         } else {
           claimed = await this.store.cycle(batch, opts);
           if (PROFILE) prof('cycle', performance.now() - t0);
-          // The general turn's claim skips what other transactions hold: announced work it left is
-          // claimed by the next turn.
-          if (capacity > 0 && (woken || claimed.length >= capacity)) this.wake = true;
+          // A general turn with results claims skipping what other transactions hold: announced work
+          // it left is claimed by the next turn (a claim of its own).
+          if (capacity > 0 && ((batch.length > 0 && woken) || claimed.length >= capacity)) this.wake = true;
         }
         failures = 0;
         this.local.push(...claimed);
