@@ -59,6 +59,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private cycleTenants = new Set<string>();
   /** A claim that does not wait for the cycle (see claimNow) is under way. */
   private claimingNow: Promise<void> | null = null;
+  private claimNowAgain = false;
   private stopping = false;
   private notify: (() => void) | null = null;
   private loopDone: Promise<void> | null = null;
@@ -121,8 +122,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       if (n.channel === 'ordo_ready') {
         this.wake = true;
         this.signal();
-        // Work of a tenant the running cycle does not serve need not wait for it.
-        if (this.cycling && n.payload && !this.cycleTenants.has(n.payload)) this.claimNow();
+        // Work of a tenant the loop is not serving need not wait for its turns, nor for room in
+        // the local queue that other tenants' steps fill: it is claimed at once, on the side.
+        if (n.payload && !this.cycleTenants.has(n.payload)) this.claimNow();
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
         const drop = this.local.filter((w) => w.runId === n.payload);
@@ -267,9 +269,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   }
 
   /**
-   * Woken while a cycle is under way: claims ready steps at once in a transaction of its own that
-   * skips tenants and runs the cycle holds, so that another tenant's step does not wait for the
-   * cycle's batch to commit. Its steps go to the front of the local queue.
+   * Woken for a tenant the loop is not serving: claims ready steps at once in a statement of its
+   * own that skips the tenants the loop serves and whatever other transactions hold, so that
+   * another tenant's step waits neither for the loop's turn nor for room in the local queue. Its
+   * steps go to the front of the local queue.
    */
   private claimNow(): void {
     // Up to `concurrency` beyond the prefetch: these steps go first, the prefetched ones can wait.
@@ -277,7 +280,12 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       this.concurrency,
       this.prefetch + this.concurrency - this.running.size - this.local.length,
     );
-    if (this.claimingNow || this.stopping || capacity <= 0) return;
+    if (this.stopping || capacity <= 0) return;
+    if (this.claimingNow) {
+      // One claim on the side at a time; a wake-up meanwhile is served by another right after it.
+      this.claimNowAgain = true;
+      return;
+    }
     const t0 = PROFILE ? performance.now() : 0;
     this.claimingNow = this.store
       .claimNow({
@@ -300,6 +308,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       )
       .finally(() => {
         this.claimingNow = null;
+        if (this.claimNowAgain) {
+          this.claimNowAgain = false;
+          this.claimNow();
+        }
       });
   }
 
