@@ -1,13 +1,14 @@
 import pg from 'pg';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
-import { dagDefinition, type DagDefinitionInput } from '../../src/modules/dags/dag-definition';
+import type { DagDefinitionInput } from '../../src/modules/dags/dag-definition';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { EngineRepository } from '../../src/modules/engine/engine.repository';
 import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
 import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
+import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 /**
@@ -33,23 +34,7 @@ describe('engine: the one-statement hop', () => {
     finishedAt: new Date(),
   });
 
-  async function publish(tenantId: string, input: DagDefinitionInput) {
-    const def = dagDefinition.parse(input);
-    const repo = new DagsRepository();
-    await t.db.withTenant(tenantId, async (tx) => {
-      const latest = await repo.lockDag(tx, def.id);
-      await repo.insertVersion(tx, {
-        dagId: def.id,
-        version: latest + 1,
-        contentHash: canonicalHash(def),
-        definition: def,
-        sourceFormat: 'json',
-        owner: 't',
-        signature: null,
-        bundleHash: null,
-      });
-    });
-  }
+  const publish = (tenantId: string, input: DagDefinitionInput) => publishDagVersion(t.db, tenantId, input);
 
   async function events(tenantId: string, runId: string): Promise<ChainedEvent[]> {
     const r = await owner.query<{
