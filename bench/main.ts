@@ -30,7 +30,7 @@ Options:
   --light-runs <n>         light-phase runs, one every --light-interval ms (default 50)
   --light-interval <ms>    (default 100)
   --backlog <n>            fairness: queued steps of the busy tenant (default 50000)
-  --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 30)
+  --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 100; p99 of 100 samples, not the maximum of 30)
   --idle-seconds <s>       idle query-rate window (default 10)
   --only <list>            comma list of burst,light,fairness,idle (default all); load or load-<name>: the load figures below
   --out <dir>              results directory (default bench/results)
@@ -126,7 +126,7 @@ async function main(): Promise<void> {
       'light-runs': { type: 'string', default: '50' },
       'light-interval': { type: 'string', default: '100' },
       backlog: { type: 'string', default: '50000' },
-      'quiet-runs': { type: 'string', default: '30' },
+      'quiet-runs': { type: 'string', default: '100' },
       'idle-seconds': { type: 'string', default: '10' },
       only: { type: 'string', default: 'burst,light,fairness,idle' },
       out: { type: 'string', default: 'bench/results' },

@@ -2,6 +2,7 @@ import { Kysely, PostgresDialect, sql, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { DB } from './db.generated';
 import { brandTenantTx, type SystemDb, type SystemTx, type TenantTx } from './handles';
+import { PlanRefresh } from './prepared';
 
 // bigint (int8) and numeric come back as strings by default; counters and sequence numbers fit in a double.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -27,6 +28,8 @@ export class Database {
   readonly systemPool: pg.Pool;
   private readonly app: Kysely<DB>;
   readonly system: SystemDb;
+  /** Re-plans the prepared handles' statements as the hot tables grow (see preparedKysely). */
+  readonly planRefresh: PlanRefresh;
 
   constructor(
     readonly urls: DatabaseUrls,
@@ -38,6 +41,7 @@ export class Database {
     this.systemPool = newPool(urls.system, sysSize, `${opts.applicationName}:system`);
     this.app = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.appPool }) });
     this.system = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.systemPool }) }) as SystemDb;
+    this.planRefresh = new PlanRefresh(this.systemPool);
   }
 
   /** Runs `fn` in a transaction bound to `tenantId`: RLS limits every statement to that tenant. */
@@ -58,6 +62,7 @@ export class Database {
   }
 
   async close(): Promise<void> {
+    this.planRefresh.stop();
     await Promise.allSettled([this.app.destroy(), this.system.destroy()]);
   }
 }

@@ -1,6 +1,7 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { Database } from '../../core/database/database';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
+import { preparedKysely } from '../../core/database/prepared';
 import { canonicalHash } from '../../core/json/canonical-json';
 import { recordDispatch } from '../../core/telemetry/metrics';
 import { observeCommittedEvents } from '../../core/telemetry/run-observer';
@@ -23,7 +24,6 @@ import {
   type StepState,
 } from './engine.repository';
 import { JOBS, type JobPayload } from './jobs';
-import { preparedSystemDb } from './prepared-pool';
 
 /** Outputs up to this size (canonical JSON bytes) also stay inline on the step row. */
 const INLINE_OUTPUTS_BYTES = 8 * 1024;
@@ -106,7 +106,13 @@ export class EngineStore {
     private readonly runs: RunsRepository,
     private readonly artifacts: ArtifactsRepository,
   ) {
-    this.sys = preparedSystemDb(db.systemPool);
+    // Plans follow the tables as they grow: custom plans for the statements sent from here, and the
+    // engine functions' generic plans re-made when a table doubles (PlanRefresh).
+    this.sys = preparedKysely(db.systemPool, {
+      prefix: 'ordo_e_',
+      refresh: db.planRefresh,
+      init: 'set plan_cache_mode = force_custom_plan',
+    }) as SystemDb;
   }
 
   /** A system transaction on the engine's prepared-statement handle. */

@@ -1,10 +1,10 @@
 import { Injectable } from '@nestjs/common';
-import { createHash, randomUUID } from 'node:crypto';
-import { Kysely, PostgresDialect, sql } from 'kysely';
-import type pg from 'pg';
+import { randomUUID } from 'node:crypto';
+import { type Kysely, sql } from 'kysely';
 import { Database } from '../../core/database/database';
 import type { DB } from '../../core/database/db.generated';
 import { brandTenantTx, type TenantTx } from '../../core/database/handles';
+import { preparedKysely } from '../../core/database/prepared';
 import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import { newTraceId } from '../../core/http/trace';
@@ -63,7 +63,7 @@ export class RunsService {
     private readonly repo: RunsRepository,
     private readonly dags: DagsRepository,
   ) {
-    this.prepared = new PreparedTenantTransactions(db.appPool);
+    this.prepared = new PreparedTenantTransactions(db);
   }
 
   /**
@@ -615,48 +615,15 @@ class CreationBatcher {
 
 /**
  * Tenant transactions on the application pool (same role, same transaction-local tenant binding
- * as Database.withTenant) in which every parameterised statement is sent as a named prepared
- * statement (name = hash of its text), so PostgreSQL parses and plans the creation statements once
- * per connection instead of once per group. Their texts are fixed (bulk parameters are arrays), so
- * the set of prepared statements per connection stays small.
+ * as Database.withTenant) in which every parameterised statement is a named prepared statement
+ * (preparedKysely), so PostgreSQL parses and plans the creation statements once per connection
+ * instead of once per group.
  */
 class PreparedTenantTransactions {
   private readonly kysely: Kysely<DB>;
 
-  constructor(pool: pg.Pool) {
-    const names = new Map<string, string>();
-    const nameOf = (text: string): string => {
-      let n = names.get(text);
-      if (n === undefined) {
-        n = `ordo_r_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
-        if (names.size < 1_000) names.set(text, n);
-      }
-      return n;
-    };
-    const wrapped = new WeakMap<pg.PoolClient, pg.PoolClient>();
-    const wrap = (client: pg.PoolClient): pg.PoolClient => {
-      let w = wrapped.get(client);
-      if (w) return w;
-      const query = (text: string, values?: unknown[]) =>
-        values && values.length > 0 ? client.query({ name: nameOf(text), text, values }) : client.query(text, values);
-      w = new Proxy(client, {
-        get(target, prop, receiver) {
-          if (prop === 'query') return query;
-          const v: unknown = Reflect.get(target, prop, receiver);
-          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-        },
-      });
-      wrapped.set(client, w);
-      return w;
-    };
-    const facade = {
-      connect: async () => wrap(await pool.connect()),
-      end: async () => undefined,
-      get options() {
-        return pool.options;
-      },
-    };
-    this.kysely = new Kysely<DB>({ dialect: new PostgresDialect({ pool: facade }) });
+  constructor(db: Database) {
+    this.kysely = preparedKysely(db.appPool, { prefix: 'ordo_r_', refresh: db.planRefresh });
   }
 
   withTenant<T>(tenantId: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {

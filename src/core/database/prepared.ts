@@ -1,0 +1,139 @@
+import { createHash } from 'node:crypto';
+import { Kysely, PostgresDialect } from 'kysely';
+import type pg from 'pg';
+import type { DB } from './db.generated';
+
+/** The tables whose growth re-plans the hot statements (the engine's and run creation's). */
+const WATCHED_TABLES = ['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact'];
+/** How often a busy process compares the watched tables' sizes with their sizes at the last re-plan. */
+const CHECK_INTERVAL_MS = 2_000;
+/** Sizes below this count as this (a table growing from empty re-plans a handful of times, not on every page). */
+const FLOOR_BYTES = 64 * 1024;
+/** Fewer connections than this taken in an interval is an idle process (its safety polls): no check. */
+const BUSY_USES = 5;
+
+/**
+ * Keeps long-lived cached plans in step with table sizes. The engine's statements and functions
+ * run with generic plans, made once per connection; a plan made while a table was empty sees every
+ * index that leads with `tenant_id` as costing the same as the primary key, and may keep looking
+ * rows up through one of them (scanning all of a tenant's entries per row) once the table holds
+ * thousands of runs. PostgreSQL re-plans after an ANALYZE, but autovacuum comes by once a minute
+ * at best. So while connections are in use, every CHECK_INTERVAL_MS one query reads the watched
+ * tables' sizes; when one has doubled (or halved) since the last re-plan, the generation moves on,
+ * and each prepared connection runs DISCARD PLANS before its next use. A table growing from empty
+ * to a million rows re-plans about a dozen times; an idle process (a few polls) issues no query.
+ */
+export class PlanRefresh {
+  private generation = 0;
+  /** The watched tables' sizes at the last re-plan. */
+  private sizes: number[] | null = null;
+  private uses = 0;
+  private checking = false;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly pool: pg.Pool) {}
+
+  /** The current generation; counts a use of a connection (a busy process checks the sizes). */
+  current(): number {
+    this.uses += 1;
+    if (!this.timer) {
+      this.timer = setInterval(() => void this.check(), CHECK_INTERVAL_MS);
+      this.timer.unref();
+    }
+    return this.generation;
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** Compares the sizes now with those at the last re-plan (exported for tests). */
+  async check(): Promise<void> {
+    if (this.uses < BUSY_USES || this.checking) return;
+    this.uses = 0;
+    this.checking = true;
+    try {
+      const r = await this.pool.query<{ s: string[] }>(
+        `select array(select coalesce(pg_relation_size(to_regclass(t)), 0) from unnest($1::text[]) with ordinality as x(t, n) order by n) as s`,
+        [WATCHED_TABLES],
+      );
+      const now = r.rows[0].s.map((v) => Math.max(FLOOR_BYTES, Number(v)));
+      const last = this.sizes;
+      if (!last) this.sizes = now;
+      else if (now.some((size, i) => size >= 2 * last[i] || 2 * size <= last[i])) {
+        this.generation += 1;
+        this.sizes = now;
+      }
+    } catch {
+      // The next check tries again (the database may be restarting).
+    } finally {
+      this.checking = false;
+    }
+  }
+}
+
+/**
+ * A Kysely handle on `pool` in which every parameterised statement is sent as a named prepared
+ * statement (name = prefix + hash of its text), so PostgreSQL parses and plans each of these
+ * statements once per connection (and again after a re-plan, see PlanRefresh) instead of on every
+ * call. For callers whose statement texts are fixed (bulk parameters are arrays), so the set of
+ * prepared statements per connection stays small. `init` runs once on each new connection.
+ */
+export function preparedKysely(
+  pool: pg.Pool,
+  opts: { prefix: string; refresh: PlanRefresh; init?: string },
+): Kysely<DB> {
+  const names = new Map<string, string>();
+  const nameOf = (text: string): string => {
+    let n = names.get(text);
+    if (n === undefined) {
+      n = `${opts.prefix}${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
+      if (names.size < 2_000) names.set(text, n);
+    }
+    return n;
+  };
+  const wrapped = new WeakMap<pg.PoolClient, { client: pg.PoolClient; generation: number }>();
+  const wrap = (client: pg.PoolClient, generation: number): pg.PoolClient => {
+    const query = (text: string, values?: unknown[]) =>
+      values && values.length > 0 ? client.query({ name: nameOf(text), text, values }) : client.query(text, values);
+    const w = new Proxy(client, {
+      get(target, prop, receiver) {
+        if (prop === 'query') return query;
+        const v: unknown = Reflect.get(target, prop, receiver);
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    wrapped.set(client, { client: w, generation });
+    return w;
+  };
+  const facade = {
+    connect: async () => {
+      const client = await pool.connect();
+      const generation = opts.refresh.current();
+      const known = wrapped.get(client);
+      try {
+        if (!known) {
+          if (opts.init) await client.query(opts.init);
+          return wrap(client, generation);
+        }
+        if (known.generation !== generation) {
+          await client.query('discard plans');
+          known.generation = generation;
+        }
+        return known.client;
+      } catch (e) {
+        client.release(e instanceof Error ? e : true);
+        throw e;
+      }
+    },
+    end: async () => undefined,
+    get options() {
+      return pool.options;
+    },
+    get Client() {
+      return (pool as unknown as { Client: unknown }).Client;
+    },
+  };
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: facade as unknown as pg.Pool }) });
+}

@@ -1,0 +1,97 @@
+import { createHash } from 'node:crypto';
+import { sql } from 'kysely';
+import pg from 'pg';
+import { PlanRefresh, preparedKysely } from '../../src/core/database/prepared';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+/**
+ * Cached generic plans follow the tables as they grow: a plan made while `run` was empty is made
+ * again once the table has doubled, so lookups by primary key go through the primary key.
+ */
+describe('prepared handles: plans re-made as the hot tables grow', () => {
+  let t: TestDatabase;
+  let owner: pg.Client;
+  let pool: pg.Pool;
+  let refresh: PlanRefresh;
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    await owner.query(`insert into tenant (id, name) values ('ta', 'A')`);
+    // One connection, so that every statement below runs where the first plan was cached.
+    pool = new pg.Pool({ connectionString: t.systemUrl, max: 1 });
+    refresh = new PlanRefresh(pool);
+  });
+  afterAll(async () => {
+    refresh.stop();
+    await pool.end();
+    await owner.end();
+    await t.drop();
+  });
+
+  it('re-plans after a watched table doubles, and not before', async () => {
+    const db = preparedKysely(pool, {
+      prefix: 'ordo_t_',
+      refresh,
+      // As the engine functions plan: generic plans, index nested loops.
+      init: 'set plan_cache_mode = force_generic_plan; set enable_seqscan = off; set enable_hashjoin = off; set enable_mergejoin = off',
+    });
+    const lookup = sql<{ event_seq: number }>`select x.event_seq
+      from unnest(${['ta']}::text[], ${['11111111-1111-4111-8111-111111111111']}::uuid[]) as e(t, id)
+      join run x on x.tenant_id = e.t and x.run_id = e.id`;
+    const name = `ordo_t_${createHash('sha1').update(lookup.compile(db).sql).digest('hex').slice(0, 20)}`;
+    // The cached plan of the prepared statement, as the connection would run it now.
+    const cachedPlan = () =>
+      db.transaction().execute(async (trx) => {
+        await lookup.execute(trx);
+        const r = await sql
+          .raw<{ 'QUERY PLAN': string }>(
+            `explain execute ${name}('{ta}', '{11111111-1111-4111-8111-111111111111}')`,
+          )
+          .execute(trx);
+        return r.rows.map((row) => row['QUERY PLAN']).join('\n');
+      });
+
+    // A busy process: enough connections taken since the last check for the next one to run.
+    const busyCheck = async () => {
+      for (let i = 0; i < 5; i++) refresh.current();
+      await refresh.check();
+    };
+    const first = await cachedPlan();
+    await busyCheck(); // the sizes of the empty tables: the baseline
+    const before = refresh.current();
+
+    // Not doubled: no new generation, the connection keeps its plans.
+    await owner.query(`set app.tenant_id = 'ta'`);
+    const insertRuns = (n: number) =>
+      owner.query(
+        `insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, trace_id,
+           requested_by, steps_total, steps_remaining)
+         select 'ta', gen_random_uuid(), 'd', 1, 'h', 'tok' || i || '-' || $1, '{}', repeat('a', 64), repeat('b', 32), 'me', 1, 1
+         from generate_series(1, $1::int) i`,
+        [n],
+      );
+    await insertRuns(10);
+    await busyCheck();
+    expect(refresh.current()).toBe(before);
+
+    // Thousands of runs: the table is many times its size, the next use re-plans.
+    await insertRuns(5_000);
+    await busyCheck();
+    expect(refresh.current()).toBe(before + 1);
+    const after = await cachedPlan();
+    expect(after).toMatch(/Index Scan using run_pk on run x/);
+    // The plan the re-plan exists for: made on the empty table, it reaches runs through an index
+    // that leads with tenant_id only (every index costs the same on an empty table).
+    expect(first).not.toMatch(/using run_pk/);
+
+    // An idle process (a connection taken now and then) issues no query.
+    await busyCheck();
+    await cachedPlan();
+    const spy = jest.spyOn(pool, 'query');
+    await refresh.check();
+    expect(spy).not.toHaveBeenCalled();
+    spy.mockRestore();
+  });
+});
