@@ -42,7 +42,8 @@ interface Running {
  * poll), runs their plugins with a lease it heartbeats, and reports results in batches: every
  * loop turn is one transaction that applies the finished attempts, queues their successors and
  * claims as many steps as it has free slots (so a successor usually starts without another trip
- * through the queue).
+ * through the queue). Results that settle while a turn is under way are applied by a second hop
+ * beside it (advanceAside), so two batches are in PostgreSQL at once.
  */
 @Injectable()
 export class WorkerService implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -60,6 +61,17 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   /** A claim that does not wait for the cycle (see claimNow) is under way. */
   private claimingNow: Promise<void> | null = null;
   private claimNowAgain = false;
+  /** A hop applied beside the loop's turn (see advanceAside) is under way, and its results' tenants. */
+  private aside: Promise<void> | null = null;
+  private asideTenants = new Set<string>();
+  /** The room for successors the hop aside and the loop's turn were given (each leaves it to the other). */
+  private asideRoom = 0;
+  private turnRoom = 0;
+  /** The loop's last turn failed: results wait for the loop, which isolates them. */
+  private failing = false;
+  /** Ends the loop's wait for a batch once `concurrency` results are in. */
+  private batchFull: (() => void) | null = null;
+  private asideSoon = false;
   private stopping = false;
   private notify: (() => void) | null = null;
   private loopDone: Promise<void> | null = null;
@@ -101,6 +113,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     for (const w of this.local.splice(0)) this.completions.push(abortedCompletion(w, this.workerId));
     for (const r of this.running.values()) this.stop(r, 'shutdown');
     while (this.running.size > 0 && Date.now() < deadline + 5_000) await sleep(10);
+    await this.aside;
     this.signal();
     await this.loopDone;
     const l = this.listener;
@@ -124,7 +137,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         this.signal();
         // Work of a tenant the loop is not serving need not wait for its turns, nor for room in
         // the local queue that other tenants' steps fill: it is claimed at once, on the side.
-        if (n.payload && !this.cycleTenants.has(n.payload)) this.claimNow();
+        if (n.payload && !this.serving(n.payload)) this.claimNow();
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
         const drop = this.local.filter((w) => w.runId === n.payload);
@@ -197,7 +210,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private async loop(): Promise<void> {
     let failures = 0;
     for (;;) {
-      const capacity = this.stopping ? 0 : this.prefetch - this.running.size - this.local.length;
+      // Room for claims and successors, less what the hop aside may bring back (together they stay
+      // within the prefetch, so the worker never holds more than its share of a tenant's cap).
+      const capacity = this.stopping ? 0 : this.prefetch - this.running.size - this.local.length - this.asideRoom;
       if (this.completions.length === 0 && (capacity <= 0 || !this.wake)) {
         if (this.stopping) return;
         await this.waitForSignal(IDLE_POLL_MS);
@@ -205,8 +220,20 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       }
       const woken = this.wake;
       this.wake = false;
-      // One event-loop turn lets results that are already settling join this batch (group commit).
-      await new Promise<void>((r) => setImmediate(r));
+      // One event-loop turn lets results that are already settling join this batch (group commit);
+      // a full batch goes at once, while the steps after it still run (they go aside, see advanceAside).
+      await new Promise<void>((r) => {
+        const t = setImmediate(() => {
+          this.batchFull = null;
+          r();
+        });
+        this.batchFull = () => {
+          clearImmediate(t);
+          this.batchFull = null;
+          r();
+        };
+        if (this.completions.length >= this.concurrency) this.batchFull();
+      });
       // After repeated failures, results go one at a time so that one that cannot be applied does not hold back the rest.
       const isolate = failures >= 3;
       const batch = isolate ? this.completions.splice(0, 1) : this.completions.splice(0);
@@ -215,6 +242,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       this.cycling = true;
       this.cycleTenants = new Set([...batch.map((c) => c.tenantId), ...this.local.map((w) => w.tenantId)]);
       try {
+        this.turnRoom = isolate ? 0 : Math.max(0, capacity);
         const opts = {
           workerId: this.workerId,
           capacity: isolate ? 0 : capacity,
@@ -242,10 +270,12 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           if (capacity > 0 && ((batch.length > 0 && woken) || claimed.length >= capacity)) this.wake = true;
         }
         failures = 0;
+        this.failing = false;
         this.local.push(...claimed);
         this.pump();
       } catch (e) {
         failures += 1;
+        this.failing = true;
         if (isolate && failures >= 6 && batch.length === 1) {
           // Dropped here, the step is not lost: its lease is no longer extended, and the reaper orphans and retries it.
           const [c] = batch;
@@ -264,6 +294,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         if (this.stopping && failures > 5) return;
       } finally {
         this.cycling = false;
+        this.turnRoom = 0;
       }
     }
   }
@@ -295,7 +326,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         tenantCap: this.tenantCap,
         receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
         // The running cycle serves these; this claim is for the others.
-        excludeTenants: [...this.cycleTenants],
+        excludeTenants: [...this.cycleTenants, ...this.asideTenants],
       })
       .then(
         (claimed) => {
@@ -312,6 +343,61 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           this.claimNowAgain = false;
           this.claimNow();
         }
+      });
+  }
+
+  /** The loop's turn or the hop aside applies results of this tenant, or its steps wait in the local queue. */
+  private serving(tenantId: string): boolean {
+    return this.cycleTenants.has(tenantId) || this.asideTenants.has(tenantId);
+  }
+
+  /**
+   * While the loop's turn is under way, results that keep coming are applied by a second hop
+   * (ordo_engine_advance on another connection, one at a time), so that PostgreSQL works on two
+   * batches at once instead of one. Only successful results go aside, with the room left for their
+   * successors; a batch the hop cannot take (it needs the general transaction) or that fails goes
+   * back to the loop, which has written nothing of it.
+   */
+  private advanceAside(): void {
+    if (this.aside || !this.cycling || this.stopping || this.failing) return;
+    const batch = this.completions.filter((c) => c.outcome.status === 'succeeded');
+    if (batch.length === 0) return;
+    const taken = new Set(batch);
+    this.completions = this.completions.filter((c) => !taken.has(c));
+    this.asideTenants = new Set(batch.map((c) => c.tenantId));
+    this.asideRoom = Math.max(0, this.prefetch - this.running.size - this.local.length - this.turnRoom);
+    const t0 = PROFILE ? performance.now() : 0;
+    this.aside = this.store
+      .advance(batch, {
+        workerId: this.workerId,
+        capacity: this.asideRoom,
+        leaseMs: this.leaseMs,
+        tenantCap: this.tenantCap,
+        receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+      })
+      .then(
+        (claimed) => {
+          if (claimed === null) {
+            this.completions.unshift(...batch);
+            return;
+          }
+          if (PROFILE) prof('advance aside', performance.now() - t0);
+          this.local.push(...claimed);
+          this.pump();
+        },
+        (e: unknown) => {
+          // Until a turn of the loop succeeds, results wait for the loop (which isolates them).
+          this.failing = true;
+          this.completions.unshift(...batch);
+          this.log.warn({ err: e }, 'hop aside failed; the loop applies its results');
+        },
+      )
+      .finally(() => {
+        this.aside = null;
+        this.asideRoom = 0;
+        this.asideTenants = new Set();
+        this.signal();
+        this.advanceAside();
       });
   }
 
@@ -332,8 +418,17 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       }
       this.running.delete(key);
       this.completions.push(c);
+      if (this.batchFull && this.completions.length >= this.concurrency) this.batchFull();
       if (!this.stopping) this.pump();
       this.signal();
+      if (this.cycling && !this.aside && !this.asideSoon) {
+        // The results that settle in this event-loop turn go together.
+        this.asideSoon = true;
+        setImmediate(() => {
+          this.asideSoon = false;
+          this.advanceAside();
+        });
+      }
     });
   }
 
