@@ -36,11 +36,12 @@ describe('engine: a claim that does not wait for a running cycle', () => {
     await owner.connect();
     holder = new pg.Client({ connectionString: t.ownerUrl });
     await holder.connect();
-    await owner.query(`insert into tenant (id, name) values ('busy', 'B'), ('quiet', 'Q')`);
+    await owner.query(`insert into tenant (id, name) values ('busy', 'B'), ('quiet', 'Q'), ('capped', 'C')`);
     store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
     await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+    await publish('capped', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
   });
   afterAll(async () => {
     await holder.end().catch(() => undefined);
@@ -99,5 +100,40 @@ describe('engine: a claim that does not wait for a running cycle', () => {
     const [w] = await store.claimNow(opts(8));
     expect(w.runId).toBe(r.runId);
     await store.cycle([done(w)], opts(0));
+  });
+
+  it('announces the slots a tenant at its in-flight cap frees while it still has ready steps, and only then', async () => {
+    const listener = new pg.Client({ connectionString: t.ownerUrl });
+    await listener.connect();
+    const heard: string[] = [];
+    listener.on('notification', (n) => heard.push(n.payload ?? ''));
+    await listener.query('listen ordo_ready');
+    const capped = { ...opts(8), tenantCap: 2 };
+    const settle = () => new Promise((r) => setTimeout(r, 300));
+    try {
+      await runs.createRuns(
+        'capped',
+        Array.from({ length: 4 }, (_, i) => ({ dagId: 'one', inputs: {}, runToken: `c${i}`, requestedBy: 'me' })),
+      );
+      // The cap leaves two of the four steps queued.
+      const first = await store.claimNow({ ...capped, excludeTenants: ['busy', 'quiet'] });
+      expect(first).toHaveLength(2);
+      await settle();
+      heard.length = 0;
+      // Their results free both slots while two steps are still ready: announced, so a worker claims them now.
+      expect(await store.advance(first.map(done), capped)).toEqual([]);
+      await settle();
+      expect(heard).toContain('capped');
+      const second = await store.claimNow({ ...capped, excludeTenants: ['busy', 'quiet'] });
+      expect(second).toHaveLength(2);
+      await settle();
+      heard.length = 0;
+      // Nothing left to claim: freed slots are not announced.
+      expect(await store.advance(second.map(done), capped)).toEqual([]);
+      await settle();
+      expect(heard).not.toContain('capped');
+    } finally {
+      await listener.end();
+    }
   });
 });
