@@ -266,8 +266,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           claimed = await this.store.cycle(batch, opts);
           if (PROFILE) prof('cycle', performance.now() - t0);
           // A general turn with results claims skipping what other transactions hold: announced work
-          // it left is claimed by the next turn (a claim of its own).
-          if (capacity > 0 && ((batch.length > 0 && woken) || claimed.length >= capacity)) this.wake = true;
+          // it left is claimed by the next turn (a claim of its own). A wake-up it had no room for is
+          // kept for the next turn too.
+          if (woken && capacity <= 0) this.wake = true;
+          else if (capacity > 0 && ((batch.length > 0 && woken) || claimed.length >= capacity)) this.wake = true;
         }
         failures = 0;
         this.failing = false;
