@@ -46,9 +46,7 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
       db.transaction().execute(async (trx) => {
         await lookup.execute(trx);
         const r = await sql
-          .raw<{ 'QUERY PLAN': string }>(
-            `explain execute ${name}('{ta}', '{11111111-1111-4111-8111-111111111111}')`,
-          )
+          .raw<{ 'QUERY PLAN': string }>(`explain execute ${name}('{ta}', '{11111111-1111-4111-8111-111111111111}')`)
           .execute(trx);
         return r.rows.map((row) => row['QUERY PLAN']).join('\n');
       });
