@@ -46,10 +46,7 @@ export class Database {
 
   /** Runs `fn` in a transaction bound to `tenantId`: RLS limits every statement to that tenant. */
   async withTenant<T>(tenantId: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {
-    return this.app.transaction().execute(async (trx) => {
-      await sql`select set_config('app.tenant_id', ${tenantId}, true)`.execute(trx);
-      return fn(brandTenantTx(trx, tenantId));
-    });
+    return tenantTransaction(this.app, tenantId, fn);
   }
 
   /** Runs `fn` in a cross-tenant system transaction. */
@@ -65,6 +62,21 @@ export class Database {
     this.planRefresh.stop();
     await Promise.allSettled([this.app.destroy(), this.system.destroy()]);
   }
+}
+
+/**
+ * A transaction on `handle` (a handle on the application pool) bound to `tenantId` for its
+ * duration: the one place the tenant binding that RLS reads is set.
+ */
+export function tenantTransaction<T>(
+  handle: Kysely<DB>,
+  tenantId: string,
+  fn: (tx: TenantTx) => Promise<T>,
+): Promise<T> {
+  return handle.transaction().execute(async (trx) => {
+    await sql`select set_config('app.tenant_id', ${tenantId}, true)`.execute(trx);
+    return fn(brandTenantTx(trx, tenantId));
+  });
 }
 
 function newPool(connectionString: string, max: number, applicationName: string): pg.Pool {

@@ -159,6 +159,11 @@ export class EngineStore {
       skipLocked,
       exclude: opts.excludeTenants ?? [],
     });
+    return this.committedWork(rows, opts);
+  }
+
+  /** The work of a committed hop or claim: its events observed, its steps with their template data. */
+  private async committedWork(rows: AdvanceRow[], opts: ClaimOptions): Promise<ClaimedWork[]> {
     observeRows(rows);
     const work = this.dispatched(rows, opts);
     if (work.some((w) => w.needsData)) await this.withSystem((tx) => this.fillTemplateScope(tx, work));
@@ -246,10 +251,7 @@ export class EngineStore {
       if ((e as { code?: string }).code === 'OR001') return null;
       throw e;
     }
-    observeRows(rows);
-    const work = this.dispatched(rows, opts);
-    if (work.some((w) => w.needsData)) await this.withSystem((tx) => this.fillTemplateScope(tx, work));
-    return work;
+    return this.committedWork(rows, opts);
   }
 
   private async applyCompletions(

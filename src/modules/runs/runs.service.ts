@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { type Kysely, sql } from 'kysely';
-import { Database } from '../../core/database/database';
+import type { Kysely } from 'kysely';
+import { Database, tenantTransaction } from '../../core/database/database';
 import type { DB } from '../../core/database/db.generated';
-import { brandTenantTx, type TenantTx } from '../../core/database/handles';
+import type { TenantTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
 import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
@@ -627,10 +627,7 @@ class PreparedTenantTransactions {
   }
 
   withTenant<T>(tenantId: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {
-    return this.kysely.transaction().execute(async (trx) => {
-      await sql`select set_config('app.tenant_id', ${tenantId}, true)`.execute(trx);
-      return fn(brandTenantTx(trx, tenantId));
-    });
+    return tenantTransaction(this.kysely, tenantId, fn);
   }
 }
 
