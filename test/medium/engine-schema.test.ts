@@ -1,6 +1,12 @@
 import { sql } from 'kysely';
 import pg from 'pg';
-import { transitionRows, canTransition } from '../../src/modules/runs/state-machine';
+import {
+  ATTEMPT_STATES,
+  canTransition,
+  RUN_STATES,
+  STEP_STATES,
+  transitionRows,
+} from '../../src/modules/runs/state-machine';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 describe('run schema: transitions and the append-only event log', () => {
@@ -33,6 +39,43 @@ describe('run schema: transitions and the append-only event log', () => {
       .map((r) => `${r.entity}:${r.from}->${r.to}`)
       .sort();
     expect(db).toEqual(code);
+  });
+
+  it('checks status changes in the database against that same table, for every pair of states', async () => {
+    const states = { run: RUN_STATES, step: STEP_STATES, attempt: ATTEMPT_STATES };
+    const pairs = Object.entries(states).flatMap(([entity, list]) =>
+      list.flatMap((from) => list.filter((to) => to !== from).map((to) => ({ entity, from, to }))),
+    );
+    const { rows } = await owner.query<{ entity: string; from: string; to: string; ok: boolean }>(
+      `select p.entity, p."from", p."to", ordo_transition_allowed(p.entity, p."from", p."to") as ok
+       from jsonb_to_recordset($1::jsonb) as p(entity text, "from" text, "to" text)`,
+      [JSON.stringify(pairs)],
+    );
+    expect(rows).toHaveLength(pairs.length);
+    for (const r of rows)
+      expect([r.entity, r.from, r.to, r.ok]).toEqual([
+        r.entity,
+        r.from,
+        r.to,
+        canTransition(r.entity as 'run', r.from, r.to),
+      ]);
+    expect(rows.filter((r) => r.ok)).toHaveLength(transitionRows().length);
+  });
+
+  it.each([
+    ['uppercase', 'C'.repeat(64)],
+    ['too short', 'c'.repeat(63)],
+    ['too long', 'c'.repeat(65)],
+    ['not hex', 'g' + 'c'.repeat(63)],
+    ['multibyte', 'é' + 'c'.repeat(62)],
+  ])('refuses an event hash that is not 64 lowercase hex digits (%s)', async (_, hash) => {
+    await expect(
+      owner.query(
+        `insert into run_event (tenant_id, run_id, seq, created_at, type, actor, data, prev_hash, hash)
+         values ('ta', '11111111-1111-4111-8111-111111111111', 99, now(), 'x', 'me', '{}', '', $1)`,
+        [hash],
+      ),
+    ).rejects.toMatchObject({ code: '23514', constraint: 'run_event_hash_check' });
   });
 
   it.each([
