@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import pino from 'pino';
@@ -421,15 +422,21 @@ async function main(): Promise<void> {
         await sleep(100);
       }
       await waitAll(ids, 60_000);
-      // Claim latency: the run's creation committed → its step claimed (both database clock).
+      // Claim latency, two ways: from the start of the transaction that creates the run (it includes
+      // that transaction's round trips), and from the step's enqueueing (the creating statement) to
+      // its claim: the time the step waited for a worker.
       const rows = (
-        await owner.query<{ ms: number }>(
-          `select extract(epoch from (a.claimed_at - r.created_at)) * 1000 as ms from attempt a
+        await owner.query<{ run: number; queue: number }>(
+          `select extract(epoch from (a.claimed_at - r.created_at)) * 1000 as run,
+             extract(epoch from (a.claimed_at - a.queued_at)) * 1000 as queue from attempt a
          join run r on r.tenant_id = a.tenant_id and r.run_id = a.run_id where a.run_id = any($1::uuid[])`,
           [ids],
         )
-      ).rows.map((r) => Number(r.ms));
-      return stats(rows);
+      ).rows;
+      return {
+        fromCreation: stats(rows.map((r) => Number(r.run))),
+        fromEnqueue: stats(rows.map((r) => Number(r.queue))),
+      };
     };
     const idle = await quiet('idle');
     const backlog = Number(values.backlog);
@@ -447,20 +454,35 @@ async function main(): Promise<void> {
     const queuedBefore = (
       await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
     ).rows[0].n;
+    // The event loop of this process (api, worker and driver) while the busy tenant drains.
+    const loop = monitorEventLoopDelay({ resolution: 1 });
+    loop.enable();
     const loaded = await quiet('loaded');
+    loop.disable();
     const queuedAfter = (
       await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
     ).rows[0].n;
+    const ratio = (a: Stats, b: Stats) => (a.p99 && b.p99 ? Math.round((b.p99 / a.p99) * 100) / 100 : null);
     result.fairness = {
       backlog,
       busyQueuedAtStart: queuedBefore,
       busyQueuedAtEnd: queuedAfter,
-      quietIdleClaimMs: idle,
-      quietLoadedClaimMs: loaded,
-      p99Ratio: idle.p99 && loaded.p99 ? Math.round((loaded.p99 / idle.p99) * 100) / 100 : null,
+      quietIdleClaimMs: idle.fromCreation,
+      quietLoadedClaimMs: loaded.fromCreation,
+      p99Ratio: ratio(idle.fromCreation, loaded.fromCreation),
+      quietIdleQueueWaitMs: idle.fromEnqueue,
+      quietLoadedQueueWaitMs: loaded.fromEnqueue,
+      queueWaitP99Ratio: ratio(idle.fromEnqueue, loaded.fromEnqueue),
+      loadedEventLoopDelayMs: {
+        p50: Math.round(loop.percentile(50) / 1e4) / 100,
+        p99: Math.round(loop.percentile(99) / 1e4) / 100,
+        max: Math.round(loop.max / 1e4) / 100,
+      },
       loadavg1: os.loadavg()[0],
     };
-    log(`fairness: quiet claim p99 idle ${idle.p99} ms, with ${queuedBefore} queued for busy ${loaded.p99} ms`);
+    log(
+      `fairness: quiet claim p99 idle ${idle.fromCreation.p99} ms, with ${queuedBefore} queued for busy ${loaded.fromCreation.p99} ms (from creation); queue wait p99 ${idle.fromEnqueue.p99} / ${loaded.fromEnqueue.p99} ms`,
+    );
     log('fairness: draining the busy tenant');
     await waitAll(busyIds, 300_000);
   }
@@ -532,6 +554,16 @@ function printTable(r: Record<string, any>): void {
       'fairness: quiet claim p99 idle / loaded ms',
       `${r.fairness.quietIdleClaimMs.p99} / ${r.fairness.quietLoadedClaimMs.p99} (×${r.fairness.p99Ratio})`,
       '≤ 2×',
+    ]);
+    rows.push([
+      'fairness: quiet queue wait (enqueued → claimed) p99 idle / loaded ms',
+      `${r.fairness.quietIdleQueueWaitMs.p99} / ${r.fairness.quietLoadedQueueWaitMs.p99} (×${r.fairness.queueWaitP99Ratio})`,
+      '',
+    ]);
+    rows.push([
+      'fairness: event-loop delay of the api + worker process while loaded p50 / p99 / max ms',
+      `${r.fairness.loadedEventLoopDelayMs.p50} / ${r.fairness.loadedEventLoopDelayMs.p99} / ${r.fairness.loadedEventLoopDelayMs.max}`,
+      '',
     ]);
   }
   if (r.idle) rows.push(['idle queries/s', String(r.idle.queriesPerS), 'a few']);

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import pg from 'pg';
 import { APP_ROLE, SYSTEM_ROLE } from '../../src/core/database/migrator';
 import { AuthRepository } from '../../src/modules/auth/auth.repository';
@@ -210,5 +211,55 @@ describe('row-level security on the application role', () => {
       [B],
     );
     expect(rows[0].n).toBe(1);
+  });
+
+  describe('Database.withTenant (BEGIN and the binding in one round trip)', () => {
+    const boundTenant = (tx: Parameters<Parameters<TestDatabase['db']['withTenant']>[1]>[0]) =>
+      sql<{ t: string | null }>`select current_setting('app.tenant_id', true) as t`.execute(tx);
+
+    it('binds the tenant for the whole transaction and not beyond it', async () => {
+      const seen = await tdb.db.withTenant(A, async (tx) => {
+        const first = (await boundTenant(tx)).rows[0].t;
+        const count = await sql<{ n: number }>`select count(*)::int as n from tenant`.execute(tx);
+        return { first, tenants: count.rows[0].n, last: (await boundTenant(tx)).rows[0].t };
+      });
+      expect(seen).toEqual({ first: A, tenants: 1, last: A });
+      // The connection goes back to the pool unbound.
+      const after = await Promise.all(
+        Array.from({ length: 4 }, () =>
+          tdb.db.appPool.query<{ t: string | null }>(`select current_setting('app.tenant_id', true) as t`),
+        ),
+      );
+      for (const r of after) expect(r.rows[0].t ?? '').toBe('');
+    });
+
+    it('writes nothing when the work fails, and passes its error on', async () => {
+      const failure = new Error('refused midway');
+      await expect(
+        tdb.db.withTenant(A, async (tx) => {
+          await sql`insert into idempotency_key (tenant_id, key, method, path, request_hash, state, expires_at)
+            values (${A}, 'rolled-back', 'POST', '/x', ${'0'.repeat(64)}, 'processing', now() + interval '1 hour')`.execute(
+            tx,
+          );
+          throw failure;
+        }),
+      ).rejects.toBe(failure);
+      const { rows } = await owner.query(`select 1 from idempotency_key where key = 'rolled-back'`);
+      expect(rows).toHaveLength(0);
+    });
+
+    it('binds a tenant id with quotes and backslashes as the literal string, and it sees no rows', async () => {
+      const hostile = "x'); delete from tenant; --\\";
+      const seen = await tdb.db.withTenant(hostile, async (tx) => ({
+        bound: (await boundTenant(tx)).rows[0].t,
+        tenants: (await sql<{ n: number }>`select count(*)::int as n from tenant`.execute(tx)).rows[0].n,
+      }));
+      expect(seen).toEqual({ bound: hostile, tenants: 0 });
+      const { rows } = await owner.query<{ n: number }>(`select count(*)::int as n from tenant where id in ($1, $2)`, [
+        A,
+        B,
+      ]);
+      expect(rows[0].n).toBe(2);
+    });
   });
 });

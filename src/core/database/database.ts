@@ -66,16 +66,29 @@ export class Database {
 
 /**
  * A transaction on `handle` (a handle on the application pool) bound to `tenantId` for its
- * duration: the one place the tenant binding that RLS reads is set.
+ * duration: the one place the tenant binding that RLS reads is set. BEGIN and the binding go in
+ * one round trip (two statements in one simple query, the tenant id as an escaped literal); a
+ * failure in `fn` or at COMMIT leaves nothing written.
  */
 export function tenantTransaction<T>(
   handle: Kysely<DB>,
   tenantId: string,
   fn: (tx: TenantTx) => Promise<T>,
 ): Promise<T> {
-  return handle.transaction().execute(async (trx) => {
-    await sql`select set_config('app.tenant_id', ${tenantId}, true)`.execute(trx);
-    return fn(brandTenantTx(trx, tenantId));
+  return handle.connection().execute(async (conn) => {
+    await sql.raw(`begin; select set_config('app.tenant_id', ${pg.escapeLiteral(tenantId)}, true)`).execute(conn);
+    let result: T;
+    try {
+      result = await fn(brandTenantTx(conn as Transaction<DB>, tenantId));
+    } catch (e) {
+      await sql
+        .raw('rollback')
+        .execute(conn)
+        .catch(() => undefined);
+      throw e;
+    }
+    await sql.raw('commit').execute(conn);
+    return result;
   });
 }
 
