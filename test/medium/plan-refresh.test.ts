@@ -40,16 +40,23 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     const lookup = sql<{ event_seq: number }>`select x.event_seq
       from unnest(${['ta']}::text[], ${['11111111-1111-4111-8111-111111111111']}::uuid[]) as e(t, id)
       join run x on x.tenant_id = e.t and x.run_id = e.id`;
-    const name = `ordo_t_${createHash('sha1').update(lookup.compile(db).sql).digest('hex').slice(0, 20)}`;
-    // The cached plan of the prepared statement, as the connection would run it now.
-    const cachedPlan = () =>
+    // As the claim reaches the runs of its items: only active ones (the predicate of the partial
+    // index run_dag_active_idx, which leads with tenant_id).
+    const activeLookup = sql<{ event_seq: number }>`select x.event_seq
+      from unnest(${['ta']}::text[], ${['11111111-1111-4111-8111-111111111111']}::uuid[]) as e(t, id)
+      join run x on x.tenant_id = e.t and x.run_id = e.id
+      where x.status in ('queued', 'running')`;
+    // The cached plan of a prepared statement, as the connection would run it now.
+    const planOf = (statement: typeof lookup) =>
       db.transaction().execute(async (trx) => {
-        await lookup.execute(trx);
+        const name = `ordo_t_${createHash('sha1').update(statement.compile(db).sql).digest('hex').slice(0, 20)}`;
+        await statement.execute(trx);
         const r = await sql
           .raw<{ 'QUERY PLAN': string }>(`explain execute ${name}('{ta}', '{11111111-1111-4111-8111-111111111111}')`)
           .execute(trx);
         return r.rows.map((row) => row['QUERY PLAN']).join('\n');
       });
+    const cachedPlan = () => planOf(lookup);
 
     // A busy process: enough connections taken since the last check for the next one to run.
     const busyCheck = async () => {
@@ -57,6 +64,7 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
       await refresh.check();
     };
     const first = await cachedPlan();
+    await planOf(activeLookup);
     await busyCheck(); // the sizes of the empty tables: the baseline
     const before = refresh.current();
 
@@ -80,6 +88,13 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     expect(refresh.current()).toBe(before + 1);
     const after = await cachedPlan();
     expect(after).toMatch(/Index Scan using run_pk on run x/);
+    // Re-planned with the statistics of the grown table: one tenant holds all its active runs, so
+    // the partial index that leads with tenant_id is no shortcut.
+    expect(await planOf(activeLookup)).toMatch(/Index Scan using run_pk on run x/);
+    const { rows: analyzed } = await owner.query<{ n: number }>(
+      `select count(*)::int as n from pg_stats where schemaname = 'public' and tablename = 'run' and attname = 'tenant_id'`,
+    );
+    expect(analyzed[0].n).toBe(1);
     // The plan the re-plan exists for: made on the empty table, it reaches runs through an index
     // that leads with tenant_id only (every index costs the same on an empty table).
     expect(first).not.toMatch(/using run_pk/);
@@ -91,5 +106,27 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     await refresh.check();
     expect(spy).not.toHaveBeenCalled();
     spy.mockRestore();
+  });
+
+  it('analyzes and re-plans at its first check a watched table past the floor that was never analyzed', async () => {
+    await owner.query(`set app.tenant_id = 'ta'`);
+    await owner.query(
+      `insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, claimed_at)
+       select 'ta', gen_random_uuid(), 's' || i, 1, 1, 'w', now(), repeat('0', 55), now() from generate_series(1, 2000) i`,
+    );
+    const reltuples = async () =>
+      (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'attempt'`))
+        .rows[0].n;
+    expect(await reltuples()).toBeLessThan(0);
+    const fresh = new PlanRefresh(pool);
+    try {
+      const before = fresh.current();
+      for (let i = 0; i < 5; i++) fresh.current();
+      await fresh.check();
+      expect(fresh.current()).toBe(before + 1);
+      expect(await reltuples()).toBeGreaterThan(1000);
+    } finally {
+      fresh.stop();
+    }
   });
 });

@@ -19,9 +19,11 @@ const BUSY_USES = 5;
  * rows up through one of them (scanning all of a tenant's entries per row) once the table holds
  * thousands of runs. PostgreSQL re-plans after an ANALYZE, but autovacuum comes by once a minute
  * at best. So while connections are in use, every CHECK_INTERVAL_MS one query reads the watched
- * tables' sizes; when one has doubled (or halved) since the last re-plan, the generation moves on,
- * and each prepared connection runs DISCARD PLANS before its next use. A table growing from empty
- * to a million rows re-plans about a dozen times; an idle process (a few polls) issues no query.
+ * tables' sizes; when one has doubled (or halved) since the last re-plan, that table is analyzed
+ * (ordo_analyze_hot, migration 016: without statistics a new plan would still guess a tenant's share
+ * of the table small), the generation moves on, and each prepared connection runs DISCARD PLANS
+ * before its next use. A table growing from empty to a million rows is analyzed and re-planned
+ * about a dozen times; an idle process (a few polls) issues no query.
  */
 export class PlanRefresh {
   private generation = 0;
@@ -54,14 +56,26 @@ export class PlanRefresh {
     this.uses = 0;
     this.checking = true;
     try {
-      const r = await this.pool.query<{ s: string[] }>(
-        `select array(select coalesce(pg_relation_size(to_regclass(t)), 0) from unnest($1::text[]) with ordinality as x(t, n) order by n) as s`,
+      const r = await this.pool.query<{ s: string[]; unanalyzed: boolean[] }>(
+        `with x as (select to_regclass(t) as c, n from unnest($1::text[]) with ordinality as u(t, n))
+         select array(select coalesce(pg_relation_size(x.c), 0) from x order by n) as s,
+           array(select coalesce((select p.reltuples < 0 from pg_class p where p.oid = x.c), false) from x order by n)
+             as unanalyzed`,
         [WATCHED_TABLES],
       );
       const now = r.rows[0].s.map((v) => Math.max(FLOOR_BYTES, Number(v)));
       const last = this.sizes;
+      // Tables that doubled or halved since the last re-plan, and tables past the floor that were
+      // never analyzed (a burst of work reaches the first check before autovacuum comes by).
+      const changed = WATCHED_TABLES.filter(
+        (_, i) =>
+          (r.rows[0].unanalyzed[i] && now[i] > FLOOR_BYTES) ||
+          (last !== null && (now[i] >= 2 * last[i] || 2 * now[i] <= last[i])),
+      );
       if (!last) this.sizes = now;
-      else if (now.some((size, i) => size >= 2 * last[i] || 2 * size <= last[i])) {
+      if (changed.length > 0) {
+        // Statistics first, so that the new plans see how the rows are spread (not only how many).
+        await this.pool.query('select ordo_analyze_hot($1::text[])', [changed]).catch(() => undefined);
         this.generation += 1;
         this.sizes = now;
       }
