@@ -104,6 +104,18 @@ describe('run schema: transitions and the append-only event log', () => {
     );
   });
 
+  it.each([
+    ['a leased item without an epoch', `'leased', null`],
+    ['a ready item with an epoch', `'ready', 3`],
+  ])('refuses %s (the engine finds leases by their epoch)', async (_, values) => {
+    await expect(
+      owner.query(
+        `insert into queue_item (tenant_id, run_id, step_id, state, epoch)
+         values ('ta', '11111111-1111-4111-8111-111111111111', 's', ${values})`,
+      ),
+    ).rejects.toMatchObject({ code: '23514', constraint: 'queue_item_lease_epoch' });
+  });
+
   it('gives the application and system roles no UPDATE or DELETE on run_event, and refuses them for the owner too', async () => {
     await expect(t.db.withTenant('ta', (tx) => sql`update run_event set actor = 'x'`.execute(tx))).rejects.toThrow(
       /permission denied/,

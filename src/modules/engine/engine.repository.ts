@@ -258,7 +258,8 @@ export class EngineRepository {
         delete from queue_item q
         using unnest(${rel.map((k) => k.tenantId)}::text[], ${rel.map((k) => k.runId)}::uuid[], ${rel.map((k) => k.stepId)}::text[],
           ${rel.map((k) => k.epoch)}::int[]) as u(tenant_id, run_id, step_id, epoch)
-        where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id and q.state = 'leased' and q.epoch = u.epoch
+        -- (An item with an epoch is leased; not naming the state keeps the lease index out of the plan.)
+        where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id and q.epoch = u.epoch
         returning q.tenant_id
       ),
       rc as (select tenant_id, count(*)::int as n from rl group by tenant_id),
@@ -379,7 +380,8 @@ export class EngineRepository {
       from unnest(${items.map((k) => k.tenantId)}::text[], ${items.map((k) => k.runId)}::uuid[], ${items.map((k) => k.stepId)}::text[],
         ${items.map((k) => k.epoch)}::int[]) as u(tenant_id, run_id, step_id, epoch)
       where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id
-        and q.state = 'leased' and q.worker_id = ${workerId} and q.epoch = u.epoch
+        -- (An item with an epoch is leased; not naming the state keeps the lease index out of the plan.)
+        and q.worker_id = ${workerId} and q.epoch = u.epoch
       returning q.tenant_id, q.run_id, q.step_id`.execute(tx);
     return r.rows.map((x) => ({ tenantId: x.tenant_id, runId: x.run_id, stepId: x.step_id }));
   }
