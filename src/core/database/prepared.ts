@@ -56,20 +56,19 @@ export class PlanRefresh {
     this.uses = 0;
     this.checking = true;
     try {
-      const r = await this.pool.query<{ s: string[]; unanalyzed: boolean[] }>(
-        `with x as (select to_regclass(t) as c, n from unnest($1::text[]) with ordinality as u(t, n))
-         select array(select coalesce(pg_relation_size(x.c), 0) from x order by n) as s,
-           array(select coalesce((select p.reltuples < 0 from pg_class p where p.oid = x.c), false) from x order by n)
-             as unanalyzed`,
+      const { rows } = await this.pool.query<{ size: string; unanalyzed: boolean }>(
+        `select coalesce(pg_relation_size(p.oid), 0) as size, coalesce(p.reltuples < 0, false) as unanalyzed
+         from unnest($1::text[]) with ordinality as u(t, n) left join pg_class p on p.oid = to_regclass(u.t)
+         order by u.n`,
         [WATCHED_TABLES],
       );
-      const now = r.rows[0].s.map((v) => Math.max(FLOOR_BYTES, Number(v)));
+      const now = rows.map((row) => Math.max(FLOOR_BYTES, Number(row.size)));
       const last = this.sizes;
       // Tables that doubled or halved since the last re-plan, and tables past the floor that were
       // never analyzed (a burst of work reaches the first check before autovacuum comes by).
       const changed = WATCHED_TABLES.filter(
         (_, i) =>
-          (r.rows[0].unanalyzed[i] && now[i] > FLOOR_BYTES) ||
+          (rows[i].unanalyzed && now[i] > FLOOR_BYTES) ||
           (last !== null && (now[i] >= 2 * last[i] || 2 * now[i] <= last[i])),
       );
       if (!last) this.sizes = now;

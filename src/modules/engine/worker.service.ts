@@ -13,7 +13,7 @@ import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import { ConstraintsService } from './constraints.service';
-import { EngineStore, type ClaimedWork, type Completion } from './engine.store';
+import { EngineStore, type ClaimedWork, type ClaimOptions, type Completion } from './engine.store';
 
 /** With ORDO_ENGINE_PROFILE=1 the worker sums its time per phase and prints it at shutdown (benchmarks). */
 const PROFILE = process.env.ORDO_ENGINE_PROFILE === '1';
@@ -243,13 +243,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       this.cycleTenants = new Set([...batch.map((c) => c.tenantId), ...this.local.map((w) => w.tenantId)]);
       try {
         this.turnRoom = isolate ? 0 : Math.max(0, capacity);
-        const opts = {
-          workerId: this.workerId,
-          capacity: isolate ? 0 : capacity,
-          leaseMs: this.leaseMs,
-          tenantCap: this.tenantCap,
-          receivesRunData: (name: string) => this.plugins.get(name)?.receivesRunData === true,
-        };
+        const opts = this.claimOptions(isolate ? 0 : capacity);
         // The common hop (results that succeeded, successors to this worker) is one statement; the
         // general transaction takes everything else and claims from the queue.
         const advanced = isolate ? null : await this.store.advance(batch, opts);
@@ -322,11 +316,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const t0 = PROFILE ? performance.now() : 0;
     this.claimingNow = this.store
       .claimNow({
-        workerId: this.workerId,
-        capacity,
-        leaseMs: this.leaseMs,
-        tenantCap: this.tenantCap,
-        receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+        ...this.claimOptions(capacity),
         // The running cycle serves these; this claim is for the others.
         excludeTenants: [...this.cycleTenants, ...this.asideTenants],
       })
@@ -346,6 +336,17 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
           this.claimNow();
         }
       });
+  }
+
+  /** What this worker's claims and hops are given: room for `capacity` steps, its lease and the tenant cap. */
+  private claimOptions(capacity: number): ClaimOptions {
+    return {
+      workerId: this.workerId,
+      capacity,
+      leaseMs: this.leaseMs,
+      tenantCap: this.tenantCap,
+      receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+    };
   }
 
   /** The loop's turn or the hop aside applies results of this tenant, or its steps wait in the local queue. */
@@ -370,13 +371,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     this.asideRoom = Math.max(0, this.prefetch - this.running.size - this.local.length - this.turnRoom);
     const t0 = PROFILE ? performance.now() : 0;
     this.aside = this.store
-      .advance(batch, {
-        workerId: this.workerId,
-        capacity: this.asideRoom,
-        leaseMs: this.leaseMs,
-        tenantCap: this.tenantCap,
-        receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
-      })
+      .advance(batch, this.claimOptions(this.asideRoom))
       .then(
         (claimed) => {
           if (claimed === null) {
