@@ -62,6 +62,46 @@ describe('run schema: transitions and the append-only event log', () => {
     expect(rows.filter((r) => r.ok)).toHaveLength(transitionRows().length);
   });
 
+  it("lets the tables' triggers apply exactly the code's transitions, for every pair of states", async () => {
+    await owner.query(`insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, claimed_at)
+      values ('ta', '11111111-1111-4111-8111-111111111111', 's', 1, 1, 'w', now(), 'tp', now())`);
+    const lists = { run: RUN_STATES, step: STEP_STATES, attempt: ATTEMPT_STATES };
+    const seen: string[] = [];
+    const allowed: string[] = [];
+    for (const [entity, states] of Object.entries(lists)) {
+      for (const from of states)
+        for (const to of states) {
+          if (from === to) continue;
+          // The row is put in `from` with the check off, then moved to `to` with it on; nothing is kept.
+          await owner.query('begin');
+          try {
+            await owner.query(`alter table ${entity} disable trigger ${entity}_transition`);
+            await owner.query(`update ${entity} set status = $1 where tenant_id = 'ta'`, [from]);
+            await owner.query(`alter table ${entity} enable trigger ${entity}_transition`);
+            const ok = await owner.query(`update ${entity} set status = $1 where tenant_id = 'ta'`, [to]).then(
+              (r) => r.rowCount === 1,
+              (e: { code?: string; hint?: string }) => {
+                expect([e.code, e.hint]).toEqual(['23514', 'illegal_transition']);
+                return false;
+              },
+            );
+            seen.push(`${entity}:${from}->${to}`);
+            if (ok) allowed.push(`${entity}:${from}->${to}`);
+            expect([entity, from, to, ok]).toEqual([entity, from, to, canTransition(entity as 'run', from, to)]);
+          } finally {
+            await owner.query('rollback');
+          }
+        }
+    }
+    expect(seen).toHaveLength(Object.values(lists).reduce((n, l) => n + l.length * (l.length - 1), 0));
+    expect(allowed.sort()).toEqual(
+      transitionRows()
+        .map((r) => `${r.entity}:${r.from}->${r.to}`)
+        .sort(),
+    );
+    await owner.query(`delete from attempt where tenant_id = 'ta'`);
+  });
+
   it.each([
     ['uppercase', 'C'.repeat(64)],
     ['too short', 'c'.repeat(63)],
