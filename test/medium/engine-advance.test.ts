@@ -1,15 +1,25 @@
+import { sql } from 'kysely';
 import pg from 'pg';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
 import type { DagDefinitionInput } from '../../src/modules/dags/dag-definition';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
-import { EngineRepository } from '../../src/modules/engine/engine.repository';
+import { EngineRepository, type AdvanceInput, type AdvanceRow } from '../../src/modules/engine/engine.repository';
 import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
 import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
+import type { SystemDb } from '../../src/core/database/handles';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+/** The engine's statements with every hop, even of one result, applied by the batch function. */
+class BatchHops extends EngineRepository {
+  override async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
+    return (await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(db))
+      .rows;
+  }
+}
 
 /**
  * The one-statement hop (ordo_engine_advance) against the general engine transaction: the same
@@ -254,6 +264,107 @@ describe('engine: the one-statement hop', () => {
     expect(next.map((w) => w.stepId)).toEqual(['s3']);
     expect(await stepStates(gap.runId)).toEqual({ s1: 'succeeded', s2: 'skipped', s3: 'running' });
     expect(verifyChain(await events('a', gap.runId))).toEqual({ ok: true });
+  });
+
+  it('writes the same rows and events for a result alone (ordo_engine_hop) as the batch function does', async () => {
+    await owner.query(`insert into tenant (id, name) values ('h1', 'hop'), ('h2', 'batch')`);
+    const fan = {
+      id: 'fan',
+      steps: [
+        { id: 'start', plugin: 'noop' },
+        { id: 'b1', plugin: 'noop', dependsOn: ['start'] },
+        { id: 'b2', plugin: 'noop', dependsOn: ['start'] },
+        { id: 'b3', plugin: 'noop', dependsOn: ['start'] },
+        { id: 'join', plugin: 'noop', dependsOn: ['b1', 'b2', 'b3'] },
+      ],
+    };
+    const chain = {
+      id: 'chain',
+      steps: [
+        { id: 's1', plugin: 'noop' },
+        { id: 's2', plugin: 'noop', dependsOn: ['s1'] },
+      ],
+    };
+    for (const tenant of ['h1', 'h2']) {
+      await publish(tenant, fan);
+      await publish(tenant, chain);
+    }
+    const batchStore = new EngineStore(t.db, new BatchHops(), new RunsRepository(), new ArtifactsRepository());
+
+    /** A fan-out with room for two, its branches reported one by one, the join; then a chain over the tenant's cap. */
+    async function play(s: EngineStore, tenant: string): Promise<string[]> {
+      const one = async (w: ClaimedWork, capacity: number, cap = 64) =>
+        (await s.advance([ok(w)], opts(capacity, cap)))!;
+      const f = await runs.createRun(tenant, { dagId: 'fan', inputs: {}, runToken: 'eq', requestedBy: 'me' });
+      const [start] = await s.cycle([], opts(1));
+      const [b1, b2] = await one(start, 2);
+      expect(await stepStates(f.runId)).toMatchObject({ b1: 'running', b2: 'running', b3: 'queued' });
+      expect(await one(b2, 4)).toEqual([]);
+      expect(await one(b1, 4)).toEqual([]);
+      const [b3] = await s.cycle([], opts(4));
+      const [join] = await one(b3, 4);
+      expect(join.stepId).toBe('join');
+      expect(await one(join, 4)).toEqual([]);
+      const c = await runs.createRun(tenant, { dagId: 'chain', inputs: {}, runToken: 'eq', requestedBy: 'me' });
+      const [s1] = await s.cycle([], opts(4));
+      await owner.query(`update tenant_queue set in_flight = in_flight + 1 where tenant_id = $1`, [tenant]);
+      expect(await one(s1, 4, 1)).toEqual([]);
+      await owner.query(`update tenant_queue set in_flight = in_flight - 1 where tenant_id = $1`, [tenant]);
+      expect((await owner.query(`select step_id, state from queue_item where run_id = $1`, [c.runId])).rows).toEqual([
+        { step_id: 's2', state: 'ready' },
+      ]);
+      const [s2] = await s.cycle([], opts(4));
+      expect([s2.runId, s2.stepId]).toEqual([c.runId, 's2']);
+      expect(await one(s2, 4)).toEqual([]);
+      return [f.runId, c.runId];
+    }
+
+    async function written(tenant: string, runIds: string[]) {
+      const q = async (text: string) => (await owner.query(text, [tenant, runIds])).rows;
+      const byRun = (rows: Record<string, unknown>[]) =>
+        rows.map(({ run_id, ...rest }) => ({ run: runIds.indexOf(run_id as string), ...rest }));
+      return {
+        runs: byRun(
+          await q(`select run_id, status, steps_remaining, dispatch_count, event_seq, started_at is not null as started,
+            finished_at is not null as finished, outputs_hash is not null as has_outputs from run
+            where tenant_id = $1 and run_id = any($2) order by array_position($2, run_id)`),
+        ),
+        steps: byRun(
+          await q(`select run_id, step_id, status, epoch, attempts, dispatch_seq, pending_deps, outputs, outputs_hash,
+            logs_hash, queued_at is not null as queued, started_at is not null as started, finished_at is not null as finished
+            from step where tenant_id = $1 and run_id = any($2) order by array_position($2, run_id), step_id`),
+        ),
+        attempts: byRun(
+          await q(`select run_id, step_id, attempt, epoch, worker_id, status, outputs_hash, logs_hash,
+            queued_at is not null as queued, started_at is not null as started, finished_at is not null as finished,
+            terminated_at is not null as terminated, lease_expires_at > now() as leased
+            from attempt where tenant_id = $1 and run_id = any($2) order by array_position($2, run_id), step_id, attempt`),
+        ),
+        queue: byRun(
+          await q(`select run_id, step_id, state, worker_id, epoch from queue_item
+            where tenant_id = $1 and run_id = any($2) order by array_position($2, run_id), step_id`),
+        ),
+        events: byRun(
+          await q(`select run_id, seq, type, step_id, attempt, actor, data - 'outputsHash' - 'traceId' as data,
+            data ? 'outputsHash' as hashed, data ? 'traceId' as traced
+            from run_event where tenant_id = $1 and run_id = any($2) order by array_position($2, run_id), seq`),
+        ),
+        inFlight: (await owner.query(`select in_flight from tenant_queue where tenant_id = $1`, [tenant])).rows[0]
+          .in_flight as number,
+        artifacts: (await owner.query(`select count(*)::int as n from artifact where tenant_id = $1`, [tenant])).rows[0]
+          .n as number,
+      };
+    }
+
+    const hop = await written('h1', await play(store, 'h1'));
+    const batch = await written('h2', await play(batchStore, 'h2'));
+    expect(hop).toEqual(batch);
+    expect(hop.runs.map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
+    expect(hop.queue).toEqual([]);
+    expect(hop.events.filter((e) => e.type === 'step.running')).toHaveLength(7);
+    for (const tenant of ['h1', 'h2'])
+      for (const { run_id } of (await owner.query(`select run_id from run where tenant_id = $1`, [tenant])).rows)
+        expect(verifyChain(await events(tenant, run_id as string))).toEqual({ ok: true });
   });
 
   it('mixes with the general transaction in one chain: events written by either verify together', async () => {

@@ -400,12 +400,15 @@ export class EngineRepository {
    * The one-statement hop (migrations/011_engine_advance.sql), committed on its own: applies
    * successful results, makes their successors ready and dispatches up to `capacity` of them to
    * `worker`, appending the chained events. Raises SQLSTATE OR001 (nothing written) when the
-   * batch needs the general engine transaction.
+   * batch needs the general engine transaction. A batch of one goes to ordo_engine_hop
+   * (migrations/019_engine_hop_one.sql): the same hop, with statements that look up its one run by key.
    */
   async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
-    const r = await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(
-      db,
-    );
+    const input = JSON.stringify(p);
+    const r =
+      p.completions.length === 1
+        ? await sql<AdvanceRow>`select kind, item from ordo_engine_hop(${input}::jsonb)`.execute(db)
+        : await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${input}::jsonb)`.execute(db);
     return r.rows;
   }
 
