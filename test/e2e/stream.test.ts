@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { sql } from 'kysely';
 import pg from 'pg';
 import pino from 'pino';
 import WebSocket from 'ws';
@@ -190,6 +191,33 @@ describe('WebSocket stream', () => {
     expect(new Date(ev[0].timestamp).toISOString()).toBe(ev[0].timestamp);
     const cursors = ev.map((e) => e.cursor as string);
     expect(new Set(cursors).size).toBe(4);
+  });
+
+  it('delivers events whose notification was never sent (a writer that died after its commit) at the next safety pull', async () => {
+    const c = track(await Client.as(app.url, app.adminToken, app.tenantId));
+    expect((await c.subscribe('all')).type).toBe('subscribed');
+    const db = app.ordo.database.system;
+    const run = await insertRun(db, app.tenantId, 'unsent');
+    const heard: string[] = [];
+    const listener = new pg.Client({ connectionString: app.testDb.ownerUrl });
+    await listener.connect();
+    try {
+      listener.on('notification', (n) => heard.push(n.payload ?? ''));
+      await listener.query('listen ordo_run_event');
+      // The engine's way of writing: notifications collected for after the commit, and here never sent.
+      await db.transaction().execute(async (tx) => {
+        await sql`select set_config('ordo.notify_after_commit', 'on', true)`.execute(tx);
+        await appendEvents(tx as unknown as typeof db, run, [{ type: 'run.created' }, { type: 'run.running' }]);
+      });
+      await c.until(
+        () => c.events().filter((e) => e.runId === run.runId).length === 2,
+        'the unannounced events',
+        8_000,
+      );
+      expect(heard.filter((p) => p.startsWith(`${app.tenantId} `))).toEqual([]);
+    } finally {
+      await listener.end();
+    }
   });
 
   it('replays what a client missed when it reconnects with since, without duplicates', async () => {

@@ -321,7 +321,7 @@ describe('engine: the one-statement hop', () => {
 
     async function written(tenant: string, runIds: string[]) {
       const q = async (text: string) => (await owner.query(text, [tenant, runIds])).rows;
-      const byRun = (rows: Record<string, unknown>[]) =>
+      const byRun = (rows: Record<string, unknown>[]): Record<string, unknown>[] =>
         rows.map(({ run_id, ...rest }) => ({ run: runIds.indexOf(run_id as string), ...rest }));
       return {
         runs: byRun(
@@ -365,6 +365,79 @@ describe('engine: the one-statement hop', () => {
     for (const tenant of ['h1', 'h2'])
       for (const { run_id } of (await owner.query(`select run_id from run where tenant_id = $1`, [tenant])).rows)
         expect(verifyChain(await events(tenant, run_id as string))).toEqual({ ok: true });
+  });
+
+  it('sends its notifications after the commit, from a transaction of their own, not from the hop', async () => {
+    const heard: string[] = [];
+    const listener = new pg.Client({ connectionString: t.ownerUrl });
+    await listener.connect();
+    listener.on('notification', (n) => heard.push(`${n.channel} ${n.payload}`));
+    await listener.query('listen ordo_run_event; listen ordo_run_finished; listen ordo_ready');
+    const settle = () => new Promise((r) => setTimeout(r, 150));
+    try {
+      const run = await runs.createRun('b', { dagId: 'chain', inputs: {}, runToken: 'notify', requestedBy: 'me' });
+      let [w] = await store.cycle([], opts(4));
+      expect(w.runId).toBe(run.runId);
+      // The hop's statement, committed on its own, with what it collected left unsent.
+      const repo = new EngineRepository();
+      const hop = async (work: ClaimedWork) =>
+        repo.advance(t.db.system, {
+          worker: 'w1',
+          leaseMs: 60_000,
+          capacity: 4,
+          cap: 64,
+          completions: [
+            {
+              t: 'b',
+              r: work.runId,
+              s: work.stepId,
+              a: work.attempt,
+              e: work.epoch,
+              o: {},
+              oh: 'f'.repeat(64),
+              lh: null,
+              sa: null,
+              fa: null,
+              ord: 1,
+            },
+          ],
+          artifacts: [],
+        } as never);
+      await settle();
+      heard.length = 0;
+      const rows = await hop(w);
+      const notes = rows.flatMap((r) => (r.kind === 'n' ? [r.item] : []));
+      expect(notes.map(([channel, payload]) => [channel, payload.split(' ')[0]])).toEqual([['ordo_run_event', 'b']]);
+      await settle();
+      expect(heard).toEqual([]);
+      await repo.notify(t.db.system, notes);
+      await settle();
+      expect(heard).toEqual(notes.map(([c, p]) => `${c} ${p}`));
+
+      // Through the store: the run's end is announced once its hop has committed.
+      heard.length = 0;
+      [w] = rows
+        .flatMap((r) => (r.kind === 'd' ? [r.item] : []))
+        .map((d) => ({ ...w, stepId: d.step_id, attempt: d.attempts, epoch: d.epoch }));
+      expect(w.stepId).toBe('s2');
+      const [s3] = (await store.advance([ok(w)], opts(4)))!;
+      expect(await store.advance([ok(s3)], opts(4))).toEqual([]);
+      for (let i = 0; i < 40 && !heard.includes(`ordo_run_finished ${run.runId}`); i++) await settle();
+      expect(heard).toContain(`ordo_run_finished ${run.runId}`);
+      expect(heard.filter((h) => h.startsWith('ordo_run_event b '))).toHaveLength(2);
+
+      // Writers outside the engine's statements notify in their own transaction, as before.
+      heard.length = 0;
+      await owner.query(
+        `insert into run_event (tenant_id, run_id, seq, created_at, type, actor, data, prev_hash, hash)
+        values ('b', $1, 999, now(), 'x', 'me', '{}', '', repeat('c', 64))`,
+        [run.runId],
+      );
+      await settle();
+      expect(heard.map((h) => h.split(' ').slice(0, 2).join(' '))).toEqual(['ordo_run_event b']);
+    } finally {
+      await listener.end();
+    }
   });
 
   it('mixes with the general transaction in one chain: events written by either verify together', async () => {

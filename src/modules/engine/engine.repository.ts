@@ -112,7 +112,11 @@ export interface ClaimInput {
   exclude?: string[];
 }
 
-/** A row of ordo_engine_advance and ordo_engine_claim: a dispatched step ('d') or a committed run or retry event ('e'). */
+/**
+ * A row of ordo_engine_advance, ordo_engine_hop and ordo_engine_claim: a dispatched step ('d'), a
+ * committed run or retry event ('e'), or a notification to send once the statement has committed
+ * ('n': [channel, payload], migrations/020_notify_after_commit.sql).
+ */
 export type AdvanceRow =
   | {
       kind: 'd';
@@ -142,7 +146,8 @@ export type AdvanceRow =
         traceId: string;
         startedAt: string | null;
       };
-    };
+    }
+  | { kind: 'n'; item: [channel: string, payload: string] };
 
 const keysSql = (keys: StepKey[]) =>
   sql`unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[], ${keys.map((k) => k.stepId)}::text[])`;
@@ -420,6 +425,17 @@ export class EngineRepository {
   async claim(db: SystemDb | SystemTx, p: ClaimInput): Promise<AdvanceRow[]> {
     const r = await sql<AdvanceRow>`select kind, item from ordo_engine_claim(${JSON.stringify(p)}::jsonb)`.execute(db);
     return r.rows;
+  }
+
+  /**
+   * Sends notifications an engine statement collected (its 'n' rows) in a transaction of their own,
+   * which writes nothing: the lock PostgreSQL takes at the commit of a notifying transaction is held
+   * only while they are queued.
+   */
+  async notify(db: SystemDb, notifications: [string, string][]): Promise<void> {
+    await sql`select pg_notify(n->>0, n->>1) from jsonb_array_elements(${JSON.stringify(notifications)}::jsonb) n`.execute(
+      db,
+    );
   }
 
   /** Adds a graphile-worker job in the caller's transaction (deterministic job_key: at most one pending per key). */

@@ -145,7 +145,7 @@ export class EngineStore {
       return work;
     });
     if (committed.books) observe(committed.books);
-    if (committed.claimed) observeRows(committed.claimed);
+    if (committed.claimed) this.committed(committed.claimed);
     return claimedWork;
   }
 
@@ -164,10 +164,24 @@ export class EngineStore {
 
   /** The work of a committed hop or claim: its events observed, its steps with their template data. */
   private async committedWork(rows: AdvanceRow[], opts: ClaimOptions): Promise<ClaimedWork[]> {
-    observeRows(rows);
+    this.committed(rows);
     const work = this.dispatched(rows, opts);
     if (work.some((w) => w.needsData)) await this.withSystem((tx) => this.fillTemplateScope(tx, work));
     return work;
+  }
+
+  /**
+   * After an engine statement committed: its notifications sent (wake-ups, the live stream, run
+   * ends), without waiting for them, and its events observed. A notification lost to a crash at this
+   * point delays a wake-up until the workers' safety poll and the stream's next pull.
+   */
+  private committed(rows: AdvanceRow[]): void {
+    const notifications = rows.flatMap((r) => (r.kind === 'n' ? [r.item] : []));
+    if (notifications.length > 0)
+      void this.engine
+        .notify(this.sys, notifications)
+        .catch((e: unknown) => this.log.warn({ err: e }, 'notifications after commit not sent'));
+    observeRows(rows);
   }
 
   /** The work a worker runs for dispatched steps (as ordo_engine_advance and ordo_engine_claim return them). */

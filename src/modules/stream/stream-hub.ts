@@ -34,6 +34,12 @@ interface TenantFeed {
 
 const BATCH = 500;
 const AUTH_RECHECK_MS = 5_000;
+/**
+ * Every feed pulls at least this often: the engine sends its notifications right after its commits
+ * (not in them), so a process that dies in between leaves a wake-up unsent; the events wait for
+ * this pull at most.
+ */
+const SAFETY_PULL_MS = 5_000;
 
 /**
  * Fans run events out to the process's WebSocket clients. One feed per tenant with clients pulls
@@ -49,6 +55,7 @@ export class StreamHub implements OnModuleInit, OnModuleDestroy {
   private readonly log = rootLogger().child({ component: 'stream' });
   private bus?: StreamBus;
   private recheck?: NodeJS.Timeout;
+  private safetyPull?: NodeJS.Timeout;
 
   constructor(
     private readonly db: Database,
@@ -70,10 +77,15 @@ export class StreamHub implements OnModuleInit, OnModuleDestroy {
     await this.bus.start();
     this.recheck = setInterval(() => void this.recheckTokens(), AUTH_RECHECK_MS);
     this.recheck.unref();
+    this.safetyPull = setInterval(() => {
+      for (const t of this.feeds.keys()) this.wake(t);
+    }, SAFETY_PULL_MS);
+    this.safetyPull.unref();
   }
 
   async onModuleDestroy(): Promise<void> {
     if (this.recheck) clearInterval(this.recheck);
+    if (this.safetyPull) clearInterval(this.safetyPull);
     for (const feed of this.feeds.values()) {
       if (feed.retry) clearTimeout(feed.retry);
       for (const c of feed.clients) this.close(c, CLOSE.GOING_AWAY, 'server shutting down');
