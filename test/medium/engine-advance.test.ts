@@ -402,7 +402,7 @@ describe('engine: the one-statement hop', () => {
             },
           ],
           artifacts: [],
-        } as never);
+        });
       await settle();
       heard.length = 0;
       const rows = await hop(w);
