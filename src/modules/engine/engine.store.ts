@@ -99,6 +99,9 @@ export class EngineStore {
   private readonly log = new Logger('engine');
   /** The system handle with prepared (parse- and plan-once) statements. */
   private readonly sys: SystemDb;
+  /** Notifications of committed engine statements not sent yet (by channel and subject), and whether a send is under way. */
+  private readonly outbox = new Map<string, [string, string]>();
+  private sending = false;
 
   constructor(
     private readonly db: Database,
@@ -176,12 +179,32 @@ export class EngineStore {
    * point delays a wake-up until the workers' safety poll and the stream's next pull.
    */
   private committed(rows: AdvanceRow[]): void {
-    const notifications = rows.flatMap((r) => (r.kind === 'n' ? [r.item] : []));
-    if (notifications.length > 0)
-      void this.engine
-        .notify(this.sys, notifications)
-        .catch((e: unknown) => this.log.warn({ err: e }, 'notifications after commit not sent'));
+    for (const r of rows) {
+      if (r.kind !== 'n') continue;
+      const [channel, payload] = r.item;
+      // The live stream's notification names the tenant and its newest event: one per tenant is enough.
+      this.outbox.set(
+        channel === 'ordo_run_event' ? `${channel} ${payload.split(' ')[0]}` : `${channel} ${payload}`,
+        r.item,
+      );
+    }
+    if (!this.sending) this.sendOutbox();
     observeRows(rows);
+  }
+
+  /** Sends what the outbox holds, one statement at a time: what commits meanwhile goes in the next one. */
+  private sendOutbox(): void {
+    if (this.outbox.size === 0) {
+      this.sending = false;
+      return;
+    }
+    this.sending = true;
+    const batch = [...this.outbox.values()];
+    this.outbox.clear();
+    void this.engine
+      .notify(this.sys, batch)
+      .catch((e: unknown) => this.log.warn({ err: e }, 'notifications after commit not sent'))
+      .finally(() => this.sendOutbox());
   }
 
   /** The work a worker runs for dispatched steps (as ordo_engine_advance and ordo_engine_claim return them). */
