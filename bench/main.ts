@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import pino from 'pino';
 import { loadConfig } from '../src/core/config/config';
+import { Database } from '../src/core/database/database';
 import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../src/core/database/embedded';
 import { migrate } from '../src/core/database/migrator';
 import { canonicalHash } from '../src/core/json/canonical-json';
@@ -16,6 +17,7 @@ import { RunsRepository } from '../src/modules/runs/runs.repository';
 import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
 import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
+import { cpuMs, Processes, rssMiB, type OrdoProcess } from './support-load';
 
 const HELP = `Usage: npm run bench -- [options]
 
@@ -34,6 +36,9 @@ Options:
   --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 100; p99 of 100 samples, not the maximum of 30)
   --idle-seconds <s>       idle query-rate window (default 10)
   --only <list>            comma list of burst,light,fairness,idle (default all); load or load-<name>: the load figures below
+  --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
+                           one, which then only creates runs and measures, like an api apart from the workers
+                           (queries per step and idle queries/s then count this process only: not reported)
   --out <dir>              results directory (default bench/results)
   --help                   this text
 
@@ -131,6 +136,7 @@ async function main(): Promise<void> {
       'idle-seconds': { type: 'string', default: '10' },
       only: { type: 'string', default: 'burst,light,fairness,idle' },
       out: { type: 'string', default: 'bench/results' },
+      'worker-process': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
   });
@@ -212,12 +218,38 @@ async function main(): Promise<void> {
     ORDO_WORKER_CONCURRENCY: String(concurrency),
     ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],
   });
-  const ordo: RunningOrdo = await startOrdo(config, pino({ level: 'silent' }), {
-    appUrl: m.appUrl,
-    systemUrl: m.systemUrl,
-    ownerUrl,
-  });
-  const db = ordo.database;
+  // The worker in this process (default), or in a process of its own (--worker-process): then this
+  // process only creates runs and measures, as an api replica apart from the workers would.
+  const separate = values['worker-process'];
+  let ordo: RunningOrdo | undefined;
+  let procs: Processes | undefined;
+  let worker: OrdoProcess | undefined;
+  let db: Database;
+  if (separate) {
+    const p = (procs = new Processes({
+      ownerUrl,
+      appUrl: m.appUrl,
+      systemUrl: m.systemUrl,
+      embedded: embedded !== undefined,
+      postmasterPid: null,
+      close: async () => undefined,
+    }));
+    cleanups.unshift(() => p.stopAll());
+    worker = await p.start('worker', {
+      ORDO_WORKER_CONCURRENCY: String(concurrency),
+      ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],
+    });
+    db = new Database({ app: m.appUrl, system: m.systemUrl }, { poolSize: 20, applicationName: 'ordo:bench' });
+  } else {
+    ordo = await startOrdo(config, pino({ level: 'silent' }), {
+      appUrl: m.appUrl,
+      systemUrl: m.systemUrl,
+      ownerUrl,
+    });
+    db = ordo.database;
+  }
+  /** CPU time (ms) of the worker process, when it runs apart. */
+  const workerCpuMs = () => (worker ? cpuMs(worker.pid) : 0);
   const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
 
   await owner.query(`insert into tenant (id, name) values ('bench', 'bench'), ('busy', 'busy'), ('quiet', 'quiet')`);
@@ -266,6 +298,7 @@ async function main(): Promise<void> {
       settings: Object.fromEntries(settings.map((s) => [s.name, s.setting])),
     },
     settings: {
+      workerProcess: separate,
       concurrency,
       tenantMaxInFlight: Number(values['tenant-cap']),
       leaseTtlMs: config.ORDO_LEASE_TTL_MS,
@@ -291,6 +324,7 @@ async function main(): Promise<void> {
       }));
       const q0 = queryCount;
       const cpu0 = process.cpuUsage();
+      const wcpu0 = workerCpuMs();
       const pg0 = pgCpuMs();
       const load0 = os.loadavg()[0];
       const t0 = now();
@@ -316,6 +350,7 @@ async function main(): Promise<void> {
         )
       ).rows[0].n;
       const cpu = process.cpuUsage(cpu0);
+      const nodeCpuMs = (cpu.user + cpu.system) / 1000 + (workerCpuMs() - wcpu0);
       const mk = done.map((r) => finishedAt.get(r.runId)! - t0);
       const row = {
         repeat: rep,
@@ -326,8 +361,9 @@ async function main(): Promise<void> {
         elapsedS: Math.round(elapsed * 1000) / 1000,
         stepsPerS: Math.round(steps / elapsed),
         makespanMs: stats(mk),
-        queriesPerStep: Math.round(((queryCount - q0) / Math.max(1, steps)) * 100) / 100,
-        nodeCpuMsPerStep: Math.round(((cpu.user + cpu.system) / 1000 / Math.max(1, steps)) * 1000) / 1000,
+        // (The queries of this process: with --worker-process, not the worker's.)
+        queriesPerStep: separate ? null : Math.round(((queryCount - q0) / Math.max(1, steps)) * 100) / 100,
+        nodeCpuMsPerStep: Math.round((nodeCpuMs / Math.max(1, steps)) * 1000) / 1000,
         pgCpuMsPerStep: pg0 === null ? null : Math.round(((pgCpuMs()! - pg0) / Math.max(1, steps)) * 1000) / 1000,
         loadavg1: [load0, os.loadavg()[0]],
       };
@@ -495,18 +531,21 @@ async function main(): Promise<void> {
     await sleep(secs * 1000);
     result.idle = {
       seconds: secs,
-      queriesPerS: Math.round(((queryCount - q0) / secs) * 100) / 100,
+      queriesPerS: separate ? null : Math.round(((queryCount - q0) / secs) * 100) / 100,
       note: 'every query of this process: worker claims, heartbeats, graphile-worker',
     };
     log(`idle: ${(result.idle as { queriesPerS: number }).queriesPerS} queries/s`);
   }
 
   result.peakRssMb = Math.round(process.resourceUsage().maxRSS / 1024);
+  if (worker) result.workerRssMbAtEnd = rssMiB(worker.pid);
   result.loadavgAtEnd = os.loadavg();
   result.finishedAt = new Date().toISOString();
 
   await listener.end();
-  await ordo.close();
+  await ordo?.close();
+  if (separate) await db.close();
+  await procs?.stopAll();
   await owner.end();
   await admin.query(`drop database if exists ${dbName} with (force)`);
   await admin.end();
@@ -532,7 +571,9 @@ function printTable(r: Record<string, any>): void {
     rows.push(['burst: steps/s (median)', String(r.burst.stepsPerSMedian), '≥ 4000']);
     rows.push([
       'burst: queries per step',
-      String((r.burst.repeats as { queriesPerStep: number }[]).map((x) => x.queriesPerStep).join(' / ')),
+      r.settings.workerProcess
+        ? 'not counted (the worker runs apart)'
+        : String((r.burst.repeats as { queriesPerStep: number }[]).map((x) => x.queriesPerStep).join(' / ')),
       '',
     ]);
   }
@@ -561,13 +602,27 @@ function printTable(r: Record<string, any>): void {
       '',
     ]);
     rows.push([
-      'fairness: event-loop delay of the api + worker process while loaded p50 / p99 / max ms',
+      r.settings.workerProcess
+        ? 'fairness: event-loop delay of the bench process (runs created here; the worker runs apart) while loaded p50 / p99 / max ms'
+        : 'fairness: event-loop delay of the api + worker process while loaded p50 / p99 / max ms',
       `${r.fairness.loadedEventLoopDelayMs.p50} / ${r.fairness.loadedEventLoopDelayMs.p99} / ${r.fairness.loadedEventLoopDelayMs.max}`,
       '',
     ]);
   }
-  if (r.idle) rows.push(['idle queries/s', String(r.idle.queriesPerS), 'a few']);
-  rows.push(['peak RSS MB (worker + driver)', String(r.peakRssMb), '']);
+  if (r.idle)
+    rows.push([
+      'idle queries/s',
+      r.settings.workerProcess ? 'not counted (the worker runs apart)' : String(r.idle.queriesPerS),
+      'a few',
+    ]);
+  if (r.settings.workerProcess) {
+    rows.push(['worker process', 'apart (--worker-process)', '']);
+    rows.push([
+      'RSS MB of the worker at the end / peak of the bench process',
+      `${r.workerRssMbAtEnd} / ${r.peakRssMb}`,
+      '',
+    ]);
+  } else rows.push(['peak RSS MB (worker + driver)', String(r.peakRssMb), '']);
   rows.push(['load average 1/5/15 at end', r.loadavgAtEnd.map((x: number) => x.toFixed(2)).join(' / '), '']);
   console.log('\n| metric | ordo | target |\n|---|---|---|');
   for (const [a, b, c] of rows) console.log(`| ${a} | ${b} | ${c} |`);
