@@ -13,6 +13,18 @@ import type { SystemDb } from '../../src/core/database/handles';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
+/** A fan-out of three branches and their join. */
+const fan: DagDefinitionInput = {
+  id: 'fan',
+  steps: [
+    { id: 'start', plugin: 'noop' },
+    { id: 'b1', plugin: 'noop', dependsOn: ['start'] },
+    { id: 'b2', plugin: 'noop', dependsOn: ['start'] },
+    { id: 'b3', plugin: 'noop', dependsOn: ['start'] },
+    { id: 'join', plugin: 'noop', dependsOn: ['b1', 'b2', 'b3'] },
+  ],
+};
+
 /** The engine's statements with every hop, even of one result, applied by the batch function. */
 class BatchHops extends EngineRepository {
   override async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
@@ -100,16 +112,7 @@ describe('engine: the one-statement hop', () => {
     };
     await publish('a', chain);
     await publish('b', chain);
-    await publish('a', {
-      id: 'fan',
-      steps: [
-        { id: 'start', plugin: 'noop' },
-        { id: 'b1', plugin: 'noop', dependsOn: ['start'] },
-        { id: 'b2', plugin: 'noop', dependsOn: ['start'] },
-        { id: 'b3', plugin: 'noop', dependsOn: ['start'] },
-        { id: 'join', plugin: 'noop', dependsOn: ['b1', 'b2', 'b3'] },
-      ],
-    });
+    await publish('a', fan);
     await publish('a', {
       id: 'gap',
       steps: [
@@ -268,16 +271,6 @@ describe('engine: the one-statement hop', () => {
 
   it('writes the same rows and events for a result alone (ordo_engine_hop) as the batch function does', async () => {
     await owner.query(`insert into tenant (id, name) values ('h1', 'hop'), ('h2', 'batch')`);
-    const fan = {
-      id: 'fan',
-      steps: [
-        { id: 'start', plugin: 'noop' },
-        { id: 'b1', plugin: 'noop', dependsOn: ['start'] },
-        { id: 'b2', plugin: 'noop', dependsOn: ['start'] },
-        { id: 'b3', plugin: 'noop', dependsOn: ['start'] },
-        { id: 'join', plugin: 'noop', dependsOn: ['b1', 'b2', 'b3'] },
-      ],
-    };
     const chain = {
       id: 'chain',
       steps: [
