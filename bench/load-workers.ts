@@ -14,6 +14,7 @@ import {
   runsClient,
   sleep,
   stats,
+  untilAll,
   writeResult,
   type LoadOptions,
   type OrdoProcess,
@@ -121,7 +122,7 @@ export async function runWorkers(opts: WorkersOptions): Promise<WorkersResult> {
             await sleep(50);
           }
         })();
-        while (ids.some((id) => !finishedAt.has(id)) && Date.now() < deadline) await sleep(5);
+        await untilAll(ids, (id) => finishedAt.has(id), deadline);
         sampling = false;
         await sampler;
         const done = ids.filter((id) => finishedAt.has(id));

@@ -17,7 +17,7 @@ import { RunsRepository } from '../src/modules/runs/runs.repository';
 import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
 import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
-import { cpuMs, Processes, rssMiB, type OrdoProcess } from './support-load';
+import { cpuMs, Processes, rssMiB, untilAll, type OrdoProcess } from './support-load';
 
 const HELP = `Usage: npm run bench -- [options]
 
@@ -306,11 +306,8 @@ async function main(): Promise<void> {
     },
   };
   let token = 0;
-  const waitAll = async (ids: string[], timeoutMs: number) => {
-    const deadline = now() + timeoutMs;
-    while (ids.some((id) => !finishedAt.has(id)) && now() < deadline) await sleep(5);
-    return ids.every((id) => finishedAt.has(id));
-  };
+  const waitAll = (ids: string[], timeoutMs: number) =>
+    untilAll(ids, (id) => finishedAt.has(id), Date.now() + timeoutMs);
 
   // ---- burst ----
   if (only.has('burst')) {

@@ -15,6 +15,20 @@ import { RunsService } from '../src/modules/runs/runs.service';
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/**
+ * Waits (polling every 5 ms, until `deadline` in Date.now() time) until `done` holds for every id;
+ * each id is looked at until it is done, not again at every poll. Returns whether all are done.
+ */
+export async function untilAll(ids: string[], done: (id: string) => boolean, deadline: number): Promise<boolean> {
+  let i = 0;
+  for (;;) {
+    while (i < ids.length && done(ids[i])) i++;
+    if (i === ids.length) return true;
+    if (Date.now() >= deadline) return false;
+    await sleep(5);
+  }
+}
+
 /** Cleanups of what the running scenario started (processes, database), run on SIGINT/SIGTERM too. */
 const pending = new Set<() => Promise<void>>();
 function track(fn: () => Promise<void>): () => Promise<void> {
