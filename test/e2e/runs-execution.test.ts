@@ -330,6 +330,76 @@ describe('run execution (api + worker + scheduler roles)', () => {
     expect(ev.map((e) => e.type).slice(0, 4)).toEqual(['run.created', 'run.waiting', 'run.admitted', 'step.queued']);
   });
 
+  describe('step concurrency', () => {
+    type Attempt = { attempt: number; status: string; startedUtc: string; finishedUtc: string };
+    const attemptsOf = async (runId: string, stepId: string) => {
+      const r = await app.request('GET', `/api/v1/runs/${runId}/steps/${stepId}/attempts`, { as });
+      expect(r.status).toBe(200);
+      return r.body.items as Attempt[];
+    };
+    /** The most plugin executions (attempt start to finish, the worker's clock) under way at one time. */
+    const mostAtOnce = (xs: Attempt[]) =>
+      Math.max(
+        ...xs.map((x) => {
+          const t = Date.parse(x.startedUtc);
+          return xs.filter((y) => Date.parse(y.startedUtc) <= t && t < Date.parse(y.finishedUtc)).length;
+        }),
+      );
+
+    it('runs at most `concurrency` attempts of a step at once across runs, passing over them to other work', async () => {
+      await publishDag(app, app.tenantId, {
+        id: 'gated',
+        steps: [
+          { id: 'a', plugin: 'noop' },
+          { id: 'g', plugin: 'noop', with: { sleepMs: 250 }, dependsOn: ['a'], concurrency: 1 },
+        ],
+      });
+      await publishDag(app, app.tenantId, {
+        id: 'gated-root',
+        steps: [{ id: 'r', plugin: 'noop', with: { sleepMs: 250 }, concurrency: 2 }],
+      });
+      await publishDag(app, app.tenantId, { id: 'ungated', steps: [{ id: 'u', plugin: 'noop' }] });
+      const gated = await Promise.all([1, 2, 3].map(() => start('gated')));
+      const roots = await Promise.all([1, 2, 3, 4, 5].map(() => start('gated-root')));
+      // Queued behind the gated steps, it does not wait for their slots.
+      const free = await waitForRun(app, as, await start('ungated'));
+      expect(free.status).toBe('succeeded');
+
+      const done = await Promise.all([...gated, ...roots].map((id) => waitForRun(app, as, id)));
+      expect(done.map((r) => r.status)).toEqual(Array(8).fill('succeeded'));
+      const g = (await Promise.all(gated.map((id) => attemptsOf(id, 'g')))).flat();
+      const r = (await Promise.all(roots.map((id) => attemptsOf(id, 'r')))).flat();
+      expect(g).toHaveLength(3);
+      expect(r).toHaveLength(5);
+      expect(mostAtOnce(g)).toBe(1);
+      expect(mostAtOnce(r)).toBe(2);
+      // The free run ended while gated steps still waited for a slot.
+      const lastStart = Math.max(...g.map((x) => Date.parse(x.startedUtc)));
+      expect(Date.parse(free.finishedUtc)).toBeLessThan(lastStart);
+    });
+
+    it('keeps to the limit through retries', async () => {
+      await publishDag(app, app.tenantId, {
+        id: 'gated-retry',
+        steps: [
+          {
+            id: 'f',
+            plugin: 'noop',
+            with: { sleepMs: 100, fail: true, retryable: true },
+            retry: { maxRetries: 1, initialDelay: 10, multiplier: 1 },
+            concurrency: 1,
+          },
+        ],
+      });
+      const ids = await Promise.all([1, 2, 3].map(() => start('gated-retry')));
+      const done = await Promise.all(ids.map((id) => waitForRun(app, as, id)));
+      expect(done.map((r) => r.status)).toEqual(['failed', 'failed', 'failed']);
+      const f = (await Promise.all(ids.map((id) => attemptsOf(id, 'f')))).flat();
+      expect(f).toHaveLength(6);
+      expect(mostAtOnce(f)).toBe(1);
+    });
+  });
+
   it('skips runs beyond maxConcurrentRuns (action skip): they end cancelled with the reason', async () => {
     await publishDag(app, app.tenantId, {
       id: 'limited-skip',

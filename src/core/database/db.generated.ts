@@ -218,6 +218,8 @@ export interface PlatformToken {
 export interface QueueItem {
   enqueued_at: Generated<Timestamp>;
   epoch: number | null;
+  gate: string | null;
+  gate_limit: number | null;
   id: Generated<number>;
   lease_expires_at: Timestamp | null;
   run_id: string;

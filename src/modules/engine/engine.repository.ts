@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
 import type { NewArtifact } from '../artifacts/artifacts.repository';
-import type { RunBookRow } from '../runs/runs.repository';
+import { gateSql, type RunBookRow } from '../runs/runs.repository';
 import type { JobName } from './jobs';
 
 export interface FinishAttempt extends StepKey {
@@ -479,19 +479,21 @@ export class EngineRepository {
  * CTEs d, u, i, w: counts finished dependencies down (each pending step that depends on a step in
  * `done` loses one pending dependency per such step) and moves the steps left with none — unless
  * disabled or their run has ended — to queued, putting them into the ready queue in topological
- * order and waking workers (one notification per tenant, the tenant id as payload).
+ * order (a step with a concurrency limit under its gate) and waking workers (one notification per
+ * tenant, the tenant id as payload).
  */
 function releaseCtes(done: StepKey[]) {
   return sql`
       d as (
         select s.tenant_id, s.run_id, s.step_id, count(*)::int as n,
           s.pending_deps - count(*)::int = 0 and not coalesce((s.spec->>'disabled')::boolean, false)
-            and r.status in ('queued', 'running') as ready
+            and r.status in ('queued', 'running') as ready,
+          ${gateSql} as gate
         from ${keysSql(done)} as k(tenant_id, run_id, step_id)
         join step s on s.tenant_id = k.tenant_id and s.run_id = k.run_id and k.step_id = any(s.depends_on)
         join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
         where s.status = 'pending'
-        group by s.tenant_id, s.run_id, s.step_id, s.pending_deps, s.spec, r.status
+        group by s.tenant_id, s.run_id, s.step_id, s.pending_deps, s.spec, r.status, r.dag_id
       ),
       u as (
         update step s set pending_deps = s.pending_deps - d.n,
@@ -499,11 +501,11 @@ function releaseCtes(done: StepKey[]) {
           queued_at = case when d.ready then now() else s.queued_at end
         from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
         returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, d.ready,
-          coalesce((s.spec->>'disabled')::boolean, false) as disabled
+          coalesce((s.spec->>'disabled')::boolean, false) as disabled, d.gate, (s.spec->>'concurrency')::int as gate_limit
       ),
       i as (
-        insert into queue_item (tenant_id, run_id, step_id)
-        select tenant_id, run_id, step_id from u where ready order by tenant_id, run_id, topo_index, step_id
+        insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+        select tenant_id, run_id, step_id, gate, gate_limit from u where ready order by tenant_id, run_id, topo_index, step_id
         returning 1
       ),
       w as (select pg_notify('ordo_ready', x.tenant_id) as x from (select distinct tenant_id from u where ready) x)`;

@@ -9,6 +9,25 @@ export interface StepSpec {
   egress: string[];
   constraints: StepDefinition['constraints'] | null;
   disabled: boolean;
+  /** At most this many attempts of the step run at once across the tenant's runs of its DAG (null: no limit). */
+  concurrency?: number | null;
+}
+
+/**
+ * A ready step put into the queue. A step with a concurrency limit waits there under its gate (its
+ * DAG and step id, so every version of the DAG shares it) with its limit: the claim takes it only
+ * while fewer of the gate's steps run (migrations/021_step_concurrency.sql).
+ */
+export interface QueuedStep {
+  runId: string;
+  stepId: string;
+  gate: string | null;
+  gateLimit: number | null;
+}
+
+export function stepGate(dagId: string, s: { stepId: string; spec: StepSpec }): Pick<QueuedStep, 'gate' | 'gateLimit'> {
+  const limit = s.spec.concurrency ?? null;
+  return limit === null ? { gate: null, gateLimit: null } : { gate: `${dagId}/${s.stepId}`, gateLimit: limit };
 }
 
 export type InitialStepStatus = 'pending' | 'queued' | 'skipped' | 'succeeded' | 'cancelled';
@@ -79,6 +98,7 @@ export function planRun(def: DagDefinition, reuse: ReusedOutputs = new Map()): P
         egress: s.egress,
         constraints: s.constraints ?? null,
         disabled: s.disabled,
+        concurrency: s.concurrency ?? null,
       },
       dependsOn: [...s.dependsOn],
       topoIndex,

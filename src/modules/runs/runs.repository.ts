@@ -4,7 +4,10 @@ import type { DB } from '../../core/database/db.generated';
 import { tenantOf, type SystemTx, type TenantTx } from '../../core/database/handles';
 import type { JsonValue } from '../plugins/plugin';
 import type { ChainedEvent } from './run-events';
-import type { PlannedStep } from './run-plan';
+import type { PlannedStep, QueuedStep } from './run-plan';
+
+/** A queued step's gate (see QueuedStep) from its step row `s` and run row `r`. */
+export const gateSql = sql<string | null>`case when s.spec->>'concurrency' is not null then r.dag_id || '/' || s.step_id end`;
 
 type AnyTx = TenantTx | SystemTx;
 const asTrx = (tx: AnyTx) => tx as unknown as Transaction<DB>;
@@ -158,7 +161,7 @@ export class RunsRepository {
     runs: NewRun[],
     steps: (PlannedStep & { runId: string })[],
     events: ChainedEvent[],
-    queue: { runId: string; stepId: string }[],
+    queue: QueuedStep[],
   ): Promise<Set<string>> {
     if (runs.length === 0) return new Set();
     const t = tenantOf(tx);
@@ -219,9 +222,10 @@ export class RunsRepository {
         returning 1
       ),
       q as (
-        insert into queue_item (tenant_id, run_id, step_id)
-        select ${t}, u.run_id, u.step_id
-        from unnest(${queue.map((i) => i.runId)}::uuid[], ${queue.map((i) => i.stepId)}::text[]) with ordinality as u(run_id, step_id, n)
+        insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+        select ${t}, u.run_id, u.step_id, u.gate, u.gate_limit
+        from unnest(${queue.map((i) => i.runId)}::uuid[], ${queue.map((i) => i.stepId)}::text[], ${queue.map((i) => i.gate)}::text[],
+          ${queue.map((i) => i.gateLimit)}::int[]) with ordinality as u(run_id, step_id, gate, gate_limit, n)
         where u.run_id in (select run_id from r)
         order by u.n
         returning 1
@@ -255,15 +259,21 @@ export class RunsRepository {
     );
   }
 
-  /** Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes workers (one statement; payload: the tenant id). */
+  /**
+   * Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes
+   * workers (one statement; payload: the tenant id). A step with a concurrency limit is queued
+   * under its gate (see QueuedStep).
+   */
   async enqueue(tx: AnyTx, items: { tenantId: string; runId: string; stepId: string }[]): Promise<void> {
     if (items.length === 0) return;
     await sql`
       with i as (
-        insert into queue_item (tenant_id, run_id, step_id)
-        select u.tenant_id, u.run_id, u.step_id
+        insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+        select u.tenant_id, u.run_id, u.step_id, ${gateSql}, (s.spec->>'concurrency')::int
         from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.runId)}::uuid[], ${items.map((i) => i.stepId)}::text[])
           with ordinality as u(tenant_id, run_id, step_id, n)
+        join step s on s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id
+        join run r on r.tenant_id = u.tenant_id and r.run_id = u.run_id
         order by u.n
         returning tenant_id
       )

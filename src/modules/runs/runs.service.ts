@@ -17,7 +17,7 @@ import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { admitWaitingRuns } from './run-admission';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
-import { descendants, planRun, type PlannedStep, type ReusedOutputs } from './run-plan';
+import { descendants, planRun, stepGate, type PlannedStep, type QueuedStep, type ReusedOutputs } from './run-plan';
 import type { RunDto, RunListQuery, StepDto } from './runs.dto';
 import { RunsRepository, type NewRun, type RunBookRow, type RunRow, type StepRow } from './runs.repository';
 import { TERMINAL_RUN_STATES, type RunStatus } from './state-machine';
@@ -130,7 +130,7 @@ export class RunsService {
     const newRuns: NewRun[] = [];
     const steps: (PlannedStep & { runId: string })[] = [];
     const events: ChainedEvent[] = [];
-    const queue: { runId: string; stepId: string }[] = [];
+    const queue: QueuedStep[] = [];
     const planned = new Map<string, { run: NewRun; steps: PlannedStep[]; events: ChainedEvent[] }>();
     const now = new Date();
     // Index in `reqs` of the first request of each (dagId, runToken), with its inputs hash.
@@ -263,7 +263,7 @@ export class RunsService {
       const p = planned.get(run.runId)!;
       for (const s of p.steps) {
         steps.push({ ...s, runId: run.runId });
-        if (s.status === 'queued') queue.push({ runId: run.runId, stepId: s.stepId });
+        if (s.status === 'queued') queue.push({ runId: run.runId, stepId: s.stepId, ...stepGate(run.dagId, s) });
       }
       events.push(...p.events);
     }

@@ -1,0 +1,130 @@
+import pg from 'pg';
+import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
+import { DagsRepository } from '../../src/modules/dags/dags.repository';
+import { EngineRepository } from '../../src/modules/engine/engine.repository';
+import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
+import { RunsRepository } from '../../src/modules/runs/runs.repository';
+import { RunsService } from '../../src/modules/runs/runs.service';
+import { publishDagVersion } from '../support/publish-dag';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+/** The claim under a step's `concurrency` limit (migrations/021_step_concurrency.sql), with claims in open transactions. */
+describe('engine: step concurrency gates', () => {
+  let t: TestDatabase;
+  let owner: pg.Client;
+  let holder: pg.Client;
+  let other: pg.Client;
+  let store: EngineStore;
+  let runs: RunsService;
+  const opts = (capacity: number) => ({ workerId: 'w', capacity, leaseMs: 60_000, tenantCap: 64 });
+  const claimIn = async (c: pg.Client, capacity: number, skipLocked = false) => {
+    const r = await c.query<{ kind: string; item: { run_id: string; step_id: string } }>(
+      'select kind, item from ordo_engine_claim($1::jsonb)',
+      [JSON.stringify({ worker: 'w', leaseMs: 60_000, capacity, cap: 64, skipLocked })],
+    );
+    return r.rows.filter((x) => x.kind === 'd').map((x) => x.item);
+  };
+  const leased = async (gate: string) =>
+    (
+      await owner.query<{ n: number }>(
+        `select count(*)::int n from queue_item where tenant_id = 'gt' and gate = $1 and state = 'leased'`,
+        [gate],
+      )
+    ).rows[0].n;
+  const done = (w: ClaimedWork): Completion => ({
+    tenantId: w.tenantId,
+    runId: w.runId,
+    stepId: w.stepId,
+    attempt: w.attempt,
+    epoch: w.epoch,
+    workerId: 'w',
+    outcome: { status: 'succeeded', outputs: {}, logs: [] },
+    startedAt: new Date(),
+    finishedAt: new Date(),
+  });
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    owner = new pg.Client({ connectionString: t.ownerUrl });
+    holder = new pg.Client({ connectionString: t.ownerUrl });
+    other = new pg.Client({ connectionString: t.ownerUrl });
+    await Promise.all([owner.connect(), holder.connect(), other.connect()]);
+    await owner.query(`insert into tenant (id, name) values ('gt', 'G')`);
+    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
+    await publishDagVersion(t.db, 'gt', { id: 'lim', steps: [{ id: 'x', plugin: 'noop', concurrency: 2 }] });
+    await publishDagVersion(t.db, 'gt', { id: 'free', steps: [{ id: 'y', plugin: 'noop' }] });
+  });
+  afterAll(async () => {
+    await Promise.all([holder, other].map((c) => c.end().catch(() => undefined)));
+    await owner.end();
+    await t.drop();
+  });
+
+  it('queues a limited step under its gate, lets two claims share its slots without passing the limit, and frees a slot with each result', async () => {
+    const limited = await runs.createRuns(
+      'gt',
+      Array.from({ length: 5 }, (_, i) => ({ dagId: 'lim', inputs: {}, runToken: `l${i}`, requestedBy: 'me' })),
+    );
+    const free = await runs.createRun('gt', { dagId: 'free', inputs: {}, runToken: 'f', requestedBy: 'me' });
+    const items = (
+      await owner.query<{ gate: string | null; gate_limit: number | null }>(
+        `select gate, gate_limit from queue_item where tenant_id = 'gt' order by id`,
+      )
+    ).rows;
+    expect(items).toEqual([...Array(5).fill({ gate: 'lim/x', gate_limit: 2 }), { gate: null, gate_limit: null }]);
+
+    // While another transaction holds the gate, a claim that skips locked work passes over the
+    // limited steps to the tenant's other step.
+    await holder.query('begin');
+    await holder.query(`select pg_advisory_xact_lock(hashtextextended('ordo.gate/gt/lim/x', 0))`);
+    const now = await store.claimNow(opts(8));
+    expect(now.map((w) => [w.runId, w.stepId])).toEqual([[free.runId, 'y']]);
+    await holder.query('commit');
+
+    // A claim in an open transaction takes the first limited step and holds the gate.
+    await holder.query('begin');
+    expect((await claimIn(holder, 1)).map((w) => [w.run_id, w.step_id])).toEqual([[limited[0].runId, 'x']]);
+
+    // A claim that waits for the gate counts the holder's step once it commits: one slot is left.
+    await other.query('begin');
+    let settled = false;
+    const waiting = claimIn(other, 8).finally(() => (settled = true));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(settled).toBe(false);
+    await holder.query('commit');
+    const second = await waiting;
+    await other.query('commit');
+    expect(second.map((w) => [w.run_id, w.step_id])).toEqual([[limited[1].runId, 'x']]);
+    expect(await leased('lim/x')).toBe(2);
+
+    // Full: nothing more is claimed, and the three steps left stay queued.
+    expect(await claimIn(owner, 8)).toEqual([]);
+
+    // A result frees a slot: the turn that applies it claims exactly one more limited step.
+    const running = (
+      await owner.query<{ epoch: number; attempts: number }>(
+        `select epoch, attempts from step where tenant_id = 'gt' and run_id = $1 and step_id = 'x'`,
+        [limited[0].runId],
+      )
+    ).rows[0];
+    const next = await store.cycle(
+      [
+        done({
+          tenantId: 'gt',
+          runId: limited[0].runId,
+          stepId: 'x',
+          attempt: running.attempts,
+          epoch: running.epoch,
+        } as ClaimedWork),
+      ],
+      opts(8),
+    );
+    expect(next.map((x) => [x.runId, x.stepId])).toEqual([[limited[2].runId, 'x']]);
+    expect(await leased('lim/x')).toBe(2);
+    const queued = (
+      await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'gt' and state = 'ready'`)
+    ).rows[0].n;
+    expect(queued).toBe(2);
+  });
+});
