@@ -123,7 +123,9 @@ describe('engine: step concurrency gates', () => {
     expect(next.map((x) => [x.runId, x.stepId])).toEqual([[limited[2].runId, 'x']]);
     expect(await leased('lim/x')).toBe(2);
     const queued = (
-      await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'gt' and state = 'ready'`)
+      await owner.query<{ n: number }>(
+        `select count(*)::int n from queue_item where tenant_id = 'gt' and state = 'ready'`,
+      )
     ).rows[0].n;
     expect(queued).toBe(2);
   });

@@ -7,7 +7,9 @@ import type { ChainedEvent } from './run-events';
 import type { PlannedStep, QueuedStep } from './run-plan';
 
 /** A queued step's gate (see QueuedStep) from its step row `s` and run row `r`. */
-export const gateSql = sql<string | null>`case when s.spec->>'concurrency' is not null then r.dag_id || '/' || s.step_id end`;
+export const gateSql = sql<
+  string | null
+>`case when s.spec->>'concurrency' is not null then r.dag_id || '/' || s.step_id end`;
 
 type AnyTx = TenantTx | SystemTx;
 const asTrx = (tx: AnyTx) => tx as unknown as Transaction<DB>;
