@@ -6,6 +6,8 @@
 -- The hops (ordo_engine_hop, ordo_engine_advance) dispatch successors without the queue: a
 -- successor with a limit sends the batch to the general transaction, which queues it. A gated
 -- step whose lease ends (result, orphan, cancel) wakes the workers of its tenant.
+-- The claim also takes an optional list of the only tenants to serve (`only`), for the claim a
+-- worker sends on the side for the tenants a wake-up names.
 -- The function bodies are those of migration 020 with these changes.
 
 alter table queue_item
@@ -344,6 +346,8 @@ declare
   v_cap integer := (p->>'cap')::integer;
   v_skip boolean := coalesce((p->>'skipLocked')::boolean, false);
   v_exclude text[] := array(select jsonb_array_elements_text(coalesce(p->'exclude', '[]')));
+  -- Only these tenants, when named (a claim for the tenants a wake-up named).
+  v_only text[] := case when p ? 'only' then array(select jsonb_array_elements_text(p->'only')) end;
   v_left integer := v_capacity;
   v_tenants text[];
   v_eligible text[];
@@ -366,7 +370,7 @@ begin
   if v_skip then
     v_tenants := array(
       select tq.tenant_id from tenant_queue tq
-      where tq.in_flight < v_cap and tq.tenant_id <> all(v_exclude)
+      where tq.in_flight < v_cap and tq.tenant_id <> all(v_exclude) and (v_only is null or tq.tenant_id = any(v_only))
         and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
       order by tq.served_at, tq.tenant_id
       limit least(256, v_capacity)
@@ -375,7 +379,7 @@ begin
   else
     v_tenants := array(
       select tq.tenant_id from tenant_queue tq
-      where tq.in_flight < v_cap and tq.tenant_id <> all(v_exclude)
+      where tq.in_flight < v_cap and tq.tenant_id <> all(v_exclude) and (v_only is null or tq.tenant_id = any(v_only))
         and exists (select 1 from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready')
       order by tq.served_at, tq.tenant_id
       limit least(256, v_capacity)

@@ -102,6 +102,20 @@ describe('engine: a claim that does not wait for a running cycle', () => {
     await store.cycle([done(w)], opts(0));
   });
 
+  it('claims only for the tenants it is given, leaving older ready steps of others queued', async () => {
+    const older = await runs.createRun('busy', { dagId: 'one', inputs: {}, runToken: 'only-b', requestedBy: 'me' });
+    const mine = await runs.createRun('quiet', { dagId: 'one', inputs: {}, runToken: 'only-q', requestedBy: 'me' });
+    const claimed = await store.claimNow({ ...opts(8), onlyTenants: ['quiet'] });
+    expect(claimed.map((w) => w.runId)).toEqual([mine.runId]);
+    const items = (
+      await owner.query<{ state: string }>(`select state from queue_item where run_id = $1`, [older.runId])
+    ).rows;
+    expect(items).toEqual([{ state: 'ready' }]);
+    const [w] = await store.claimNow({ ...opts(8), onlyTenants: ['busy'] });
+    expect(w.runId).toBe(older.runId);
+    await store.cycle([...claimed, w].map(done), opts(0));
+  });
+
   it('announces the slots a tenant at its in-flight cap frees while it still has ready steps, and only then', async () => {
     const listener = new pg.Client({ connectionString: t.ownerUrl });
     await listener.connect();

@@ -110,6 +110,8 @@ export interface ClaimInput {
   skipLocked?: boolean;
   /** Tenants not to claim for. */
   exclude?: string[];
+  /** The only tenants to claim for (all when absent). */
+  only?: string[];
 }
 
 /**

@@ -153,14 +153,12 @@ export class EngineStore {
   }
 
   /** A claim from the queue in one statement (ordo_engine_claim), committed on its own. */
-  private async claimFromQueue(
-    opts: ClaimOptions & { excludeTenants?: string[] },
-    skipLocked = false,
-  ): Promise<ClaimedWork[]> {
+  private async claimFromQueue(opts: SideClaimOptions, skipLocked = false): Promise<ClaimedWork[]> {
     const rows = await this.engine.claim(this.sys, {
       ...claimInput(opts),
       skipLocked,
       exclude: opts.excludeTenants ?? [],
+      ...(opts.onlyTenants ? { only: opts.onlyTenants } : {}),
     });
     return this.committedWork(rows, opts);
   }
@@ -645,7 +643,7 @@ export class EngineStore {
    * out): while a worker's turn applies a large batch, a step of another tenant that became ready
    * is claimed at once instead of after that batch commits.
    */
-  async claimNow(opts: ClaimOptions & { excludeTenants?: string[] }): Promise<ClaimedWork[]> {
+  async claimNow(opts: SideClaimOptions): Promise<ClaimedWork[]> {
     return this.claimFromQueue(opts, true);
   }
 
@@ -781,6 +779,9 @@ function observeRows(rows: AdvanceRow[]): void {
     new Date(),
   );
 }
+
+/** A claim beside the worker's turn: leaving out the tenants that turn serves, or only for some tenants. */
+export type SideClaimOptions = ClaimOptions & { excludeTenants?: string[]; onlyTenants?: string[] };
 
 function claimInput(opts: ClaimOptions): ClaimInput {
   return { worker: opts.workerId, leaseMs: opts.leaseMs, capacity: Math.max(0, opts.capacity), cap: opts.tenantCap };

@@ -27,6 +27,8 @@ function prof(k: string, ms: number): void {
 
 /** The slow safety poll when no NOTIFY arrives (an idle worker issues one claim query per interval). */
 const IDLE_POLL_MS = 2_000;
+/** Claims on the side (see claimNow) under way at once, each for the tenants its wake-ups named. */
+const SIDE_CLAIMS = 2;
 const MAX_LOG_LINES = 1_000;
 
 type StopReason = 'cancelled' | 'timeout' | 'max_allowed_run_time' | 'lease_lost' | 'shutdown';
@@ -58,9 +60,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private cycling = false;
   /** Tenants of the running cycle's results and of the steps waiting in the local queue. */
   private cycleTenants = new Set<string>();
-  /** A claim that does not wait for the cycle (see claimNow) is under way. */
-  private claimingNow: Promise<void> | null = null;
-  private claimNowAgain = false;
+  /** Tenants woken while the loop does not serve them, waiting for a claim on the side (see claimNow). */
+  private sidePending = new Set<string>();
+  /** Claims on the side under way, by the tenants each claims for, and the room each was given. */
+  private sideClaims = new Map<Promise<void>, { tenants: string[]; room: number }>();
   /** A hop applied beside the loop's turn (see advanceAside) is under way, and its results' tenants. */
   private aside: Promise<void> | null = null;
   private asideTenants = new Set<string>();
@@ -107,7 +110,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   async onApplicationShutdown(): Promise<void> {
     this.stopping = true;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
-    await this.claimingNow;
+    await Promise.all(this.sideClaims.keys());
     const deadline = Date.now() + 5_000;
     while (this.local.length > 0 && Date.now() < deadline) await sleep(10);
     for (const w of this.local.splice(0)) this.completions.push(abortedCompletion(w, this.workerId));
@@ -137,7 +140,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         this.signal();
         // Work of a tenant the loop is not serving need not wait for its turns, nor for room in
         // the local queue that other tenants' steps fill: it is claimed at once, on the side.
-        if (n.payload && !this.serving(n.payload)) this.claimNow();
+        if (n.payload && !this.serving(n.payload)) this.claimNow(n.payload);
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
         const drop = this.local.filter((w) => w.runId === n.payload);
@@ -296,46 +299,55 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   }
 
   /**
-   * Woken for a tenant the loop is not serving: claims ready steps at once in a statement of its
-   * own that skips the tenants the loop serves and whatever other transactions hold, so that
-   * another tenant's step waits neither for the loop's turn nor for room in the local queue. Its
-   * steps go to the front of the local queue.
+   * Woken for a tenant the loop is not serving: claims its ready steps at once, in a statement of
+   * its own for the tenants woken so far that skips whatever other transactions hold, so that
+   * another tenant's step waits neither for the loop's turn nor for room in the local queue. Up to
+   * SIDE_CLAIMS such claims are under way at once, a tenant in one at a time (a wake-up meanwhile
+   * is served by the next), so a slow claim for one tenant does not hold back the next tenant's
+   * step. Their steps go to the front of the local queue.
    */
-  private claimNow(): void {
-    // Up to `concurrency` beyond the prefetch: these steps go first, the prefetched ones can wait.
-    const capacity = Math.min(
-      this.concurrency,
-      this.prefetch + this.concurrency - this.running.size - this.local.length,
-    );
-    if (this.stopping || capacity <= 0) return;
-    if (this.claimingNow) {
-      // One claim on the side at a time; a wake-up meanwhile is served by another right after it.
-      this.claimNowAgain = true;
-      return;
-    }
-    const t0 = PROFILE ? performance.now() : 0;
-    this.claimingNow = this.store
-      .claimNow({
-        ...this.claimOptions(capacity),
-        // The running cycle serves these; this claim is for the others.
-        excludeTenants: [...this.cycleTenants, ...this.asideTenants],
-      })
-      .then(
-        (claimed) => {
-          if (PROFILE) prof(claimed.length > 0 ? 'claimNow' : 'claimNow (nothing)', performance.now() - t0);
-          if (claimed.length === 0) return;
-          this.local.unshift(...claimed);
-          this.pump();
-        },
-        (e: unknown) => this.log.warn({ err: e }, 'claim failed'),
-      )
-      .finally(() => {
-        this.claimingNow = null;
-        if (this.claimNowAgain) {
-          this.claimNowAgain = false;
+  private claimNow(tenantId?: string): void {
+    if (tenantId) this.sidePending.add(tenantId);
+    while (!this.stopping && this.sideClaims.size < SIDE_CLAIMS && this.sidePending.size > 0) {
+      const busy = new Set([...this.sideClaims.values()].flatMap((c) => c.tenants));
+      const tenants = [...this.sidePending].filter((t) => !busy.has(t));
+      if (tenants.length === 0) return;
+      // Up to `concurrency` beyond the prefetch, shared by the claims under way: these steps go
+      // first, the prefetched ones can wait.
+      const reserved = [...this.sideClaims.values()].reduce((n, c) => n + c.room, 0);
+      const room = Math.min(
+        this.concurrency,
+        this.prefetch + this.concurrency - this.running.size - this.local.length - reserved,
+      );
+      if (room <= 0) {
+        // No room: the loop's next turn claims for them (the wake-up is kept for it).
+        this.sidePending.clear();
+        return;
+      }
+      for (const t of tenants) this.sidePending.delete(t);
+      const t0 = PROFILE ? performance.now() : 0;
+      const claim: Promise<void> = this.store
+        .claimNow({
+          ...this.claimOptions(room),
+          onlyTenants: tenants,
+          // The running cycle serves these; this claim is for the others.
+          excludeTenants: [...this.cycleTenants, ...this.asideTenants],
+        })
+        .then(
+          (claimed) => {
+            if (PROFILE) prof(claimed.length > 0 ? 'claimNow' : 'claimNow (nothing)', performance.now() - t0);
+            if (claimed.length === 0) return;
+            this.local.unshift(...claimed);
+            this.pump();
+          },
+          (e: unknown) => this.log.warn({ err: e }, 'claim failed'),
+        )
+        .finally(() => {
+          this.sideClaims.delete(claim);
           this.claimNow();
-        }
-      });
+        });
+      this.sideClaims.set(claim, { tenants, room });
+    }
   }
 
   /** What this worker's claims and hops are given: room for `capacity` steps, its lease and the tenant cap. */
