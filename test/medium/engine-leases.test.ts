@@ -3,9 +3,10 @@ import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repos
 import type { DagDefinitionInput } from '../../src/modules/dags/dag-definition';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { EngineRepository } from '../../src/modules/engine/engine.repository';
-import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
+import { EngineStore, type ClaimedWork } from '../../src/modules/engine/engine.store';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
+import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -15,17 +16,7 @@ describe('engine: leases, fencing, reaper, fairness', () => {
   let store: EngineStore;
   let runs: RunsService;
   const opts = (workerId: string, capacity = 16) => ({ workerId, capacity, leaseMs: 60_000, tenantCap: 64 });
-  const done = (w: ClaimedWork, workerId: string): Completion => ({
-    tenantId: w.tenantId,
-    runId: w.runId,
-    stepId: w.stepId,
-    attempt: w.attempt,
-    epoch: w.epoch,
-    workerId,
-    outcome: { status: 'succeeded', outputs: { by: workerId }, logs: [] },
-    startedAt: new Date(),
-    finishedAt: new Date(),
-  });
+  const done = (w: ClaimedWork, workerId: string) => succeeded(w, workerId, { by: workerId });
 
   const publish = (tenantId: string, input: DagDefinitionInput) => publishDagVersion(t.db, tenantId, input);
   const q = async <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>

@@ -2,9 +2,10 @@ import pg from 'pg';
 import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { EngineRepository } from '../../src/modules/engine/engine.repository';
-import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
+import { EngineStore } from '../../src/modules/engine/engine.store';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
+import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -31,17 +32,6 @@ describe('engine: step concurrency gates', () => {
         [gate],
       )
     ).rows[0].n;
-  const done = (w: ClaimedWork): Completion => ({
-    tenantId: w.tenantId,
-    runId: w.runId,
-    stepId: w.stepId,
-    attempt: w.attempt,
-    epoch: w.epoch,
-    workerId: 'w',
-    outcome: { status: 'succeeded', outputs: {}, logs: [] },
-    startedAt: new Date(),
-    finishedAt: new Date(),
-  });
 
   beforeAll(async () => {
     t = await createTestDatabase();
@@ -110,13 +100,13 @@ describe('engine: step concurrency gates', () => {
     ).rows[0];
     const next = await store.cycle(
       [
-        done({
+        succeeded({
           tenantId: 'gt',
           runId: limited[0].runId,
           stepId: 'x',
           attempt: running.attempts,
           epoch: running.epoch,
-        } as ClaimedWork),
+        }),
       ],
       opts(8),
     );
