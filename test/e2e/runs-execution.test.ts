@@ -351,7 +351,7 @@ describe('run execution (api + worker + scheduler roles)', () => {
         id: 'gated',
         steps: [
           { id: 'a', plugin: 'noop' },
-          { id: 'g', plugin: 'noop', with: { sleepMs: 250 }, dependsOn: ['a'], concurrency: 1 },
+          { id: 'g', plugin: 'noop', with: { sleepMs: 400 }, dependsOn: ['a'], concurrency: 1 },
         ],
       });
       await publishDag(app, app.tenantId, {
