@@ -41,27 +41,6 @@ describe('run schema: transitions and the append-only event log', () => {
     expect(db).toEqual(code);
   });
 
-  it('checks status changes in the database against that same table, for every pair of states', async () => {
-    const states = { run: RUN_STATES, step: STEP_STATES, attempt: ATTEMPT_STATES };
-    const pairs = Object.entries(states).flatMap(([entity, list]) =>
-      list.flatMap((from) => list.filter((to) => to !== from).map((to) => ({ entity, from, to }))),
-    );
-    const { rows } = await owner.query<{ entity: string; from: string; to: string; ok: boolean }>(
-      `select p.entity, p."from", p."to", ordo_transition_allowed(p.entity, p."from", p."to") as ok
-       from jsonb_to_recordset($1::jsonb) as p(entity text, "from" text, "to" text)`,
-      [JSON.stringify(pairs)],
-    );
-    expect(rows).toHaveLength(pairs.length);
-    for (const r of rows)
-      expect([r.entity, r.from, r.to, r.ok]).toEqual([
-        r.entity,
-        r.from,
-        r.to,
-        canTransition(r.entity as 'run', r.from, r.to),
-      ]);
-    expect(rows.filter((r) => r.ok)).toHaveLength(transitionRows().length);
-  });
-
   it("lets the tables' triggers apply exactly the code's transitions, for every pair of states", async () => {
     await owner.query(`insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, claimed_at)
       values ('ta', '11111111-1111-4111-8111-111111111111', 's', 1, 1, 'w', now(), 'tp', now())`);
