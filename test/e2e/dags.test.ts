@@ -152,6 +152,13 @@ describe('DAG publishing', () => {
       ['a bad timeout', { id: 'bad', steps: [{ id: 'x', plugin: 'noop', timeout: '3 weeks' }] }, /duration/, 'x'],
       ['a timeout over 7 days', { id: 'bad', steps: [{ id: 'x', plugin: 'noop', timeout: '8d' }] }, /7 days/, 'x'],
       ['a bad retry', { id: 'bad', steps: [{ id: 'x', plugin: 'noop', retry: { maxRetries: 1000 } }] }, /100/, 'x'],
+      ['a concurrency of 0', { id: 'bad', steps: [{ id: 'x', plugin: 'noop', concurrency: 0 }] }, /concurrency/, 'x'],
+      [
+        'a concurrency that is not a number',
+        { id: 'bad', steps: [{ id: 'x', plugin: 'noop', concurrency: '2' }] },
+        /concurrency/,
+        'x',
+      ],
       [
         'a retry whose initial delay exceeds its max delay',
         {

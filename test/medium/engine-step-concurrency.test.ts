@@ -39,11 +39,12 @@ describe('engine: step concurrency gates', () => {
     holder = new pg.Client({ connectionString: t.ownerUrl });
     other = new pg.Client({ connectionString: t.ownerUrl });
     await Promise.all([owner.connect(), holder.connect(), other.connect()]);
-    await owner.query(`insert into tenant (id, name) values ('gt', 'G')`);
+    await owner.query(`insert into tenant (id, name) values ('gt', 'G'), ('gu', 'U')`);
     store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     await publishDagVersion(t.db, 'gt', { id: 'lim', steps: [{ id: 'x', plugin: 'noop', concurrency: 2 }] });
     await publishDagVersion(t.db, 'gt', { id: 'free', steps: [{ id: 'y', plugin: 'noop' }] });
+    await publishDagVersion(t.db, 'gu', { id: 'lim', steps: [{ id: 'x', plugin: 'noop', concurrency: 2 }] });
   });
   afterAll(async () => {
     await Promise.all([holder, other].map((c) => c.end().catch(() => undefined)));
@@ -118,5 +119,19 @@ describe('engine: step concurrency gates', () => {
       )
     ).rows[0].n;
     expect(queued).toBe(2);
+  });
+
+  it("keeps one tenant's gate apart from another tenant's DAG of the same id", async () => {
+    // Tenant gt's gate lim/x is full (two leased from the test above); tenant gu's is its own.
+    expect(await leased('lim/x')).toBe(2);
+    const mine = await runs.createRuns(
+      'gu',
+      Array.from({ length: 3 }, (_, i) => ({ dagId: 'lim', inputs: {}, runToken: `u${i}`, requestedBy: 'me' })),
+    );
+    const claimed = await store.claimNow({ ...opts(8), onlyTenants: ['gu'] });
+    expect(claimed.map((w) => [w.tenantId, w.runId])).toEqual(mine.slice(0, 2).map((r) => ['gu', r.runId]));
+    expect(await leased('lim/x')).toBe(2);
+    // And gt's full gate still holds its own steps back.
+    expect(await store.claimNow({ ...opts(8), onlyTenants: ['gt'] })).toEqual([]);
   });
 });
