@@ -1,4 +1,4 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { Database } from '../../core/database/database';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
@@ -24,6 +24,7 @@ import {
   type StepState,
 } from './engine.repository';
 import { JOBS, type JobPayload } from './jobs';
+import { NotifyOutbox } from './notify-outbox';
 
 /** Outputs up to this size (canonical JSON bytes) also stay inline on the step row. */
 const INLINE_OUTPUTS_BYTES = 8 * 1024;
@@ -95,13 +96,12 @@ const isTemplated = (v: unknown): boolean => JSON.stringify(v).includes('${{');
  * again) and appends chained events to its run.
  */
 @Injectable()
-export class EngineStore {
+export class EngineStore implements OnApplicationShutdown {
   private readonly log = new Logger('engine');
   /** The system handle with prepared (parse- and plan-once) statements. */
   private readonly sys: SystemDb;
-  /** Notifications of committed engine statements not sent yet (by channel and subject), and whether a send is under way. */
-  private readonly outbox = new Map<string, [string, string]>();
-  private sending = false;
+  /** Notifications of committed engine statements, sent after their commit. */
+  private readonly outbox: NotifyOutbox;
 
   constructor(
     private readonly db: Database,
@@ -116,6 +116,10 @@ export class EngineStore {
       refresh: db.planRefresh,
       init: 'set plan_cache_mode = force_custom_plan',
     }) as SystemDb;
+    this.outbox = new NotifyOutbox(
+      (batch) => this.engine.notify(this.sys, batch),
+      (e) => this.log.warn({ err: e }, 'notifications after commit not sent'),
+    );
   }
 
   /** A system transaction on the engine's prepared-statement handle. */
@@ -173,36 +177,17 @@ export class EngineStore {
 
   /**
    * After an engine statement committed: its notifications sent (wake-ups, the live stream, run
-   * ends), without waiting for them, and its events observed. A notification lost to a crash at this
-   * point delays a wake-up until the workers' safety poll and the stream's next pull.
+   * ends) without waiting for them (see NotifyOutbox), and its events observed. A notification lost
+   * to a crash at this point delays a wake-up until the workers' safety poll and the stream's next pull.
    */
   private committed(rows: AdvanceRow[]): void {
-    for (const r of rows) {
-      if (r.kind !== 'n') continue;
-      const [channel, payload] = r.item;
-      // The live stream's notification names the tenant and its newest event: one per tenant is enough.
-      this.outbox.set(
-        channel === 'ordo_run_event' ? `${channel} ${payload.split(' ')[0]}` : `${channel} ${payload}`,
-        r.item,
-      );
-    }
-    if (!this.sending) this.sendOutbox();
+    this.outbox.add(rows.flatMap((r) => (r.kind === 'n' ? [r.item] : [])));
     observeRows(rows);
   }
 
-  /** Sends what the outbox holds, one statement at a time: what commits meanwhile goes in the next one. */
-  private sendOutbox(): void {
-    if (this.outbox.size === 0) {
-      this.sending = false;
-      return;
-    }
-    this.sending = true;
-    const batch = [...this.outbox.values()];
-    this.outbox.clear();
-    void this.engine
-      .notify(this.sys, batch)
-      .catch((e: unknown) => this.log.warn({ err: e }, 'notifications after commit not sent'))
-      .finally(() => this.sendOutbox());
+  /** At shutdown, the notifications that wait are sent at once (and so is everything committed later). */
+  async onApplicationShutdown(): Promise<void> {
+    await this.outbox.close();
   }
 
   /** The work a worker runs for dispatched steps (as ordo_engine_advance and ordo_engine_claim return them). */
