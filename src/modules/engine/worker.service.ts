@@ -225,18 +225,20 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       this.wake = false;
       // One event-loop turn lets results that are already settling join this batch (group commit);
       // a full batch goes at once, while the steps after it still run (they go aside, see advanceAside).
-      await new Promise<void>((r) => {
-        const t = setImmediate(() => {
-          this.batchFull = null;
-          r();
+      // With no step running, no result can join: the batch goes at once.
+      if (this.running.size > 0)
+        await new Promise<void>((r) => {
+          const t = setImmediate(() => {
+            this.batchFull = null;
+            r();
+          });
+          this.batchFull = () => {
+            clearImmediate(t);
+            this.batchFull = null;
+            r();
+          };
+          if (this.completions.length >= this.concurrency) this.batchFull();
         });
-        this.batchFull = () => {
-          clearImmediate(t);
-          this.batchFull = null;
-          r();
-        };
-        if (this.completions.length >= this.concurrency) this.batchFull();
-      });
       // After repeated failures, results go one at a time so that one that cannot be applied does not hold back the rest.
       const isolate = failures >= 3;
       const batch = isolate ? this.completions.splice(0, 1) : this.completions.splice(0);
