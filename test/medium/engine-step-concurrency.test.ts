@@ -134,4 +134,54 @@ describe('engine: step concurrency gates', () => {
     // And gt's full gate still holds its own steps back.
     expect(await store.claimNow({ ...opts(8), onlyTenants: ['gt'] })).toEqual([]);
   });
+
+  it("passes over a full gate without reading the steps that wait under it, and holds each waiting step to its own version's limit", async () => {
+    await owner.query(`insert into tenant (id, name) values ('gv', 'V')`);
+    await publishDagVersion(t.db, 'gv', { id: 'one', steps: [{ id: 'x', plugin: 'noop', concurrency: 1 }] });
+    await publishDagVersion(t.db, 'gv', { id: 'free', steps: [{ id: 'y', plugin: 'noop' }] });
+    const waiting = await runs.createRuns(
+      'gv',
+      Array.from({ length: 2_000 }, (_, i) => ({ dagId: 'one', inputs: {}, runToken: `w${i}`, requestedBy: 'me' })),
+    );
+    const first = await store.claimNow({ ...opts(8), onlyTenants: ['gv'] });
+    expect(first.map((w) => w.runId)).toEqual([waiting[0].runId]);
+    // Version 2 of the DAG allows two at once: its step, queued behind the 1,999 that wait under
+    // version 1's limit, shares the gate (one slot left for it), then the tenant's other step.
+    await publishDagVersion(t.db, 'gv', { id: 'one', steps: [{ id: 'x', plugin: 'noop', concurrency: 2 }] });
+    const v2 = await runs.createRun('gv', { dagId: 'one', inputs: {}, runToken: 'v2', requestedBy: 'me' });
+    const free = await runs.createRun('gv', { dagId: 'free', inputs: {}, runToken: 'f', requestedBy: 'me' });
+    await owner.query('begin');
+    try {
+      const r = await owner.query<{ kind: string; item: { run_id: string; step_id: string } }>(
+        'select kind, item from ordo_engine_claim($1::jsonb)',
+        [JSON.stringify({ worker: 'w', leaseMs: 60_000, capacity: 8, cap: 64, only: ['gv'] })],
+      );
+      const taken = r.rows.filter((x) => x.kind === 'd').map((x) => [x.item.run_id, x.item.step_id]);
+      expect(taken).toEqual([
+        [v2.runId, 'x'],
+        [free.runId, 'y'],
+      ]);
+      // The queue rows this claim read (this transaction's counters): a few dozen, not the 1,999.
+      const read = (
+        await owner.query<{ n: number }>(
+          `select (coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0))::int n
+           from pg_stat_xact_user_tables where relname = 'queue_item'`,
+        )
+      ).rows[0].n;
+      expect(read).toBeLessThan(100);
+      await owner.query('commit');
+    } catch (e) {
+      await owner.query('rollback');
+      throw e;
+    }
+    // Now full for both versions' steps.
+    expect(await store.claimNow({ ...opts(8), onlyTenants: ['gv'] })).toEqual([]);
+    expect(
+      (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from queue_item where tenant_id = 'gv' and state = 'ready'`,
+        )
+      ).rows[0].n,
+    ).toBe(1_999);
+  });
 });
