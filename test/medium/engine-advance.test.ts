@@ -3,6 +3,7 @@ import pg from 'pg';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
 import type { DagDefinitionInput } from '../../src/modules/dags/dag-definition';
+import type { JsonObject } from '../../src/modules/plugins/plugin';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { EngineRepository, type AdvanceInput, type AdvanceRow } from '../../src/modules/engine/engine.repository';
 import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
@@ -10,6 +11,7 @@ import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-event
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
 import type { SystemDb } from '../../src/core/database/handles';
+import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -44,17 +46,8 @@ describe('engine: the one-statement hop', () => {
   let store: EngineStore;
   let runs: RunsService;
   const opts = (capacity: number, tenantCap = 64) => ({ workerId: 'w1', capacity, leaseMs: 60_000, tenantCap });
-  const ok = (w: ClaimedWork, outputs: Record<string, unknown> = { n: w.stepId }): Completion => ({
-    tenantId: w.tenantId,
-    runId: w.runId,
-    stepId: w.stepId,
-    attempt: w.attempt,
-    epoch: w.epoch,
-    workerId: 'w1',
-    outcome: { status: 'succeeded', outputs: outputs as never, logs: [] },
-    startedAt: new Date(),
-    finishedAt: new Date(),
-  });
+  const ok = (w: ClaimedWork, outputs: Record<string, unknown> = { n: w.stepId }): Completion =>
+    succeeded(w, 'w1', outputs as JsonObject);
 
   const publish = (tenantId: string, input: DagDefinitionInput) => publishDagVersion(t.db, tenantId, input);
 

@@ -1,5 +1,5 @@
 import type { JsonObject } from '../../src/modules/plugins/plugin';
-import type { ClaimedWork, Completion } from '../../src/modules/engine/engine.store';
+import { completionFor, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
 
 /** The result a worker reports for claimed work that succeeded (engine tests). */
 export function succeeded(
@@ -7,15 +7,5 @@ export function succeeded(
   workerId = 'w',
   outputs: JsonObject = {},
 ): Completion {
-  return {
-    tenantId: w.tenantId,
-    runId: w.runId,
-    stepId: w.stepId,
-    attempt: w.attempt,
-    epoch: w.epoch,
-    workerId,
-    outcome: { status: 'succeeded', outputs, logs: [] },
-    startedAt: new Date(),
-    finishedAt: new Date(),
-  };
+  return completionFor(w, workerId, { status: 'succeeded', outputs, logs: [] }, new Date(), new Date());
 }

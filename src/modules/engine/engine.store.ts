@@ -43,6 +43,18 @@ export interface Completion extends StepKey {
   finishedAt: Date | null;
 }
 
+/** What a worker reports for `w` (the attempt and epoch it was claimed at) with `outcome`. */
+export function completionFor(
+  w: StepKey & { attempt: number; epoch: number },
+  workerId: string,
+  outcome: Completion['outcome'],
+  startedAt: Date | null = null,
+  finishedAt: Date | null = null,
+): Completion {
+  const { tenantId, runId, stepId, attempt, epoch } = w;
+  return { tenantId, runId, stepId, attempt, epoch, workerId, outcome, startedAt, finishedAt };
+}
+
 /** A step attempt a worker has claimed and must run. */
 export interface ClaimedWork extends StepKey {
   attempt: number;

@@ -13,7 +13,7 @@ import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import { ConstraintsService } from './constraints.service';
-import { EngineStore, type ClaimedWork, type ClaimOptions, type Completion } from './engine.store';
+import { completionFor, EngineStore, type ClaimedWork, type ClaimOptions, type Completion } from './engine.store';
 
 /** With ORDO_ENGINE_PROFILE=1 the worker sums its time per phase and prints it at shutdown (benchmarks). */
 const PROFILE = process.env.ORDO_ENGINE_PROFILE === '1';
@@ -645,17 +645,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
 }
 
 function abortedCompletion(w: ClaimedWork, workerId: string): Completion {
-  return {
-    tenantId: w.tenantId,
-    runId: w.runId,
-    stepId: w.stepId,
-    attempt: w.attempt,
-    epoch: w.epoch,
-    workerId,
-    outcome: { status: 'aborted', logs: [] },
-    startedAt: null,
-    finishedAt: null,
-  };
+  return completionFor(w, workerId, { status: 'aborted', logs: [] });
 }
 
 function fail(code: string, message: string, retryable: boolean): PluginResult {
