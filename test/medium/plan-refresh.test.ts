@@ -6,19 +6,26 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database'
 
 /**
  * Cached generic plans follow the tables as they grow: a plan made while `run` was empty is made
- * again once the table has doubled, so lookups by primary key go through the primary key.
+ * again once the table's committed rows have doubled, so lookups by primary key go through the
+ * primary key.
  */
 describe('prepared handles: plans re-made as the hot tables grow', () => {
   let t: TestDatabase;
   let owner: pg.Client;
   let pool: pg.Pool;
   let refresh: PlanRefresh;
+  let flushStats: () => Promise<void>;
 
   beforeAll(async () => {
     t = await createTestDatabase();
     owner = new pg.Client({ connectionString: t.ownerUrl });
     await owner.connect();
     await owner.query(`insert into tenant (id, name) values ('ta', 'A')`);
+    // What the check reads (live tuples) lags a committing session by up to a second; the tests
+    // have the owner's session publish its counts at once.
+    flushStats = async () => {
+      await owner.query('select pg_stat_force_next_flush()');
+    };
     // One connection, so that every statement below runs where the first plan was cached.
     pool = new pg.Pool({ connectionString: t.systemUrl, max: 1 });
     refresh = new PlanRefresh(pool);
@@ -79,11 +86,13 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
         [n],
       );
     await insertRuns(10);
+    await flushStats();
     await busyCheck();
     expect(refresh.current()).toBe(before);
 
     // Thousands of runs: the table is many times its size, the next use re-plans.
     await insertRuns(5_000);
+    await flushStats();
     await busyCheck();
     expect(refresh.current()).toBe(before + 1);
     const after = await cachedPlan();
@@ -114,6 +123,7 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
       `insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, claimed_at)
        select 'ta', gen_random_uuid(), 's' || i, 1, 1, 'w', now(), repeat('0', 55), now() from generate_series(1, 2000) i`,
     );
+    await flushStats();
     const reltuples = async () =>
       (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'attempt'`))
         .rows[0].n;
@@ -127,6 +137,47 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
       expect(await reltuples()).toBeGreaterThan(1000);
     } finally {
       fresh.stop();
+    }
+  });
+
+  it('does not analyze a table in the middle of a large insert: it waits for the rows to be committed', async () => {
+    const reltuples = async () =>
+      (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'queue_item'`))
+        .rows[0].n;
+    expect(await reltuples()).toBeLessThan(0);
+    const writer = new pg.Client({ connectionString: t.ownerUrl });
+    await writer.connect();
+    const fresh = new PlanRefresh(pool);
+    const busyCheck = async () => {
+      for (let i = 0; i < 5; i++) fresh.current();
+      await fresh.check();
+    };
+    try {
+      const before = fresh.current();
+      // 5,000 ready steps queued in one transaction, still under way: the file has grown, but
+      // ANALYZE would count none of these rows and leave the queue planned as an empty table.
+      await writer.query('begin');
+      await writer.query(`set local app.tenant_id = 'ta'`);
+      await writer.query(
+        `insert into queue_item (tenant_id, run_id, step_id)
+         select 'ta', gen_random_uuid(), 's' from generate_series(1, 5000)`,
+      );
+      const { rows } = await owner.query<{ bytes: number }>(`select pg_relation_size('queue_item')::int as bytes`);
+      expect(rows[0].bytes).toBeGreaterThan(256 * 1024);
+      await busyCheck();
+      expect(fresh.current()).toBe(before);
+      expect(await reltuples()).toBeLessThan(0);
+
+      // Committed: the next check analyzes the queue with its rows and re-plans.
+      await writer.query('commit');
+      await writer.query('select pg_stat_force_next_flush()');
+      await busyCheck();
+      expect(fresh.current()).toBe(before + 1);
+      expect(await reltuples()).toBeGreaterThan(4000);
+    } finally {
+      fresh.stop();
+      await writer.query('rollback').catch(() => undefined);
+      await writer.end();
     }
   });
 });
