@@ -180,4 +180,44 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
       await writer.end();
     }
   });
+
+  it('re-analyzes a backlog that arrives after autovacuum analyzed the queue empty, however large it was before', async () => {
+    const reltuples = async () =>
+      (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'queue_item'`))
+        .rows[0].n;
+    await owner.query(`set app.tenant_id = 'ta'`);
+    const queue = async (n: number) => {
+      await owner.query(
+        `insert into queue_item (tenant_id, run_id, step_id) select 'ta', gen_random_uuid(), 's' from generate_series(1, $1::int)`,
+        [n],
+      );
+      await flushStats();
+    };
+    const fresh = new PlanRefresh(pool);
+    const busyCheck = async () => {
+      for (let i = 0; i < 5; i++) fresh.current();
+      await fresh.check();
+    };
+    try {
+      await owner.query(`delete from queue_item`);
+      await queue(5_000);
+      await owner.query('analyze queue_item');
+      const before = fresh.current();
+      await busyCheck();
+      expect(fresh.current()).toBe(before);
+
+      // The queue drains, autovacuum analyzes it empty (PostgreSQL re-plans with that), and the
+      // same backlog comes back: its statistics say empty, so it is analyzed again.
+      await owner.query(`delete from queue_item`);
+      await flushStats();
+      await owner.query('analyze queue_item');
+      expect(await reltuples()).toBe(0);
+      await queue(5_000);
+      await busyCheck();
+      expect(fresh.current()).toBe(before + 1);
+      expect(await reltuples()).toBeGreaterThan(4000);
+    } finally {
+      fresh.stop();
+    }
+  });
 });

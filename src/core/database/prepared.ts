@@ -5,11 +5,10 @@ import type { DB } from './db.generated';
 
 /** The tables whose growth re-plans the hot statements (the engine's and run creation's). */
 const WATCHED_TABLES = ['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact'];
-/** How often a busy process compares the watched tables' sizes with their sizes at the last re-plan. */
+/** How often a busy process compares the watched tables' committed rows with what their statistics say. */
 const CHECK_INTERVAL_MS = 2_000;
-/** Row counts and sizes below these count as these (a table growing from empty re-plans a handful of times, not on every row). */
+/** Statistics below this many rows count as this many (a table growing from empty re-plans a handful of times, not on every row). */
 const FLOOR_ROWS = 500;
-const FLOOR_BYTES = 64 * 1024;
 /** Fewer connections than this taken in an interval is an idle process (its safety polls): no check. */
 const BUSY_USES = 5;
 
@@ -18,11 +17,13 @@ const BUSY_USES = 5;
  * run with generic plans, made once per connection; a plan made while a table was empty sees every
  * index that leads with `tenant_id` as costing the same as the primary key, and may keep looking
  * rows up through one of them (scanning all of a tenant's entries per row) once the table holds
- * thousands of runs. PostgreSQL re-plans after an ANALYZE, but autovacuum comes by once a minute
- * at best. So while connections are in use, every CHECK_INTERVAL_MS one query reads how many
- * committed rows the watched tables hold (the statistics collector's live tuples) and their sizes;
- * when a table's rows have doubled since the last re-plan (or its file has halved), that table is
- * analyzed (ordo_analyze_hot, migration 016: without statistics a new plan would still guess a
+ * thousands of runs; and a plan made while the queue was empty joins a batch of keys with the queue
+ * the wrong way round (every queue entry read once per key). PostgreSQL re-plans after an ANALYZE,
+ * but autovacuum comes by once a minute at best. So while connections are in use, every
+ * CHECK_INTERVAL_MS one query compares the committed rows of the watched tables (the statistics
+ * collector's live tuples) with the row counts their statistics give the planner (reltuples); a
+ * table that holds twice what its statistics say (at least twice FLOOR_ROWS, or was never analyzed)
+ * is analyzed (ordo_analyze_hot, migration 016: without statistics a new plan would still guess a
  * tenant's share of the table small), the generation moves on, and each prepared connection runs
  * DISCARD PLANS before its next use. A table growing from empty to a million rows is analyzed and
  * re-planned about a dozen times; an idle process (a few polls) issues no query.
@@ -30,20 +31,20 @@ const BUSY_USES = 5;
  * Committed rows, not the file's size: a file grows with the rows of transactions still under way,
  * which ANALYZE does not count. Analyzed in the middle of a large insert (5,000 runs created in one
  * transaction), the queue came out as an empty table of many pages; every plan made then expected
- * one row and read the whole queue once per row it joined (a claim of 128 steps took 300–800 ms),
- * and nothing analyzed it again, since its file did not grow any further.
+ * one row (a claim of 128 steps took 300–800 ms), and nothing analyzed it again, since its file did
+ * not grow any further. And against the statistics, not against the last re-plan here: autovacuum
+ * analyzes the queue whenever it likes, empty or not, and the next backlog must be noticed however
+ * large the queue was before.
  */
 export class PlanRefresh {
   private generation = 0;
-  /** The watched tables' committed rows and sizes at the last re-plan. */
-  private sizes: { rows: number; bytes: number }[] | null = null;
   private uses = 0;
   private checking = false;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(private readonly pool: pg.Pool) {}
 
-  /** The current generation; counts a use of a connection (a busy process checks the sizes). */
+  /** The current generation; counts a use of a connection (a busy process checks the tables). */
   current(): number {
     this.uses += 1;
     if (!this.timer) {
@@ -58,38 +59,25 @@ export class PlanRefresh {
     this.timer = null;
   }
 
-  /** Compares the sizes now with those at the last re-plan (exported for tests). */
+  /** Compares the watched tables' committed rows with their statistics (exported for tests). */
   async check(): Promise<void> {
     if (this.uses < BUSY_USES || this.checking) return;
     this.uses = 0;
     this.checking = true;
     try {
-      const { rows } = await this.pool.query<{ live: string; size: string; unanalyzed: boolean }>(
-        `select coalesce(pg_stat_get_live_tuples(p.oid), 0) as live, coalesce(pg_relation_size(p.oid), 0) as size,
-           coalesce(p.reltuples < 0, false) as unanalyzed
+      const { rows } = await this.pool.query<{ live: string; planned: number }>(
+        `select coalesce(pg_stat_get_live_tuples(p.oid), 0) as live, coalesce(p.reltuples, -1)::float8 as planned
          from unnest($1::text[]) with ordinality as u(t, n) left join pg_class p on p.oid = to_regclass(u.t)
          order by u.n`,
         [WATCHED_TABLES],
       );
-      const now = rows.map((row) => ({
-        rows: Math.max(FLOOR_ROWS, Number(row.live)),
-        bytes: Math.max(FLOOR_BYTES, Number(row.size)),
-      }));
-      const last = this.sizes;
-      // Tables whose committed rows doubled since the last re-plan, or whose file halved (a vacuum
-      // gave pages back), and tables past the floor that were never analyzed (a burst of work
-      // reaches the first check before autovacuum comes by).
       const changed = WATCHED_TABLES.filter(
-        (_, i) =>
-          (rows[i].unanalyzed && now[i].rows > FLOOR_ROWS) ||
-          (last !== null && (now[i].rows >= 2 * last[i].rows || 2 * now[i].bytes <= last[i].bytes)),
+        (_, i) => Number(rows[i].live) >= 2 * Math.max(FLOOR_ROWS, Number(rows[i].planned)),
       );
-      if (!last) this.sizes = now;
       if (changed.length > 0) {
         // Statistics first, so that the new plans see how the rows are spread (not only how many).
         await this.pool.query('select ordo_analyze_hot($1::text[])', [changed]).catch(() => undefined);
         this.generation += 1;
-        this.sizes = now;
       }
     } catch {
       // The next check tries again (the database may be restarting).
