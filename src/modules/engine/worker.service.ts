@@ -465,14 +465,6 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         setTimeout(() => void this.constraints.breached(w, 'maxExpectedRunTime', m.after, m.actions), m.after),
       );
     }
-    const base = {
-      tenantId: w.tenantId,
-      runId: w.runId,
-      stepId: w.stepId,
-      attempt: w.attempt,
-      epoch: w.epoch,
-      workerId: this.workerId,
-    };
     const startedAt = new Date();
     let result: PluginResult;
     try {
@@ -489,6 +481,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       for (const t of timers) clearTimeout(t);
     }
     const finishedAt = new Date();
+    const done = (outcome: Completion['outcome']) => completionFor(w, this.workerId, outcome, startedAt, finishedAt);
     recordStepFinished(w.tenantId, r.reason ? 'aborted' : result.status, startedAt, finishedAt);
     const lines = [...logs, ...(result.logs ?? [])]
       .slice(0, MAX_LOG_LINES)
@@ -497,57 +490,37 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       case 'cancelled':
       case 'lease_lost':
       case 'shutdown':
-        return { ...base, outcome: { status: 'aborted', logs: lines }, startedAt, finishedAt };
+        return done({ status: 'aborted', logs: lines });
       case 'timeout':
-        return {
-          ...base,
-          outcome: {
-            status: 'failed',
-            error: { code: 'TIMEOUT', message: `step exceeded its timeout of ${w.spec.timeout} ms`, retryable: true },
-            logs: lines,
-          },
-          startedAt,
-          finishedAt,
-        };
+        return done({
+          status: 'failed',
+          error: { code: 'TIMEOUT', message: `step exceeded its timeout of ${w.spec.timeout} ms`, retryable: true },
+          logs: lines,
+        });
       case 'max_allowed_run_time': {
         const m = c!.maxAllowedRunTime!;
         await this.constraints.breached(w, 'maxAllowedRunTime', m.after, m.actions).catch(() => undefined);
-        return {
-          ...base,
-          outcome: {
-            status: 'failed',
-            error: {
-              code: 'MAX_ALLOWED_RUN_TIME',
-              message: `step ran longer than ${m.after} ms and was stopped`,
-              retryable: false,
-            },
-            logs: lines,
+        return done({
+          status: 'failed',
+          error: {
+            code: 'MAX_ALLOWED_RUN_TIME',
+            message: `step ran longer than ${m.after} ms and was stopped`,
+            retryable: false,
           },
-          startedAt,
-          finishedAt,
-        };
+          logs: lines,
+        });
       }
       case null:
         break;
     }
     if (result.status === 'succeeded')
       // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
-      return {
-        ...base,
-        outcome: {
-          status: 'succeeded',
-          outputs: JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject,
-          logs: lines,
-        },
-        startedAt,
-        finishedAt,
-      };
-    return {
-      ...base,
-      outcome: { status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines },
-      startedAt,
-      finishedAt,
-    };
+      return done({
+        status: 'succeeded',
+        outputs: JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject,
+        logs: lines,
+      });
+    return done({ status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines });
   }
 
   private async invoke(
