@@ -100,6 +100,16 @@ export interface AdvanceInput {
   artifacts: { t: string; h: string; m: string; b: string }[];
 }
 
+/** Input of ordo_engine_chain: a claimed step's result and the chain's links after it, in the order they ran. */
+export interface ChainInput extends AdvanceInput {
+  links: (Omit<AdvanceInput['completions'][number], 't' | 'r' | 'a' | 'e' | 'ord'> & {
+    /** The plugin and config the worker ran, and its attempt's traceparent. */
+    pl: string;
+    cf: unknown;
+    tp: string;
+  })[];
+}
+
 /** Input of ordo_engine_claim. */
 export interface ClaimInput {
   worker: string;
@@ -417,6 +427,15 @@ export class EngineRepository {
         ? await sql<AdvanceRow>`select kind, item from ordo_engine_hop(${input}::jsonb)`.execute(db)
         : await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${input}::jsonb)`.execute(db);
     return r.rows;
+  }
+
+  /**
+   * A chain of results in one statement, committed on its own (migrations/025_engine_chain.sql).
+   * Raises SQLSTATE OR001 (nothing written) when the chain does not hold or needs the general transaction.
+   */
+  async chain(db: SystemDb, p: ChainInput): Promise<AdvanceRow[]> {
+    return (await sql<AdvanceRow>`select kind, item from ordo_engine_chain(${JSON.stringify(p)}::jsonb)`.execute(db))
+      .rows;
   }
 
   /**

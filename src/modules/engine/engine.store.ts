@@ -15,6 +15,7 @@ import { RunsRepository } from '../runs/runs.repository';
 import {
   EngineRepository,
   type AdvanceInput,
+  type ChainInput,
   type AdvanceRow,
   type ClaimInput,
   type FinishAttempt,
@@ -83,6 +84,16 @@ export interface ClaimOptions {
   tenantCap: number;
   /** Whether a plugin wants the run's inputs and upstream outputs even without templates in its config. */
   receivesRunData?: (plugin: string) => boolean;
+}
+
+/** A step a worker ran after the step before it succeeded, before that result committed (see `chain`). */
+export interface ChainLink {
+  /** Its result, reported at attempt 1 (the epoch is the database's). */
+  completion: Completion;
+  /** The plugin and config it ran: the step's own, or the chain is refused. */
+  plugin: string;
+  config: JsonObject;
+  traceparent: string;
 }
 
 interface Outcome extends StepKey {
@@ -252,33 +263,46 @@ export class EngineStore implements OnApplicationShutdown {
       completions: [],
       artifacts: [],
     };
-    completions.forEach((c, n) => {
-      const out = c.outcome as { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] };
-      const art = jsonArtifact(c.tenantId, out.outputs ?? {});
-      input.artifacts.push({ t: art.tenantId, h: art.sha256, m: art.mediaType, b: art.json });
-      let logsHash: string | null = null;
-      if (out.logs.length > 0) {
-        const logs = jsonArtifact(c.tenantId, out.logs, 'application/x-ordo-log+json');
-        input.artifacts.push({ t: logs.tenantId, h: logs.sha256, m: logs.mediaType, b: logs.json });
-        logsHash = logs.sha256;
-      }
-      input.completions.push({
-        t: c.tenantId,
-        r: c.runId,
-        s: c.stepId,
-        a: c.attempt,
-        e: c.epoch,
-        o: Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (out.outputs ?? {}) : null,
-        oh: art.sha256,
-        lh: logsHash,
-        sa: c.startedAt,
-        fa: c.finishedAt,
-        ord: n + 1,
-      });
-    });
+    completions.forEach((c, n) => input.completions.push({ ...successInput(c, input.artifacts), ord: n + 1 }));
     let rows;
     try {
       rows = await this.engine.advance(this.sys, input);
+    } catch (e) {
+      if ((e as { code?: string }).code === 'OR001') return null;
+      throw e;
+    }
+    return this.committedWork(rows, opts);
+  }
+
+  /**
+   * A chain in one statement and one commit (ordo_engine_chain): `head`, a claimed step's
+   * successful result, then the results of the steps the worker ran after it before that result
+   * committed (`links`, in order, each the next step of a linear chain; see WorkerService). Written
+   * as one hop per result would write them; the last link's successors are dispatched to this
+   * worker up to `opts.capacity`. Returns null, having written nothing, when the chain does not
+   * hold in the run (a link is not the next step, the run is no longer running, the result is
+   * fenced out) or needs the general transaction; the head is then reported alone.
+   */
+  async chain(head: Completion, links: ChainLink[], opts: ClaimOptions): Promise<ClaimedWork[] | null> {
+    if (head.outcome.status !== 'succeeded' || links.length === 0) return null;
+    const artifacts: AdvanceInput['artifacts'] = [];
+    const input: ChainInput = {
+      worker: opts.workerId,
+      leaseMs: opts.leaseMs,
+      capacity: Math.max(0, opts.capacity),
+      cap: opts.tenantCap,
+      completions: [{ ...successInput(head, artifacts), ord: 1 }],
+      links: [],
+      artifacts,
+    };
+    for (const l of links) {
+      if (l.completion.outcome.status !== 'succeeded') return null;
+      const { s, o, oh, lh, sa, fa } = successInput(l.completion, artifacts);
+      input.links.push({ s, o, oh, lh, sa, fa, pl: l.plugin, cf: l.config, tp: l.traceparent });
+    }
+    let rows;
+    try {
+      rows = await this.engine.chain(this.sys, input);
     } catch (e) {
       if ((e as { code?: string }).code === 'OR001') return null;
       throw e;
@@ -782,4 +806,32 @@ export type SideClaimOptions = ClaimOptions & { excludeTenants?: string[]; onlyT
 
 function claimInput(opts: ClaimOptions): ClaimInput {
   return { worker: opts.workerId, leaseMs: opts.leaseMs, capacity: Math.max(0, opts.capacity), cap: opts.tenantCap };
+}
+
+/** A successful result as the hop, the batch and the chain functions take it; its artifacts added to `artifacts`. */
+function successInput(
+  c: Completion,
+  artifacts: AdvanceInput['artifacts'],
+): Omit<AdvanceInput['completions'][number], 'ord'> {
+  const out = c.outcome as { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] };
+  const art = jsonArtifact(c.tenantId, out.outputs ?? {});
+  artifacts.push({ t: art.tenantId, h: art.sha256, m: art.mediaType, b: art.json });
+  let logsHash: string | null = null;
+  if (out.logs.length > 0) {
+    const logs = jsonArtifact(c.tenantId, out.logs, 'application/x-ordo-log+json');
+    artifacts.push({ t: logs.tenantId, h: logs.sha256, m: logs.mediaType, b: logs.json });
+    logsHash = logs.sha256;
+  }
+  return {
+    t: c.tenantId,
+    r: c.runId,
+    s: c.stepId,
+    a: c.attempt,
+    e: c.epoch,
+    o: Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (out.outputs ?? {}) : null,
+    oh: art.sha256,
+    lh: logsHash,
+    sa: c.startedAt,
+    fa: c.finishedAt,
+  };
 }
