@@ -36,7 +36,7 @@ describe('engine: a chain of steps in one commit', () => {
   let runs: RunsService;
   const opts = (capacity: number) => ({ workerId: 'w1', capacity, leaseMs: 60_000, tenantCap: 64 });
   const ok = (w: Pick<ClaimedWork, 'tenantId' | 'runId' | 'stepId' | 'attempt' | 'epoch'>): Completion =>
-    succeeded(w, 'w1', { n: w.stepId } as JsonObject);
+    succeeded(w, 'w1', { n: w.stepId });
   /** The link a worker reports for `stepId` of `head`'s run, run with the step's plugin and config. */
   const link = (head: ClaimedWork, stepId: string, config: JsonObject = {}, plugin = 'noop'): ChainLink => ({
     completion: ok({ ...head, stepId, attempt: 1, epoch: 0 }),
