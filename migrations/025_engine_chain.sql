@@ -9,6 +9,11 @@
 -- would be, with the worker's times. Refused with OR001, writing nothing, when a link is not the
 -- next step of its chain in this run (the worker then reports the first result alone, and the
 -- links' steps run again from the queue), or in the cases the hop refuses.
+--
+-- The step the worker is still running after the last link (`ahead`: it did not finish within the
+-- chain's time, or did not succeed) is dispatched to the worker like any successor, with the
+-- traceparent its attempt already runs under; the worker then reports its result as that attempt's.
+-- With no link, the function is the hop for one result with that step ahead.
 
 create or replace function ordo_engine_chain(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
@@ -63,11 +68,13 @@ declare
   v_created text := to_char(v_now at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
   v_done integer;
   v_ok integer;
+  v_ahead text := p->'ahead'->>'s';
+  v_ahead_tp text := p->'ahead'->>'tp';
 begin
-  if jsonb_array_length(p->'completions') <> 1 or v_n < 1 then
-    raise exception using errcode = 'OR001', message = 'a chain is one result and at least one link';
+  if jsonb_array_length(p->'completions') <> 1 then
+    raise exception using errcode = 'OR001', message = 'a chain starts from one result';
   end if;
-  v_last := v_links->(v_n - 1)->>'s';
+  v_last := coalesce(v_links->(v_n - 1)->>'s', v_s);
   perform set_config('ordo.notify_after_commit', 'on', true);
 
   -- The run, locked first (as every engine transaction locks it): it must be running.
@@ -232,7 +239,8 @@ begin
       ),
       t as (
         select d.*, v_dag as dag_id, v_version as dag_version, v_trace as trace_id,
-          '00-' || v_trace || '-' || substr(md5(gen_random_uuid()::text), 1, 16) || '-01' as traceparent
+          case when d.step_id = v_ahead then v_ahead_tp
+            else '00-' || v_trace || '-' || substr(md5(gen_random_uuid()::text), 1, 16) || '-01' end as traceparent
         from d
       ),
       l as (
@@ -291,7 +299,7 @@ begin
   -- queued, dispatched and succeeded; the last link's successors queued and dispatched; the run's end.
   v_events := array[row(v_t, v_r, 0, 'step.succeeded', v_s, v_a, v_worker,
     '{"outputsHash":' || to_json(v_oh)::text || '}')::ordo_adv_event];
-  foreach v_x in array v_l loop
+  foreach v_x in array coalesce(v_l, '{}') loop
     v_events := v_events
       || row(v_t, v_r, 0, 'step.queued', v_x->>'step_id', null, 'engine', '{}')::ordo_adv_event
       || row(v_t, v_r, 0, 'step.running', v_x->>'step_id', (v_x->>'attempts')::integer, v_worker,

@@ -218,6 +218,32 @@ describe('engine: a chain of steps in one commit', () => {
     expect((await owner.query(`select in_flight from tenant_queue where tenant_id = 'x'`)).rows[0].in_flight).toBe(0);
   });
 
+  it('dispatches the step still running after the chain to the worker, under the traceparent it runs with', async () => {
+    const r = await runs.createRun('x', { dagId: 'three', inputs: {}, runToken: 'ahead', requestedBy: 'me' });
+    const [a] = await store.cycle([], opts(4));
+    const tp = `00-${a.traceId}-${'cd'.repeat(8)}-01`;
+    // No link: the hop for a's result, with b ahead.
+    const [b] = (await store.chain(ok(a), [], opts(1), { stepId: 'b', traceparent: tp }))!;
+    expect([b.stepId, b.attempt, b.epoch, b.dispatchSeq, b.traceparent]).toEqual(['b', 1, 1, 2, tp]);
+    expect(
+      (await owner.query(`select traceparent from attempt where run_id = $1 and step_id = 'b'`, [r.runId])).rows[0]
+        .traceparent,
+    ).toBe(tp);
+    expect(await store.advance([ok(b)], opts(1))).toHaveLength(1);
+
+    // A link, then the step ahead of it.
+    const l = await runs.createRun('x', { dagId: 'line', inputs: {}, runToken: 'ahead', requestedBy: 'me' });
+    const [s1] = await store.cycle([], opts(4));
+    const tp3 = `00-${s1.traceId}-${'ef'.repeat(8)}-01`;
+    const [s3] = (await store.chain(ok(s1), [link(s1, 's2', { output: { k: 2 } })], opts(1), {
+      stepId: 's3',
+      traceparent: tp3,
+    }))!;
+    expect([s3.stepId, s3.attempt, s3.epoch, s3.dispatchSeq, s3.traceparent]).toEqual(['s3', 1, 1, 3, tp3]);
+    expect(await written('x', l.runId)).toMatchObject({ queue: [{ step_id: 's3', state: 'leased', worker_id: 'w1' }] });
+    expect(verifyChain(await events('x', l.runId))).toEqual({ ok: true });
+  });
+
   it('refuses, writing nothing, a chain that does not hold in the run; the first result alone then applies', async () => {
     const r = await runs.createRun('x', { dagId: 'line', inputs: {}, runToken: 'refuse', requestedBy: 'me' });
     const [s1] = await store.cycle([], opts(4));

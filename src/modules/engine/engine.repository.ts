@@ -108,6 +108,8 @@ export interface ChainInput extends AdvanceInput {
     cf: unknown;
     tp: string;
   })[];
+  /** The step the worker runs after the last link: dispatched to it under this traceparent. */
+  ahead?: { s: string; tp: string };
 }
 
 /** Input of ordo_engine_claim. */
@@ -427,6 +429,15 @@ export class EngineRepository {
         ? await sql<AdvanceRow>`select kind, item from ordo_engine_hop(${input}::jsonb)`.execute(db)
         : await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${input}::jsonb)`.execute(db);
     return r.rows;
+  }
+
+  /** The definition of a DAG version (immutable), as published. */
+  async dagDefinition(db: SystemDb, tenantId: string, dagId: string, version: number): Promise<unknown> {
+    const r = await sql<{ definition: unknown }>`
+      select definition from dag_version where tenant_id = ${tenantId} and dag_id = ${dagId} and version = ${version}`.execute(
+      db,
+    );
+    return r.rows[0]?.definition ?? null;
   }
 
   /**

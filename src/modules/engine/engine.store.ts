@@ -279,12 +279,18 @@ export class EngineStore implements OnApplicationShutdown {
    * successful result, then the results of the steps the worker ran after it before that result
    * committed (`links`, in order, each the next step of a linear chain; see WorkerService). Written
    * as one hop per result would write them; the last link's successors are dispatched to this
-   * worker up to `opts.capacity`. Returns null, having written nothing, when the chain does not
+   * worker up to `opts.capacity`; `ahead`, the step the worker still runs after the last link, among
+   * them with the traceparent it runs under. Returns null, having written nothing, when the chain does not
    * hold in the run (a link is not the next step, the run is no longer running, the result is
    * fenced out) or needs the general transaction; the head is then reported alone.
    */
-  async chain(head: Completion, links: ChainLink[], opts: ClaimOptions): Promise<ClaimedWork[] | null> {
-    if (head.outcome.status !== 'succeeded' || links.length === 0) return null;
+  async chain(
+    head: Completion,
+    links: ChainLink[],
+    opts: ClaimOptions,
+    ahead?: { stepId: string; traceparent: string },
+  ): Promise<ClaimedWork[] | null> {
+    if (head.outcome.status !== 'succeeded' || (links.length === 0 && !ahead)) return null;
     const artifacts: AdvanceInput['artifacts'] = [];
     const input: ChainInput = {
       worker: opts.workerId,
@@ -294,6 +300,7 @@ export class EngineStore implements OnApplicationShutdown {
       completions: [{ ...successInput(head, artifacts), ord: 1 }],
       links: [],
       artifacts,
+      ...(ahead ? { ahead: { s: ahead.stepId, tp: ahead.traceparent } } : {}),
     };
     for (const l of links) {
       if (l.completion.outcome.status !== 'succeeded') return null;
@@ -308,6 +315,11 @@ export class EngineStore implements OnApplicationShutdown {
       throw e;
     }
     return this.committedWork(rows, opts);
+  }
+
+  /** The definition of a DAG version, as published (for the worker's chains; versions never change). */
+  dagDefinition(tenantId: string, dagId: string, version: number): Promise<unknown> {
+    return this.engine.dagDefinition(this.sys, tenantId, dagId, version);
   }
 
   private async applyCompletions(
