@@ -17,6 +17,7 @@ export default definePlugin({
   name: 'noop',
   description: 'Returns its input as outputs, optionally after a sleep; can be told to fail.',
   configSchema: config,
+  sideEffectFree: true,
   async execute(cfg, ctx) {
     const ms = Number(cfg.sleepMs ?? 0);
     if (ms > 0) {

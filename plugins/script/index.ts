@@ -162,6 +162,8 @@ async function run(cfg: ScriptConfig, ctx: PluginContext): Promise<PluginResult>
 export default definePlugin({
   name: 'script',
   receivesRunData: true,
+  // Its only way out of the isolate is `fetch`, which reaches only the step's egress hosts.
+  sideEffectFree: true,
   description:
     'Runs JavaScript in an isolated-vm sandbox process with memory and time limits; returns its JSON result.',
   configSchema: config,

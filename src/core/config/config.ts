@@ -69,6 +69,7 @@ export const envSchema = z.object({
     .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be a tenant id: lowercase letters, digits and dashes')
     .default('default'),
   ORDO_WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(16),
+  ORDO_WORKER_CHAIN_MS: z.coerce.number().int().min(0).max(1_000).default(20),
   ORDO_LEASE_TTL_MS: z.coerce.number().int().min(500).max(3_600_000).default(30_000),
   ORDO_REAPER_INTERVAL_MS: z.coerce.number().int().min(100).max(3_600_000).default(5_000),
   ORDO_TENANT_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(64),

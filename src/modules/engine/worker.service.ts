@@ -5,15 +5,23 @@ import pg from 'pg';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
-import { recordStepFinished } from '../../core/telemetry/metrics';
+import { recordDispatch, recordStepFinished } from '../../core/telemetry/metrics';
 import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
 import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
 import { PluginRegistry } from '../plugins/plugin-registry';
 import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
+import { chainPlan, nextLink, type ChainPlan } from './chain';
 import { ConstraintsService } from './constraints.service';
-import { completionFor, EngineStore, type ClaimedWork, type ClaimOptions, type Completion } from './engine.store';
+import {
+  completionFor,
+  EngineStore,
+  type ChainLink,
+  type ClaimedWork,
+  type ClaimOptions,
+  type Completion,
+} from './engine.store';
 
 /** With ORDO_ENGINE_PROFILE=1 the worker sums its time per phase and prints it at shutdown (benchmarks). */
 const PROFILE = process.env.ORDO_ENGINE_PROFILE === '1';
@@ -30,13 +38,25 @@ const IDLE_POLL_MS = 2_000;
 /** Claims on the side (see claimNow) under way at once, each for the tenants its wake-ups named. */
 const SIDE_CLAIMS = 2;
 const MAX_LOG_LINES = 1_000;
+/** Steps a chain runs after its first before it commits. */
+const MAX_CHAIN_LINKS = 32;
+/** DAG versions whose plans the worker keeps for its chains. */
+const MAX_PLANS = 1_000;
 
-type StopReason = 'cancelled' | 'timeout' | 'max_allowed_run_time' | 'lease_lost' | 'shutdown';
+type StopReason = 'cancelled' | 'timeout' | 'max_allowed_run_time' | 'lease_lost' | 'shutdown' | 'superseded';
 
 interface Running {
   work: ClaimedWork;
   ac: AbortController;
   reason: StopReason | null;
+  /** The chain's step running after this one (see followChain): stopped with it. */
+  link?: Running;
+}
+
+/** The steps a chain ran after its first, and the one it still runs (or that did not succeed). */
+interface Chain {
+  links: ChainLink[];
+  ahead?: { link: Running; result: Promise<Completion> };
 }
 
 /**
@@ -86,6 +106,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private readonly prefetch: number;
   private readonly leaseMs: number;
   private readonly tenantCap: number;
+  /** How long a chain may hold its first result before it commits (0: no chains). */
+  private readonly chainMs: number;
+  /** DAG versions' plans by tenant, DAG and version (or their load under way). */
+  private readonly plans = new Map<string, ChainPlan | Promise<void>>();
 
   constructor(
     @Inject(ORDO_CONFIG) config: OrdoConfig,
@@ -99,6 +123,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
     this.leaseMs = config.ORDO_LEASE_TTL_MS;
     this.tenantCap = config.ORDO_TENANT_MAX_IN_FLIGHT;
+    this.chainMs = config.ORDO_WORKER_CHAIN_MS;
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -418,32 +443,157 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   }
 
   private start(work: ClaimedWork): void {
-    const key = `${work.tenantId}/${work.runId}/${work.stepId}`;
     const r: Running = { work, ac: new AbortController(), reason: null };
+    this.wantPlan(work);
+    this.track(r, this.execute(r));
+  }
+
+  /**
+   * Holds `r`'s slot until its result is reported: with the chain that follows it when its step
+   * can have one (followChain), else to the loop's next batch.
+   */
+  private track(r: Running, result: Promise<Completion>): void {
+    const key = stepKey(r.work);
     this.running.set(key, r);
     const t0 = PROFILE ? performance.now() : 0;
-    void this.execute(r).then((c) => {
-      if (PROFILE) {
-        prof('execute', performance.now() - t0);
-        (c as { reportedAt?: number }).reportedAt = performance.now();
+    void result.then(async (c) => {
+      if (PROFILE) prof('execute', performance.now() - t0);
+      if (c.outcome.status === 'succeeded' && !r.reason && this.chainMs > 0 && !this.stopping) {
+        const chain = await this.followChain(r, c);
+        if (chain) {
+          await this.commitChain(r, c, chain);
+          return;
+        }
       }
       this.running.delete(key);
-      this.completions.push(c);
-      if (this.batchFull && this.completions.length >= this.concurrency) this.batchFull();
-      if (!this.stopping) this.pump();
-      this.signal();
-      if (this.cycling && !this.aside && !this.asideSoon) {
-        // The results that settle in this event-loop turn go together.
-        this.asideSoon = true;
-        setImmediate(() => {
-          this.asideSoon = false;
-          this.advanceAside();
-        });
-      }
+      this.report(c);
     });
   }
 
+  /** Hands a result to the loop's next batch (or to the hop aside). */
+  private report(c: Completion): void {
+    if (PROFILE) (c as { reportedAt?: number }).reportedAt = performance.now();
+    this.completions.push(c);
+    if (this.batchFull && this.completions.length >= this.concurrency) this.batchFull();
+    if (!this.stopping) this.pump();
+    this.signal();
+    if (this.cycling && !this.aside && !this.asideSoon) {
+      // The results that settle in this event-loop turn go together.
+      this.asideSoon = true;
+      setImmediate(() => {
+        this.asideSoon = false;
+        this.advanceAside();
+      });
+    }
+  }
+
+  /**
+   * After `r`'s step succeeded: runs the steps that follow it in a chain (nextLink: each the only
+   * dependent of the one before, side-effect free) one after the other, before its result commits,
+   * for up to ORDO_WORKER_CHAIN_MS. A step that does not finish in that time, or does not succeed,
+   * is the chain's step ahead: the chain commits without it and the step is dispatched to this
+   * worker, which reports its result as that attempt's. Null when no step follows.
+   */
+  private async followChain(r: Running, head: Completion): Promise<Chain | null> {
+    const plan = this.plans.get(planKey(r.work));
+    if (!plan || plan instanceof Promise || head.outcome.status !== 'succeeded') return null;
+    const until = performance.now() + this.chainMs;
+    const links: ChainLink[] = [];
+    const hasInputs = r.work.needsData;
+    let prev = r.work;
+    let outputs = head.outcome.outputs;
+    while (!this.stopping && !r.reason && links.length < MAX_CHAIN_LINKS) {
+      const next = nextLink(plan, prev, outputs, hasInputs, {
+        sideEffectFree: (name) => this.plugins.get(name)?.sideEffectFree === true,
+        receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+      });
+      if (!next) break;
+      // Dispatched here, ready since the step before it finished.
+      recordDispatch(next.tenantId, (links.at(-1)?.completion ?? head).finishedAt ?? new Date(), new Date());
+      const link: Running = { work: next, ac: new AbortController(), reason: null };
+      r.link = link;
+      const result = this.execute(link);
+      let timer: NodeJS.Timeout | undefined;
+      const c = await Promise.race([
+        result,
+        new Promise<null>(
+          (resolve) => (timer = setTimeout(() => resolve(null), Math.max(0, until - performance.now()))),
+        ),
+      ]);
+      clearTimeout(timer);
+      r.link = undefined;
+      if (c === null || c.outcome.status !== 'succeeded' || link.reason) return { links, ahead: { link, result } };
+      links.push({ completion: c, plugin: next.plugin, config: next.config, traceparent: next.traceparent });
+      prev = next;
+      outputs = c.outcome.outputs;
+    }
+    return links.length > 0 ? { links } : null;
+  }
+
+  /**
+   * Commits a chain (ordo_engine_chain) from `r`, whose slot it held: the step ahead, dispatched to
+   * this worker, goes on in that slot as its attempt; the steps after the chain join the local
+   * queue. A chain the database refuses is dropped, the step ahead stopped, and `head` reported
+   * alone: the chain's steps then run again from the queue (they had no effect but their results).
+   */
+  private async commitChain(r: Running, head: Completion, chain: Chain): Promise<void> {
+    const ahead = chain.ahead?.link.work;
+    const t0 = PROFILE ? performance.now() : 0;
+    let claimed: ClaimedWork[] | null = null;
+    try {
+      claimed = await this.store.chain(
+        head,
+        chain.links,
+        this.claimOptions(1),
+        ahead && { stepId: ahead.stepId, traceparent: ahead.traceparent },
+      );
+    } catch (e) {
+      this.log.warn({ err: e, runId: head.runId }, 'chain not applied; its first result goes alone');
+    }
+    if (PROFILE) prof(claimed ? `chain of ${chain.links.length + 1}` : 'chain refused', performance.now() - t0);
+    this.running.delete(stepKey(r.work));
+    if (claimed === null) {
+      if (chain.ahead) this.stop(chain.ahead.link, 'superseded');
+      this.report(head);
+      return;
+    }
+    const adopted = ahead && claimed.find((w) => w.runId === ahead.runId && w.stepId === ahead.stepId);
+    if (adopted && chain.ahead) {
+      const link = chain.ahead.link;
+      Object.assign(link.work, { attempt: adopted.attempt, epoch: adopted.epoch, dispatchSeq: adopted.dispatchSeq });
+      this.track(
+        link,
+        chain.ahead.result.then((c) => ({ ...c, attempt: adopted.attempt, epoch: adopted.epoch })),
+      );
+    } else if (chain.ahead) this.stop(chain.ahead.link, 'superseded');
+    this.local.push(...claimed.filter((w) => w !== adopted));
+    this.pump();
+    this.signal();
+  }
+
+  /** Loads the plan of `w`'s DAG version for chains, unless it is kept or loading. */
+  private wantPlan(w: ClaimedWork): void {
+    if (this.chainMs <= 0) return;
+    const key = planKey(w);
+    if (this.plans.has(key)) return;
+    if (this.plans.size >= MAX_PLANS) this.plans.delete(this.plans.keys().next().value!);
+    this.plans.set(
+      key,
+      this.store.dagDefinition(w.tenantId, w.dagId, w.dagVersion).then(
+        (def) => {
+          if (def === null) this.plans.delete(key);
+          else this.plans.set(key, chainPlan(def));
+        },
+        (e: unknown) => {
+          this.plans.delete(key);
+          this.log.warn({ err: e, dagId: w.dagId, version: w.dagVersion }, 'DAG plan not loaded; no chain for now');
+        },
+      ),
+    );
+  }
+
   private stop(r: Running, reason: StopReason): void {
+    if (r.link) this.stop(r.link, reason);
     if (r.reason) return;
     r.reason = reason;
     r.ac.abort(reason);
@@ -490,6 +640,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       case 'cancelled':
       case 'lease_lost':
       case 'shutdown':
+      case 'superseded':
         return done({ status: 'aborted', logs: lines });
       case 'timeout':
         return done({
@@ -616,6 +767,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     }
   }
 }
+
+const stepKey = (w: ClaimedWork) => `${w.tenantId}/${w.runId}/${w.stepId}`;
+const planKey = (w: ClaimedWork) => `${w.tenantId}/${w.dagId}/${w.dagVersion}`;
 
 function abortedCompletion(w: ClaimedWork, workerId: string): Completion {
   return completionFor(w, workerId, { status: 'aborted', logs: [] });

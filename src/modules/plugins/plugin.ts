@@ -64,6 +64,12 @@ export interface Plugin<C = unknown> {
   execute(config: C, ctx: PluginContext): Promise<PluginResult>;
   /** The engine fills `ctx.inputs` and `ctx.steps` for this plugin even when its config has no template. */
   receivesRunData?: boolean;
+  /**
+   * For a step that reaches no host, the plugin has no effect outside its result (no files, no
+   * processes, no messages): the engine may run such a step right after the step it depends on
+   * succeeded, before that result commits, and commit both together (a chain).
+   */
+  sideEffectFree?: boolean;
   /** Releases pooled resources (sandbox processes) at shutdown. */
   close?(): Promise<void>;
 }
