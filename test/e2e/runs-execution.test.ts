@@ -285,6 +285,123 @@ describe('run execution (api + worker + scheduler roles)', () => {
     expect(run.body.steps.map((s: Step) => s.status)).toEqual(['cancelled', 'cancelled']);
   });
 
+  describe('chains (a step run right after the one it depends on, committed with it)', () => {
+    type Attempt = {
+      attempt: number;
+      status: string;
+      claimedUtc: string;
+      terminatedUtc: string | null;
+      traceparent: string;
+    };
+    const attempts = async (runId: string, stepId: string) =>
+      (await app.request('GET', `/api/v1/runs/${runId}/steps/${stepId}/attempts`, { as })).body.items as Attempt[];
+
+    it('runs each step of a chain as an attempt of its own, claimed before the result before it committed', async () => {
+      await publishDag(app, app.tenantId, chainDag('linked', 6, { with: { output: { v: 1 } } }));
+      const runId = await start('linked');
+      const run = await waitForRun(app, as, runId);
+      expect(run.status).toBe('succeeded');
+      expect(run.steps.map((s: Step) => [s.stepId, s.dispatchSeq, s.attempts])).toEqual(
+        ['s01', 's02', 's03', 's04', 's05', 's06'].map((id, i) => [id, i + 1, 1]),
+      );
+      const ev = await events(runId);
+      expect(
+        verifyChain(ev.map((e) => ({ ...e, tenantId: as.tenantId, runId, createdAt: e.createdUtc }) as ChainedEvent)),
+      ).toEqual({
+        ok: true,
+      });
+      // One hop per result claims the next step in the transaction that ends the step before it; in
+      // a chain the worker took it before that commit (its attempt's claim is the worker's time).
+      const all = await Promise.all(run.steps.map((s: Step) => attempts(runId, s.stepId)));
+      const ahead = all.slice(1).filter(([a], i) => Date.parse(a.claimedUtc) < Date.parse(all[i][0].terminatedUtc!));
+      expect(ahead.length).toBeGreaterThan(0);
+      for (const [a] of all) expect(a.traceparent.split('-')[1]).toBe(run.traceId);
+    });
+
+    it('applies a failure in a chain to its attempt, with its retry policy', async () => {
+      await publishDag(app, app.tenantId, {
+        id: 'linked-fail',
+        steps: [
+          { id: 'a', plugin: 'noop' },
+          {
+            id: 'b',
+            plugin: 'noop',
+            dependsOn: ['a'],
+            with: { fail: true, retryable: true },
+            retry: { maxRetries: 1, initialDelay: 10 },
+          },
+          { id: 'c', plugin: 'noop', dependsOn: ['b'] },
+        ],
+      });
+      const runId = await start('linked-fail');
+      const run = await waitForRun(app, as, runId);
+      expect(run.status).toBe('failed');
+      expect(run.steps.map((s: Step) => [s.stepId, s.status])).toEqual([
+        ['a', 'succeeded'],
+        ['b', 'failed'],
+        ['c', 'skipped'],
+      ]);
+      expect((await attempts(runId, 'b')).map((a) => [a.attempt, a.status])).toEqual([
+        [1, 'failed'],
+        [2, 'failed'],
+      ]);
+    });
+
+    it('commits the results before a step that runs longer than the chain may wait; the step goes on as its attempt', async () => {
+      await publishDag(app, app.tenantId, {
+        id: 'linked-slow',
+        steps: [
+          { id: 'a', plugin: 'noop' },
+          { id: 'b', plugin: 'noop', dependsOn: ['a'], with: { sleepMs: 1_500 } },
+          { id: 'c', plugin: 'noop', dependsOn: ['b'] },
+        ],
+      });
+      const runId = await start('linked-slow');
+      let seen: string[] = [];
+      for (let i = 0; i < 100; i++) {
+        const r = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+        seen = r.body.steps.map((s: Step) => s.status);
+        if (seen[1] === 'running') break;
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      // a's result is visible while b still runs (b has 1.5 s to go).
+      expect(seen).toEqual(['succeeded', 'running', 'pending']);
+      const run = await waitForRun(app, as, runId);
+      expect(run.status).toBe('succeeded');
+      const [b] = await attempts(runId, 'b');
+      expect(b).toMatchObject({ attempt: 1, status: 'succeeded' });
+      expect(await attempts(runId, 'b')).toHaveLength(1);
+    });
+
+    it('stops a chain when its run is cancelled', async () => {
+      await publishDag(app, app.tenantId, {
+        id: 'linked-cancel',
+        steps: [
+          { id: 'a', plugin: 'noop' },
+          { id: 'b', plugin: 'noop', dependsOn: ['a'], with: { sleepMs: 20_000 } },
+          { id: 'c', plugin: 'noop', dependsOn: ['b'] },
+        ],
+      });
+      const runId = await start('linked-cancel');
+      for (let i = 0; i < 200; i++) {
+        const r = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+        if (r.body.steps[1].status === 'running') break;
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      const t0 = Date.now();
+      expect((await app.request('POST', `/api/v1/runs/${runId}/cancel`, { as })).status).toBe(200);
+      let status = '';
+      for (let i = 0; i < 100 && status !== 'cancelled'; i++) {
+        status = (await attempts(runId, 'b'))[0]?.status;
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      expect(status).toBe('cancelled');
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      const run = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+      expect(run.body.steps.map((s: Step) => s.status)).toEqual(['succeeded', 'cancelled', 'cancelled']);
+    });
+  });
+
   it('reruns a failed run from a step, reusing the outputs of the steps upstream without executing them', async () => {
     await publishDag(app, app.tenantId, {
       id: 'rerunnable',
