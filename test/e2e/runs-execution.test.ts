@@ -305,15 +305,13 @@ describe('run execution (api + worker + scheduler roles)', () => {
         ['s01', 's02', 's03', 's04', 's05', 's06'].map((id, i) => [id, i + 1, 1]),
       );
       const ev = await events(runId);
-      expect(
-        verifyChain(ev.map((e) => ({ ...e, tenantId: as.tenantId, runId, createdAt: e.createdUtc }) as ChainedEvent)),
-      ).toEqual({
+      expect(verifyChain(ev.map((e) => ({ ...e, tenantId: as.tenantId, runId, createdAt: e.createdUtc })))).toEqual({
         ok: true,
       });
       // One hop per result claims the next step in the transaction that ends the step before it; in
       // a chain the worker took it before that commit (its attempt's claim is the worker's time).
       const all = await Promise.all(run.steps.map((s: Step) => attempts(runId, s.stepId)));
-      const ahead = all.slice(1).filter(([a], i) => Date.parse(a.claimedUtc) < Date.parse(all[i][0].terminatedUtc!));
+      const ahead = all.slice(1).filter(([a], i) => Date.parse(a.claimedUtc) < Date.parse(all[i][0].terminatedUtc));
       expect(ahead.length).toBeGreaterThan(0);
       for (const [a] of all) expect(a.traceparent.split('-')[1]).toBe(run.traceId);
     });
