@@ -95,6 +95,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   /** Ends the loop's wait for a batch once `concurrency` results are in. */
   private batchFull: (() => void) | null = null;
   private asideSoon = false;
+  /** The loop waits for a signal with room for claims: a wake-up starts its claim at once. */
+  private idleWithRoom = false;
   private stopping = false;
   private notify: (() => void) | null = null;
   private loopDone: Promise<void> | null = null;
@@ -165,7 +167,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         this.signal();
         // Work of a tenant the loop is not serving need not wait for its turns, nor for room in
         // the local queue that other tenants' steps fill: it is claimed at once, on the side.
-        if (n.payload && !this.serving(n.payload)) this.claimNow(n.payload);
+        // A loop that waits with room claims at once itself.
+        if (n.payload && !this.idleWithRoom && !this.serving(n.payload)) this.claimNow(n.payload);
       } else if (n.channel === 'ordo_cancel' && n.payload) {
         for (const r of this.running.values()) if (r.work.runId === n.payload) this.stop(r, 'cancelled');
         const drop = this.local.filter((w) => w.runId === n.payload);
@@ -243,7 +246,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       const capacity = this.stopping ? 0 : this.prefetch - this.running.size - this.local.length - this.asideRoom;
       if (this.completions.length === 0 && (capacity <= 0 || !this.wake)) {
         if (this.stopping) return;
+        this.idleWithRoom = capacity > 0;
         await this.waitForSignal(IDLE_POLL_MS);
+        this.idleWithRoom = false;
         continue;
       }
       const woken = this.wake;
