@@ -15,6 +15,29 @@
 -- traceparent its attempt already runs under; the worker then reports its result as that attempt's.
 -- With no link, the function is the hop for one result with that step ahead.
 
+-- The hash of an event chained after `p_prev`: SHA-256 of p_prev and the event's canonical JSON
+-- body (the body of ordo_event_body, migration 011). Declared stable, as its body is (to_json), so
+-- that PostgreSQL inlines it into the expression that calls it: ordo_event_body, declared
+-- immutable, is called as a function of its own for every event, which a chain of ten steps and
+-- thirty-one events paid for each of them.
+create function ordo_event_hash(
+  p_prev text, p_run uuid, p_seq integer, p_created text, p_type text, p_step text, p_attempt integer, p_actor text,
+  p_data text
+) returns text
+  language sql stable parallel safe
+  as $$
+    select encode(sha256(convert_to(p_prev
+      || '{"actor":' || to_json(p_actor)::text
+      || ',"attempt":' || coalesce(p_attempt::text, 'null')
+      || ',"createdAt":' || to_json(p_created)::text
+      || ',"data":' || p_data
+      || ',"runId":' || to_json(p_run::text)::text
+      || ',"seq":' || p_seq::text
+      || ',"stepId":' || coalesce(to_json(p_step)::text, 'null')
+      || ',"type":' || to_json(p_type)::text
+      || '}', 'UTF8')), 'hex')
+  $$;
+
 create or replace function ordo_engine_chain(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
   set jit = off
@@ -323,8 +346,7 @@ begin
   );
   foreach v_ev in array v_events loop
     v_seq := v_seq + 1;
-    v_hash := encode(sha256(convert_to(
-      v_prev || ordo_event_body(v_r, v_seq, v_created, v_ev.type, v_ev.step_id, v_ev.attempt, v_ev.actor, v_ev.data), 'UTF8')), 'hex');
+    v_hash := ordo_event_hash(v_prev, v_r, v_seq, v_created, v_ev.type, v_ev.step_id, v_ev.attempt, v_ev.actor, v_ev.data);
     v_ch := v_ch || row(v_t, v_r, v_seq, v_ev.type, v_ev.step_id, v_ev.attempt, v_ev.actor, v_ev.data, v_prev, v_hash)::ordo_adv_chained;
     v_prev := v_hash;
   end loop;
