@@ -1,5 +1,6 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import type { Runner, TaskList } from 'graphile-worker';
+import { EventEmitter } from 'node:events';
+import type { Runner, TaskList, WorkerEvents } from 'graphile-worker';
 import pg from 'pg';
 import { Database } from '../../core/database/database';
 import { ConstraintsService } from './constraints.service';
@@ -22,6 +23,10 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
   private restartTimer: NodeJS.Timeout | null = null;
   private restarts = 0;
   private stopping = false;
+  /** The worker ids of runners that stopped on their own: their jobs are released at the next start. */
+  private stoppedWorkers: string[] = [];
+  /** The worker ids of the running runner. */
+  private workers = new Set<string>();
 
   constructor(
     private readonly db: Database,
@@ -46,11 +51,28 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
    * Starts graphile-worker's runner and supervises it: a runner that stops while the application
    * is not shutting down (its batcher gives up on the first lost connection when recording a job's
    * result, and then the whole runner stops) is started again on the same pool after a pause, so
-   * retry timers and webhooks keep running after a database restart. Jobs the stopped runner held
-   * are released by the abandoned-lock sweep.
+   * retry timers and webhooks keep running after a database restart. The jobs the stopped runner
+   * held stay locked by its workers, which will never record them: they are released when the
+   * runner starts again (graphile-worker's force_unlock_workers for those worker ids), not hours
+   * later. A job still being tried by a stopped runner's task may then run twice: the engine's jobs
+   * are safe to run again (a requeue of a step that is no longer retrying does nothing; webhooks
+   * are delivered at least once anyway, each naming its run and event number).
    */
   private async start(): Promise<void> {
     const { run, Logger: GwLogger } = await import('graphile-worker');
+    if (this.stoppedWorkers.length > 0) {
+      try {
+        await this.pool!.query('select graphile_worker.force_unlock_workers($1::text[])', [this.stoppedWorkers]);
+        this.stoppedWorkers = [];
+      } catch (e) {
+        // Still unreachable: the runner cannot start either (tried again below).
+        this.log.warn({ err: (e as Error).message }, "releasing the stopped runner's jobs failed");
+      }
+    }
+    // The runner's workers, as graphile-worker creates them (events passed in, so none is missed).
+    const workers = (this.workers = new Set<string>());
+    const events = new EventEmitter() as WorkerEvents;
+    events.on('worker:create', ({ worker }) => workers.add(worker.workerId));
     const taskList: TaskList = {
       'ordo.engine.retry_step': async (payload) =>
         retryWhileDisconnected(() => this.store.requeue(JOBS['ordo.engine.retry_step'].payload.parse(payload))),
@@ -69,6 +91,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
         // process and leaves the job locked for hours.
         preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
         taskList,
+        events,
         logger: new GwLogger((scope) => (level, message) => {
           if (level === 'error') this.log.error({ scope }, message);
           else if (level === 'warning') this.log.warn({ scope }, message);
@@ -83,6 +106,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     this.restarts = 0;
     const settled = (e?: unknown) => {
       if (this.runner === runner) this.runner = null;
+      this.stoppedWorkers.push(...workers);
       if (!this.stopping) this.restartLater(e ?? new Error('runner stopped'));
     };
     runner.promise.then(
@@ -117,6 +141,11 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     } catch (e) {
       this.log.warn({ err: (e as Error).message }, 'releasing abandoned job locks failed');
     }
+  }
+
+  /** The worker ids of the running runner (the `locked_by` of the jobs it holds). */
+  workerIds(): string[] {
+    return [...this.workers];
   }
 
   async onApplicationShutdown(): Promise<void> {
