@@ -264,9 +264,17 @@ export class EngineStore implements OnApplicationShutdown {
       artifacts: [],
     };
     completions.forEach((c, n) => input.completions.push({ ...successInput(c, input.artifacts), ord: n + 1 }));
+    return this.unlessRefused(() => this.engine.advance(this.sys, input), opts);
+  }
+
+  /** The work of an engine statement that commits on its own, or null when it refused (OR001), having written nothing. */
+  private async unlessRefused(
+    statement: () => Promise<AdvanceRow[]>,
+    opts: ClaimOptions,
+  ): Promise<ClaimedWork[] | null> {
     let rows;
     try {
-      rows = await this.engine.advance(this.sys, input);
+      rows = await statement();
     } catch (e) {
       if ((e as { code?: string }).code === 'OR001') return null;
       throw e;
@@ -307,14 +315,7 @@ export class EngineStore implements OnApplicationShutdown {
       const { s, o, oh, lh, sa, fa } = successInput(l.completion, artifacts);
       input.links.push({ s, o, oh, lh, sa, fa, pl: l.plugin, cf: l.config, tp: l.traceparent });
     }
-    let rows;
-    try {
-      rows = await this.engine.chain(this.sys, input);
-    } catch (e) {
-      if ((e as { code?: string }).code === 'OR001') return null;
-      throw e;
-    }
-    return this.committedWork(rows, opts);
+    return this.unlessRefused(() => this.engine.chain(this.sys, input), opts);
   }
 
   /** The definition of a DAG version, as published (for the worker's chains; versions never change). */
