@@ -2,20 +2,25 @@ import { randomBytes } from 'node:crypto';
 import { dagDefinition } from '../dags/dag-definition';
 import type { JsonObject } from '../plugins/plugin';
 import { planRun, type PlannedStep } from '../runs/run-plan';
-import { templateRefs } from '../templating/template';
+import { templateRefs, type TemplateRef } from '../templating/template';
 import type { ClaimedWork } from './engine.store';
 
-/** A DAG version's steps as its runs plan them, and each step's dependents. */
+/** A DAG version's steps as its runs plan them, each step's dependents and the references its templates make. */
 export interface ChainPlan {
   steps: Map<string, PlannedStep>;
   dependents: Map<string, string[]>;
+  refs: Map<string, TemplateRef[]>;
 }
 
 export function chainPlan(definition: unknown): ChainPlan {
   const planned = planRun(dagDefinition.parse(definition));
   const dependents = new Map<string, string[]>();
   for (const s of planned) for (const d of s.dependsOn) dependents.set(d, [...(dependents.get(d) ?? []), s.stepId]);
-  return { steps: new Map(planned.map((s) => [s.stepId, s])), dependents };
+  return {
+    steps: new Map(planned.map((s) => [s.stepId, s])),
+    dependents,
+    refs: new Map(planned.map((s) => [s.stepId, templateRefs(s.config)])),
+  };
 }
 
 /** What the worker tells about plugins. */
@@ -51,7 +56,7 @@ export function nextLink(
   if (c && Object.keys(c).length > 0) return null;
   if (!plugins.sideEffectFree(s.plugin)) return null;
   const runData = plugins.receivesRunData(s.plugin);
-  const refs = templateRefs(s.config);
+  const refs = plan.refs.get(s.stepId) ?? [];
   if ((runData || refs.some((r) => r.kind === 'inputs')) && !hasInputs) return null;
   if (refs.some((r) => r.kind === 'steps' && r.path[0] !== prev.stepId)) return null;
   return {

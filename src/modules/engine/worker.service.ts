@@ -12,7 +12,7 @@ import { PluginRegistry } from '../plugins/plugin-registry';
 import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
-import { chainPlan, nextLink, type ChainPlan } from './chain';
+import { chainPlan, nextLink, type ChainPlan, type ChainPlugins } from './chain';
 import { ConstraintsService } from './constraints.service';
 import {
   completionFor,
@@ -110,6 +110,11 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private readonly tenantCap: number;
   /** How long a chain may hold its first result before it commits (0: no chains). */
   private readonly chainMs: number;
+  /** What the engine asks of a plugin by name. */
+  private readonly traits: ChainPlugins = {
+    sideEffectFree: (name) => this.plugins.get(name)?.sideEffectFree === true,
+    receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+  };
   /** DAG versions' plans by tenant, DAG and version (or their load under way). */
   private readonly plans = new Map<string, ChainPlan | Promise<void>>();
 
@@ -389,7 +394,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       capacity,
       leaseMs: this.leaseMs,
       tenantCap: this.tenantCap,
-      receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
+      receivesRunData: this.traits.receivesRunData,
     };
   }
 
@@ -508,10 +513,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     let prev = r.work;
     let outputs = head.outcome.outputs;
     while (!this.stopping && !r.reason && links.length < MAX_CHAIN_LINKS) {
-      const next = nextLink(plan, prev, outputs, hasInputs, {
-        sideEffectFree: (name) => this.plugins.get(name)?.sideEffectFree === true,
-        receivesRunData: (name) => this.plugins.get(name)?.receivesRunData === true,
-      });
+      const next = nextLink(plan, prev, outputs, hasInputs, this.traits);
       if (!next) break;
       // Dispatched here, ready since the step before it finished.
       recordDispatch(next.tenantId, (links.at(-1)?.completion ?? head).finishedAt ?? new Date(), new Date());
