@@ -40,6 +40,11 @@ class BatchHops extends EngineRepository {
  * rows, the same events (chained in SQL, verified here by the code's verifier), and a refusal that
  * writes nothing whenever the batch is not the common case.
  */
+/** A step another worker runs for `$1`, holding one of its in-flight slots (a leased queue item). */
+const holdSlot = `insert into queue_item (tenant_id, run_id, step_id, state, worker_id, epoch, lease_expires_at)
+  values ($1, gen_random_uuid(), 'elsewhere', 'leased', 'w2', 1, now() + interval '1 hour')`;
+const releaseSlot = `delete from queue_item where tenant_id = $1 and step_id = 'elsewhere'`;
+
 describe('engine: the one-statement hop', () => {
   let t: TestDatabase;
   let owner: pg.Client;
@@ -178,7 +183,13 @@ describe('engine: the one-statement hop', () => {
     expect((await owner.query(`select count(*)::int n from queue_item where run_id = $1`, [run.runId])).rows[0].n).toBe(
       0,
     );
-    expect((await owner.query(`select in_flight from tenant_queue where tenant_id = 'a'`)).rows[0].in_flight).toBe(0);
+    expect(
+      (
+        await owner.query(
+          `select count(*)::int as in_flight from queue_item where tenant_id = 'a' and state = 'leased'`,
+        )
+      ).rows[0].in_flight,
+    ).toBe(0);
   });
 
   it('dispatches a fan-out up to its room and queues the rest; the join follows the last branch', async () => {
@@ -226,11 +237,11 @@ describe('engine: the one-statement hop', () => {
   it('keeps to the tenant in-flight cap: a successor over the cap is queued, not dispatched', async () => {
     const run = await runs.createRun('b', { dagId: 'chain', inputs: {}, runToken: 'cap', requestedBy: 'me' });
     const [s1] = await store.cycle([], opts(4));
-    // Another worker holds the tenant's one slot: in_flight 1 of 1 once s1's slot is released.
-    await owner.query(`update tenant_queue set in_flight = in_flight + 1 where tenant_id = 'b'`);
+    // Another worker holds the tenant's one slot once s1's slot is released.
+    await owner.query(holdSlot, ['b']);
     expect(await store.advance([ok(s1)], opts(4, 1))).toEqual([]);
     expect(await stepStates(run.runId)).toEqual({ s1: 'succeeded', s2: 'queued', s3: 'pending' });
-    await owner.query(`update tenant_queue set in_flight = in_flight - 1 where tenant_id = 'b'`);
+    await owner.query(releaseSlot, ['b']);
     const [s2] = await store.cycle([], opts(4));
     expect(s2.stepId).toBe('s2');
   });
@@ -262,7 +273,7 @@ describe('engine: the one-statement hop', () => {
     expect(verifyChain(await events('a', gap.runId))).toEqual({ ok: true });
   });
 
-  it('writes the same rows and events for a result alone (ordo_engine_hop) as the batch function does', async () => {
+  it('writes the same rows and events for a result alone (ordo_engine_chain with no link) as the batch function does', async () => {
     await owner.query(`insert into tenant (id, name) values ('h1', 'hop'), ('h2', 'batch')`);
     const chain = {
       id: 'chain',
@@ -293,9 +304,9 @@ describe('engine: the one-statement hop', () => {
       expect(await one(join, 4)).toEqual([]);
       const c = await runs.createRun(tenant, { dagId: 'chain', inputs: {}, runToken: 'eq', requestedBy: 'me' });
       const [s1] = await s.cycle([], opts(4));
-      await owner.query(`update tenant_queue set in_flight = in_flight + 1 where tenant_id = $1`, [tenant]);
+      await owner.query(holdSlot, [tenant]);
       expect(await one(s1, 4, 1)).toEqual([]);
-      await owner.query(`update tenant_queue set in_flight = in_flight - 1 where tenant_id = $1`, [tenant]);
+      await owner.query(releaseSlot, [tenant]);
       expect((await owner.query(`select step_id, state from queue_item where run_id = $1`, [c.runId])).rows).toEqual([
         { step_id: 's2', state: 'ready' },
       ]);
@@ -335,8 +346,12 @@ describe('engine: the one-statement hop', () => {
             data ? 'outputsHash' as hashed, data ? 'traceId' as traced
             from run_event where tenant_id = $1 and run_id = any($2) order by array_position($2, run_id), seq`),
         ),
-        inFlight: (await owner.query(`select in_flight from tenant_queue where tenant_id = $1`, [tenant])).rows[0]
-          .in_flight as number,
+        inFlight: (
+          await owner.query(
+            `select count(*)::int as in_flight from queue_item where tenant_id = $1 and state = 'leased'`,
+            [tenant],
+          )
+        ).rows[0].in_flight as number,
         artifacts: (await owner.query(`select count(*)::int as n from artifact where tenant_id = $1`, [tenant])).rows[0]
           .n as number,
       };

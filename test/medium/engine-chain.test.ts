@@ -84,8 +84,12 @@ describe('engine: a chain of steps in one commit', () => {
       events:
         await q(`select seq, type, step_id, attempt, actor, data - 'traceId' as data, data ? 'traceId' as traced from run_event
         where tenant_id = $1 and run_id = $2 order by seq`),
-      inFlight: (await owner.query(`select in_flight from tenant_queue where tenant_id = $1`, [tenant])).rows[0]
-        .in_flight as number,
+      inFlight: (
+        await owner.query(
+          `select count(*)::int as in_flight from queue_item where tenant_id = $1 and state = 'leased'`,
+          [tenant],
+        )
+      ).rows[0].in_flight as number,
     };
   }
 
@@ -215,7 +219,13 @@ describe('engine: a chain of steps in one commit', () => {
     expect((await owner.query(`select count(*)::int n from queue_item where run_id = $1`, [w.runId])).rows[0].n).toBe(
       0,
     );
-    expect((await owner.query(`select in_flight from tenant_queue where tenant_id = 'x'`)).rows[0].in_flight).toBe(0);
+    expect(
+      (
+        await owner.query(
+          `select count(*)::int as in_flight from queue_item where tenant_id = 'x' and state = 'leased'`,
+        )
+      ).rows[0].in_flight,
+    ).toBe(0);
   });
 
   it('dispatches the step still running after the chain to the worker, under the traceparent it runs with', async () => {

@@ -91,7 +91,10 @@ describe('engine: leases, fencing, reaper, fairness', () => {
       'run.succeeded',
     ]);
     expect((await q(`select count(*)::int as n from queue_item where run_id = $1`, [runId]))[0].n).toBe(0);
-    expect((await q(`select in_flight from tenant_queue where tenant_id = 'ta'`))[0].in_flight).toBe(0);
+    expect(
+      (await q(`select count(*)::int as in_flight from queue_item where tenant_id = 'ta' and state = 'leased'`))[0]
+        .in_flight,
+    ).toBe(0);
   });
 
   it('fails an orphaned step that has no retry left', async () => {
@@ -159,7 +162,10 @@ describe('engine: leases, fencing, reaper, fairness', () => {
   it('caps the steps in flight per tenant', async () => {
     const batch = await store.cycle([], { workerId: 'w', capacity: 50, leaseMs: 60_000, tenantCap: 7 });
     expect(batch).toHaveLength(7);
-    expect((await q(`select in_flight from tenant_queue where tenant_id = 'ta'`))[0].in_flight).toBe(7);
+    expect(
+      (await q(`select count(*)::int as in_flight from queue_item where tenant_id = 'ta' and state = 'leased'`))[0]
+        .in_flight,
+    ).toBe(7);
     expect(await store.cycle([], { workerId: 'w', capacity: 50, leaseMs: 60_000, tenantCap: 7 })).toEqual([]);
     await store.cycle(
       batch.map((w) => done(w, 'w')),

@@ -132,7 +132,7 @@ function injectCommitErrors(client: pg.PoolClient, rate: number): void {
     const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: unknown } | undefined)?.text;
     const commits =
       text === 'commit' ||
-      (typeof text === 'string' && (text.includes('ordo_engine_advance(') || text.includes('ordo_engine_hop(')));
+      (typeof text === 'string' && (text.includes('ordo_engine_advance(') || text.includes('ordo_engine_chain(')));
     if (!commits || !(result instanceof Promise) || Math.random() >= rate) return result;
     return result.then(() => {
       throw Object.assign(new Error('Connection terminated unexpectedly (injected after a successful commit)'), {

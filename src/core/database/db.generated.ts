@@ -373,7 +373,6 @@ export interface Tenant {
 }
 
 export interface TenantQueue {
-  in_flight: Generated<number>;
   served_at: Generated<Timestamp>;
   tenant_id: string;
   weight: Generated<number>;

@@ -127,7 +127,7 @@ export interface ClaimInput {
 }
 
 /**
- * A row of ordo_engine_advance, ordo_engine_hop and ordo_engine_claim: a dispatched step ('d'), a
+ * A row of ordo_engine_advance, ordo_engine_chain and ordo_engine_claim: a dispatched step ('d'), a
  * committed run or retry event ('e'), or a notification to send once the statement has committed
  * ('n': [channel, payload], migrations/020_notify_after_commit.sql).
  */
@@ -245,8 +245,8 @@ export class EngineRepository {
 
   /**
    * The write half of applying a batch of results, as one statement: attempts end, steps move on
-   * (returned, to check every transition was allowed), the workers' leases are released (and their
-   * tenants' in-flight counters lowered) and artifacts are stored.
+   * (returned, to check every transition was allowed), the workers' leases are released and
+   * artifacts are stored.
    */
   async completeBatch(
     tx: SystemTx,
@@ -280,10 +280,6 @@ export class EngineRepository {
         -- (An item with an epoch is leased; not naming the state keeps the lease index out of the plan.)
         where q.tenant_id = u.tenant_id and q.run_id = u.run_id and q.step_id = u.step_id and q.epoch = u.epoch
         returning q.tenant_id
-      ),
-      rc as (select tenant_id, count(*)::int as n from rl group by tenant_id),
-      tq as (
-        update tenant_queue t set in_flight = greatest(0, t.in_flight - rc.n) from rc where t.tenant_id = rc.tenant_id returning 1
       ),
       ar as (
         insert into artifact (tenant_id, sha256, media_type, size, body_json)
@@ -419,16 +415,14 @@ export class EngineRepository {
    * The one-statement hop (migrations/011_engine_advance.sql), committed on its own: applies
    * successful results, makes their successors ready and dispatches up to `capacity` of them to
    * `worker`, appending the chained events. Raises SQLSTATE OR001 (nothing written) when the
-   * batch needs the general engine transaction. A batch of one goes to ordo_engine_hop
-   * (migrations/019_engine_hop_one.sql): the same hop, with statements that look up its one run by key.
+   * batch needs the general engine transaction. A batch of one goes to ordo_engine_chain with no
+   * link (migrations/027_in_flight_from_leases.sql): the same hop, with statements that look up its
+   * one run by key.
    */
   async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
-    const input = JSON.stringify(p);
-    const r =
-      p.completions.length === 1
-        ? await sql<AdvanceRow>`select kind, item from ordo_engine_hop(${input}::jsonb)`.execute(db)
-        : await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${input}::jsonb)`.execute(db);
-    return r.rows;
+    if (p.completions.length === 1) return this.chain(db, p);
+    return (await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(db))
+      .rows;
   }
 
   /** The definition of a DAG version (immutable), as published. */
@@ -441,10 +435,11 @@ export class EngineRepository {
   }
 
   /**
-   * A chain of results in one statement, committed on its own (migrations/025_engine_chain.sql).
+   * A chain of results in one statement, committed on its own (migrations/025_engine_chain.sql,
+   * 027): a result and the links a worker ran after it; with no link, the hop for one result.
    * Raises SQLSTATE OR001 (nothing written) when the chain does not hold or needs the general transaction.
    */
-  async chain(db: SystemDb, p: ChainInput): Promise<AdvanceRow[]> {
+  async chain(db: SystemDb, p: AdvanceInput | ChainInput): Promise<AdvanceRow[]> {
     return (await sql<AdvanceRow>`select kind, item from ordo_engine_chain(${JSON.stringify(p)}::jsonb)`.execute(db))
       .rows;
   }

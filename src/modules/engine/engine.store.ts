@@ -337,6 +337,7 @@ export class EngineStore implements OnApplicationShutdown {
       const b = ctx.books.get(c.tenantId, c.runId);
       const st = states.get(key3(c));
       released.push({ tenantId: c.tenantId, runId: c.runId, stepId: c.stepId, epoch: c.epoch });
+      ctx.freed.add(c.tenantId);
       if (!b || !st) continue;
       const current = st.status === 'running' && st.epoch === c.epoch;
       if (c.outcome.status === 'aborted' && current && ctx.books.isActive(b)) {
@@ -635,7 +636,7 @@ export class EngineStore implements OnApplicationShutdown {
     }
   }
 
-  /** Ends runs with no step left, then writes artifacts, jobs, events, run rows and in-flight counters. */
+  /** Ends runs with no step left, then writes artifacts, jobs, events and run rows, and wakes the workers for freed slots. */
   private async flush(tx: SystemTx, ctx: CycleContext, books: RunBooks): Promise<void> {
     const ending = books.all().filter((b) => b.stepsRemaining <= 0 && books.isActive(b));
     if (ending.length > 0) {
@@ -667,7 +668,7 @@ export class EngineStore implements OnApplicationShutdown {
       tx,
       books.events(),
       books.updates(),
-      ctx.deltas,
+      [...ctx.freed],
       ending.map((b) => b.row.run_id),
     );
   }
@@ -704,7 +705,7 @@ export class EngineStore implements OnApplicationShutdown {
       const outcomes: Outcome[] = [];
       for (const e of expired) {
         const st = states.get(`${e.tenant_id}/${e.run_id}/${e.step_id}`);
-        ctx.inFlight(e.tenant_id, -1);
+        ctx.freed.add(e.tenant_id);
         if (!st || st.status !== 'running' || st.epoch !== e.epoch) continue;
         outcomes.push({
           tenantId: e.tenant_id,
@@ -758,23 +759,16 @@ export class EngineStore implements OnApplicationShutdown {
   }
 }
 
-/** Per-transaction accumulators: artifacts, jobs and in-flight deltas written once at the end. */
+/** Per-transaction accumulators: artifacts, jobs and the tenants whose leases were released, written once at the end. */
 class CycleContext {
   readonly artifacts: NewArtifact[] = [];
   readonly jobs: { payload: JobPayload<'ordo.engine.retry_step'>; runAt: Date }[] = [];
-  readonly deltas = new Map<string, { delta: number; served: boolean }>();
+  readonly freed = new Set<string>();
   constructor(readonly books: RunBooks) {}
 
   artifact(a: NewArtifact): string {
     this.artifacts.push(a);
     return a.sha256;
-  }
-
-  inFlight(tenantId: string, delta: number, served = false): void {
-    const d = this.deltas.get(tenantId) ?? { delta: 0, served: false };
-    d.delta += delta;
-    d.served ||= served;
-    this.deltas.set(tenantId, d);
   }
 }
 

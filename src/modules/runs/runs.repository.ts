@@ -325,29 +325,25 @@ export class RunsRepository {
 
   /**
    * One statement for the end of an engine transaction: appends the events, writes the runs'
-   * bookkeeping, adjusts tenants' in-flight counters and announces ended runs (ordo_run_finished).
+   * bookkeeping, announces ended runs (ordo_run_finished) and wakes the workers for the tenants
+   * among `freed` (whose leases the transaction released) that have ready steps: a claim may have
+   * passed them over at their in-flight cap.
    */
   async writeBooks(
     tx: AnyTx,
     events: ChainedEvent[],
     books: RunBookUpdate[],
-    inFlight: Map<string, { delta: number; served: boolean }>,
+    freed: string[],
     finished: string[],
   ): Promise<void> {
-    if (events.length === 0 && books.length === 0 && inFlight.size === 0 && finished.length === 0) return;
-    const deltas = [...inFlight.entries()].sort(([x], [y]) => (x < y ? -1 : 1));
+    if (events.length === 0 && books.length === 0 && freed.length === 0 && finished.length === 0) return;
     await sql`
       with ev as (${events.length > 0 ? eventsInsert(events) : sql`select 1`}),
-      rb as (${books.length > 0 ? sql`${runBooksUpdate(books)} returning 1` : sql`select 1`}),
-      tq as (
-        update tenant_queue tq set in_flight = greatest(0, tq.in_flight + u.delta),
-          served_at = case when u.served then clock_timestamp() else tq.served_at end
-        from unnest(${deltas.map(([t]) => t)}::text[], ${deltas.map(([, d]) => d.delta)}::int[], ${deltas.map(([, d]) => d.served)}::bool[])
-          as u(tenant_id, delta, served)
-        where tq.tenant_id = u.tenant_id
-        returning 1
-      )
-      select pg_notify('ordo_run_finished', id) from unnest(${finished}::text[]) as id`.execute(asTrx(tx));
+      rb as (${books.length > 0 ? sql`${runBooksUpdate(books)} returning 1` : sql`select 1`})
+      select pg_notify('ordo_run_finished', id) from unnest(${finished}::text[]) as id
+      union all
+      select pg_notify('ordo_ready', t) from unnest(${freed}::text[]) as t
+      where exists (select 1 from queue_item q where q.tenant_id = t and q.state = 'ready')`.execute(asTrx(tx));
   }
 
   /** Step outputs hashes of runs that just ended, for the run's outputs hash. */
