@@ -74,4 +74,37 @@ describe('span store', () => {
     const all = await t.db.system.selectFrom('span').select('name').execute();
     expect(all.map((r) => r.name)).not.toContain('housekeeping');
   });
+
+  it('stores a batch that meets spans already stored: the new ones once, the stored ones left as they are', async () => {
+    const repo = new ObservabilityRepository();
+    const runId = randomUUID();
+    const span = (spanId: string, name: string) => ({
+      tenantId: 'span-a',
+      traceId: 'ef'.repeat(16),
+      spanId,
+      parentSpanId: null,
+      name,
+      kind: 0,
+      runId,
+      stepId: 'x',
+      startedAt: new Date('2026-01-01T00:00:00Z'),
+      endedAt: new Date('2026-01-01T00:00:01Z'),
+      statusCode: 1,
+      statusMessage: null,
+      attributes: {},
+    });
+    await repo.insertSpans(t.db.system, [span('1'.repeat(16), 'first')]);
+    // Sent again (a lost commit) with one more span.
+    await repo.insertSpans(t.db.system, [span('1'.repeat(16), 'again'), span('2'.repeat(16), 'second')]);
+    const rows = await t.db.system
+      .selectFrom('span')
+      .select(['span_id', 'name'])
+      .where('run_id', '=', runId)
+      .orderBy('span_id')
+      .execute();
+    expect(rows).toEqual([
+      { span_id: '1'.repeat(16), name: 'first' },
+      { span_id: '2'.repeat(16), name: 'second' },
+    ]);
+  });
 });

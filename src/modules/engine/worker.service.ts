@@ -735,7 +735,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       if (r.ac.signal.aborted) resolve(fail('ABORTED', 'aborted', true));
       r.ac.signal.addEventListener('abort', () => resolve(fail('ABORTED', 'aborted', true)), { once: true });
     });
-    // The plugin call is a child span; outbound calls carry its traceparent.
+    // A call that can reach another system is a child span, whose traceparent its outbound calls
+    // carry; one that reaches nothing (a side-effect-free plugin with no egress) runs in the step's span.
+    if (plugin.sideEffectFree && w.spec.egress.length === 0)
+      return Promise.race([plugin.execute(parsed.data, ctx), aborted]);
     return withChildSpan('orchestrator.plugin', { plugin: w.plugin }, () =>
       Promise.race([
         plugin.execute(parsed.data, { ...ctx, traceparent: currentTraceparent() ?? ctx.traceparent }),
