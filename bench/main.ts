@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import pino from 'pino';
@@ -324,6 +324,7 @@ async function main(): Promise<void> {
       const wcpu0 = workerCpuMs();
       const pg0 = pgCpuMs();
       const load0 = os.loadavg()[0];
+      const wal0 = (await owner.query<{ lsn: string }>('select pg_current_wal_lsn()::text as lsn')).rows[0].lsn;
       const t0 = now();
       const made = await runs.createRuns('bench', reqs);
       const submitMs = now() - t0;
@@ -346,6 +347,13 @@ async function main(): Promise<void> {
           [made.map((r) => r.runId)],
         )
       ).rows[0].n;
+      const walBytes = Number(
+        (
+          await owner.query<{ n: string }>('select pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint::text as n', [
+            wal0,
+          ])
+        ).rows[0].n,
+      );
       const cpu = process.cpuUsage(cpu0);
       const nodeCpuMs = (cpu.user + cpu.system) / 1000 + (workerCpuMs() - wcpu0);
       const mk = done.map((r) => finishedAt.get(r.runId)! - t0);
@@ -362,10 +370,12 @@ async function main(): Promise<void> {
         queriesPerStep: separate ? null : Math.round(((queryCount - q0) / Math.max(1, steps)) * 100) / 100,
         nodeCpuMsPerStep: Math.round((nodeCpuMs / Math.max(1, steps)) * 1000) / 1000,
         pgCpuMsPerStep: pg0 === null ? null : Math.round(((pgCpuMs()! - pg0) / Math.max(1, steps)) * 1000) / 1000,
+        // WAL written per step (the whole server's: with --db, other databases' writes count too).
+        walBytesPerStep: Math.round(walBytes / Math.max(1, steps)),
         loadavg1: [load0, os.loadavg()[0]],
       };
       log(
-        `burst #${rep}: ${row.stepsPerS} steps/s (${steps} steps in ${row.elapsedS} s, submit ${row.submitMs} ms), ${row.queriesPerStep} queries/step, CPU per step ${row.nodeCpuMsPerStep} ms Node + ${row.pgCpuMsPerStep} ms PostgreSQL`,
+        `burst #${rep}: ${row.stepsPerS} steps/s (${steps} steps in ${row.elapsedS} s, submit ${row.submitMs} ms), ${row.queriesPerStep} queries/step, CPU per step ${row.nodeCpuMsPerStep} ms Node + ${row.pgCpuMsPerStep} ms PostgreSQL, ${row.walBytesPerStep} WAL bytes/step`,
       );
       reps.push(row);
       await sleep(500);
@@ -441,17 +451,18 @@ async function main(): Promise<void> {
     await sleep(500);
     const quiet = async (label: string) => {
       const ids: string[] = [];
+      // How long each run's creation (its transaction, committed) took, as the caller saw it.
+      const creation: number[] = [];
       for (let k = 0; k < Number(values['quiet-runs']); k++) {
-        ids.push(
-          (
-            await runs.createRun('quiet', {
-              dagId: 'one',
-              inputs: {},
-              runToken: `q-${label}-${k}-${token++}`,
-              requestedBy: 'bench',
-            })
-          ).runId,
-        );
+        const c0 = now();
+        const made = await runs.createRun('quiet', {
+          dagId: 'one',
+          inputs: {},
+          runToken: `q-${label}-${k}-${token++}`,
+          requestedBy: 'bench',
+        });
+        creation.push(now() - c0);
+        ids.push(made.runId);
         await sleep(100);
       }
       await waitAll(ids, 60_000);
@@ -469,6 +480,7 @@ async function main(): Promise<void> {
       return {
         fromCreation: stats(rows.map((r) => Number(r.run))),
         fromEnqueue: stats(rows.map((r) => Number(r.queue))),
+        creation: stats(creation),
       };
     };
     const idle = await quiet('idle');
@@ -490,7 +502,12 @@ async function main(): Promise<void> {
     // The event loop of this process (api, worker and driver) while the busy tenant drains.
     const loop = monitorEventLoopDelay({ resolution: 1 });
     loop.enable();
+    // Garbage-collection pauses of this process meanwhile.
+    const gcPauses: number[] = [];
+    const gc = new PerformanceObserver((list) => gcPauses.push(...list.getEntries().map((e) => e.duration)));
+    gc.observe({ entryTypes: ['gc'] });
     const loaded = await quiet('loaded');
+    gc.disconnect();
     loop.disable();
     const queuedAfter = (
       await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
@@ -506,6 +523,9 @@ async function main(): Promise<void> {
       quietIdleQueueWaitMs: idle.fromEnqueue,
       quietLoadedQueueWaitMs: loaded.fromEnqueue,
       queueWaitP99Ratio: ratio(idle.fromEnqueue, loaded.fromEnqueue),
+      quietIdleCreationMs: idle.creation,
+      quietLoadedCreationMs: loaded.creation,
+      loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
       loadedEventLoopDelayMs: {
         p50: Math.round(loop.percentile(50) / 1e4) / 100,
         p99: Math.round(loop.percentile(99) / 1e4) / 100,
@@ -603,6 +623,16 @@ function printTable(r: Record<string, any>): void {
         ? 'fairness: event-loop delay of the bench process (runs created here; the worker runs apart) while loaded p50 / p99 / max ms'
         : 'fairness: event-loop delay of the api + worker process while loaded p50 / p99 / max ms',
       `${r.fairness.loadedEventLoopDelayMs.p50} / ${r.fairness.loadedEventLoopDelayMs.p99} / ${r.fairness.loadedEventLoopDelayMs.max}`,
+      '',
+    ]);
+    rows.push([
+      'fairness: quiet run creation (its transaction) p50 / p99 idle, loaded ms',
+      `${r.fairness.quietIdleCreationMs.p50} / ${r.fairness.quietIdleCreationMs.p99}, ${r.fairness.quietLoadedCreationMs.p50} / ${r.fairness.quietLoadedCreationMs.p99}`,
+      '',
+    ]);
+    rows.push([
+      'fairness: GC pauses of that process while loaded: count / max / total ms',
+      `${r.fairness.loadedGcPausesMs.n} / ${r.fairness.loadedGcPausesMs.max} / ${r.fairness.loadedGcPausesMs.total}`,
       '',
     ]);
   }
