@@ -86,6 +86,30 @@ describe('runs API', () => {
     expect(latest.status).toBe(404);
   });
 
+  it('creates each run with the version to use as versions are published, disabled and re-enabled between them', async () => {
+    const version = async (body: Record<string, unknown>) => {
+      const r = await create({ inputs: {}, ...body });
+      expect(r.status).toBe(201);
+      return (await app.request('GET', `/api/v1/runs/${r.body.runId}`, { as })).body.version as number;
+    };
+    const v1 = await publishDag(app, app.tenantId, chainDag('moving', 1));
+    expect(await version({ dagId: 'moving', runToken: 'm1' })).toBe(v1);
+    expect(await version({ dagId: 'moving', runToken: 'm2' })).toBe(v1);
+    expect(await version({ dagId: 'moving', version: v1, runToken: 'm3' })).toBe(v1);
+    const v2 = await publishDag(app, app.tenantId, chainDag('moving', 2));
+    expect(await version({ dagId: 'moving', runToken: 'm4' })).toBe(v2);
+    await disableVersion(app, app.tenantId, 'moving', v2);
+    expect(await version({ dagId: 'moving', runToken: 'm5' })).toBe(v1);
+    await disableVersion(app, app.tenantId, 'moving', v1);
+    const pinned = await create({ dagId: 'moving', version: v1, inputs: {}, runToken: 'm6' });
+    expect([pinned.status, pinned.body.error.code]).toEqual([409, 'DAG_VERSION_DISABLED']);
+    const none = await create({ dagId: 'moving', inputs: {}, runToken: 'm7' });
+    expect([none.status, none.body.error.code]).toEqual([404, 'DAG_NOT_FOUND']);
+    const enabled = await app.request('POST', `/api/v1/dags/moving/versions/${v2}/enable`, { as });
+    expect(enabled.status).toBe(200);
+    expect(await version({ dagId: 'moving', runToken: 'm8' })).toBe(v2);
+  });
+
   it('lists runs newest first with keyset page tokens and filters', async () => {
     for (let i = 0; i < 5; i++) await create({ dagId: 'chain3', inputs: { i }, runToken: `list-${i}` });
     const all: string[] = [];

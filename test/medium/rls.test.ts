@@ -190,6 +190,54 @@ describe('row-level security on the application role', () => {
     );
   });
 
+  it('creates runs only for the tenant the creation statement binds, and refuses a transaction bound to another', async () => {
+    const run = (tenant: string, token: string) =>
+      JSON.stringify({
+        tenant,
+        now: new Date(),
+        versions: [],
+        runs: [
+          {
+            run_id: '00000000-0000-4000-8000-00000000000' + token.length,
+            dag_id: 'd',
+            dag_version: 1,
+            content_hash: 'a'.repeat(64),
+            run_token: token,
+            inputs: {},
+            inputs_hash: 'b'.repeat(64),
+            status: 'queued',
+            reason: null,
+            trace_id: 'c'.repeat(32),
+            requested_by: 'me',
+            replay_of: null,
+            rerun_of: null,
+            rerun_from_step: null,
+            admitted: true,
+            steps_total: 0,
+            steps_remaining: 0,
+            event_seq: 0,
+            event_hash: '',
+            finished: false,
+          },
+        ],
+        steps: [],
+        events: [],
+        queue: [],
+      });
+    // Bound to A, a creation for B is refused before anything is written.
+    await asTenant(A, () =>
+      expect(app.query(`select * from ordo_create_runs($1::jsonb)`, [run(B, 'x')])).rejects.toMatchObject({
+        code: '42501',
+      }),
+    );
+    // On its own, the statement binds B: the run is B's, and the binding ends with the statement.
+    const made = await app.query(`select kind from ordo_create_runs($1::jsonb)`, [run(B, 'xy')]);
+    expect(made.rows).toEqual([{ kind: 'created' }]);
+    expect((await app.query(`select current_setting('app.tenant_id', true) as t`)).rows[0].t || null).toBeNull();
+    const { rows } = await owner.query(`select tenant_id from run where run_token in ('x', 'xy')`);
+    expect(rows).toEqual([{ tenant_id: B }]);
+  });
+
   it("cannot update or delete tenant B's rows as tenant A, nor move A's rows to B", async () => {
     const changed = await asTenant(A, async () => {
       const u = await app.query(`update api_token set description = 'pwned', revoked_at = now() where tenant_id = $1`, [

@@ -3,6 +3,7 @@ import type { DB } from './db.generated';
 
 declare const tenantBrand: unique symbol;
 declare const systemBrand: unique symbol;
+declare const statementBrand: unique symbol;
 
 /**
  * A transaction in which `app.tenant_id` is set (transaction-local) and row-level security
@@ -17,6 +18,22 @@ export type TenantTx = Transaction<DB> & { readonly [tenantBrand]: true };
  */
 export type SystemDb = Kysely<DB> & { readonly [systemBrand]: true };
 export type SystemTx = Transaction<DB> & { readonly [systemBrand]: true };
+
+/**
+ * A tenant's handle on which each statement is a transaction of its own, for the statements that
+ * bind their tenant first themselves (a database function, e.g. ordo_create_runs): row-level
+ * security then restricts the statement to that tenant, as in a TenantTx. Connected as the
+ * application role.
+ */
+export interface TenantStatement {
+  readonly db: Kysely<DB>;
+  readonly tenantId: string;
+  readonly [statementBrand]: true;
+}
+
+export function tenantStatement(db: Kysely<DB>, tenantId: string): TenantStatement {
+  return { db, tenantId } as TenantStatement;
+}
 
 const tenantOfTx = new WeakMap<object, string>();
 

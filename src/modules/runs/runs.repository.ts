@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { sql, type Transaction } from 'kysely';
 import type { DB } from '../../core/database/db.generated';
-import { tenantOf, type SystemTx, type TenantTx } from '../../core/database/handles';
+import { tenantOf, type SystemTx, type TenantStatement, type TenantTx } from '../../core/database/handles';
 import type { JsonValue } from '../plugins/plugin';
 import type { ChainedEvent } from './run-events';
 import type { PlannedStep, QueuedStep } from './run-plan';
@@ -35,6 +35,16 @@ export interface NewRun {
   eventSeq: number;
   eventHash: string;
   finished: boolean;
+}
+
+/** A run already created under a run token that a create request repeated. */
+export interface ExistingRun {
+  run_id: string;
+  dag_id: string;
+  run_token: string;
+  inputs_hash: string;
+  status: string;
+  trace_id: string;
 }
 
 /** The run row's bookkeeping columns, locked for the rest of a transaction. */
@@ -153,89 +163,89 @@ export class RunsRepository {
   }
 
   /**
-   * Writes created runs in one statement: the runs (skipping (tenant, dag, runToken) duplicates),
-   * and only for those inserted their steps, chained events and ready queue items (in the given
-   * order), the tenant's queue row, and the workers' wake-up (ordo_ready). Returns the ids of the
-   * runs inserted.
+   * Writes created runs in one statement (ordo_create_runs, migrations/029_create_runs.sql): the
+   * runs (skipping (tenant, dag, runToken) duplicates), and only for those inserted their steps,
+   * chained events and ready queue items (in the given order), the tenant's queue row and the
+   * workers' wake-up (ordo_ready). On a TenantStatement the statement is its own transaction; in a
+   * TenantTx it is part of it. Writes nothing and names the DAGs whose version is no longer the one
+   * to use (disabled, or no longer the latest active one where `latest`) when there are any.
    */
-  async insertCreatedRuns(
-    tx: TenantTx,
-    runs: NewRun[],
-    steps: (PlannedStep & { runId: string })[],
-    events: ChainedEvent[],
-    queue: QueuedStep[],
-  ): Promise<Set<string>> {
-    if (runs.length === 0) return new Set();
-    const t = tenantOf(tx);
-    const col = <K extends keyof NewRun>(k: K) => runs.map((r) => r[k]);
-    const now = new Date();
-    const rows = await sql<{ run_id: string }>`
-      with r as (
-        insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
-          trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
-          event_seq, event_hash, finished_at)
-        select ${t}, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs::jsonb, u.inputs_hash, u.status,
-          u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
-          u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end
-        from unnest(${col('runId')}::uuid[], ${col('dagId')}::text[], ${col('dagVersion')}::int[], ${col('contentHash')}::text[],
-          ${col('runToken')}::text[], ${runs.map((r) => JSON.stringify(r.inputs))}::text[], ${col('inputsHash')}::text[],
-          ${col('status')}::text[], ${col('reason')}::text[], ${col('traceId')}::text[], ${col('requestedBy')}::text[],
-          ${col('replayOf')}::uuid[], ${col('rerunOf')}::uuid[], ${col('rerunFromStep')}::text[], ${col('admitted')}::bool[],
-          ${col('stepsTotal')}::int[], ${col('stepsRemaining')}::int[], ${col('eventSeq')}::int[], ${col('eventHash')}::text[],
-          ${col('finished')}::bool[])
-          as u(run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason, trace_id, requested_by,
-            replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining, event_seq, event_hash, finished)
-        on conflict (tenant_id, dag_id, run_token) do nothing
-        returning run_id
-      ),
-      s as (
-        insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
-          from_rerun, outputs, outputs_hash, queued_at, finished_at)
-        select ${t}, u.run_id, u.step_id, u.status, u.reason, u.plugin, u.config::jsonb, u.spec::jsonb,
-          array(select jsonb_array_elements_text(u.deps::jsonb)), u.topo_index, u.pending_deps, u.from_rerun, u.outputs::jsonb,
-          u.outputs_hash, case when u.status = 'queued' then ${now}::timestamptz end,
-          case when u.status in ('skipped', 'succeeded', 'cancelled') then ${now}::timestamptz end
-        from unnest(${steps.map((s) => s.runId)}::uuid[], ${steps.map((s) => s.stepId)}::text[], ${steps.map((s) => s.status)}::text[],
-          ${steps.map((s) => s.reason)}::text[], ${steps.map((s) => s.plugin)}::text[],
-          ${steps.map((s) => JSON.stringify(s.config))}::text[], ${steps.map((s) => JSON.stringify(s.spec))}::text[],
-          ${steps.map((s) => JSON.stringify(s.dependsOn))}::text[], ${steps.map((s) => s.topoIndex)}::int[],
-          ${steps.map((s) => s.pendingDeps)}::int[], ${steps.map((s) => s.fromRerun)}::bool[],
-          ${steps.map((s) => (s.outputs === null ? null : JSON.stringify(s.outputs)))}::text[],
-          ${steps.map((s) => s.outputsHash)}::text[])
-          as u(run_id, step_id, status, reason, plugin, config, spec, deps, topo_index, pending_deps, from_rerun, outputs, outputs_hash)
-        where u.run_id in (select run_id from r)
-        returning 1
-      ),
-      e as (
-        insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
-        select ${t}, u.run_id, u.seq, u.created_at, u.type, u.step_id, u.attempt, u.actor, u.data::jsonb, u.prev_hash, u.hash
-        from unnest(${events.map((e) => e.runId)}::uuid[], ${events.map((e) => e.seq)}::int[],
-          ${events.map((e) => e.createdAt)}::timestamptz[], ${events.map((e) => e.type)}::text[], ${events.map((e) => e.stepId)}::text[],
-          ${events.map((e) => e.attempt)}::int[], ${events.map((e) => e.actor)}::text[], ${events.map((e) => JSON.stringify(e.data))}::text[],
-          ${events.map((e) => e.prevHash)}::text[], ${events.map((e) => e.hash)}::text[])
-          as u(run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
-        where u.run_id in (select run_id from r)
-        returning 1
-      ),
-      tq as (
-        insert into tenant_queue (tenant_id)
-        select ${t} where exists (select 1 from s)
-        on conflict (tenant_id) do nothing
-        returning 1
-      ),
-      q as (
-        insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-        select ${t}, u.run_id, u.step_id, u.gate, u.gate_limit
-        from unnest(${queue.map((i) => i.runId)}::uuid[], ${queue.map((i) => i.stepId)}::text[], ${queue.map((i) => i.gate)}::text[],
-          ${queue.map((i) => i.gateLimit)}::int[]) with ordinality as u(run_id, step_id, gate, gate_limit, n)
-        where u.run_id in (select run_id from r)
-        order by u.n
-        returning 1
-      ),
-      w as (select pg_notify('ordo_ready', ${t}) where exists (select 1 from q))
-      -- The inserts (s, e, tq, q) run to completion whether read or not; w only when read.
-      select r.run_id, (select count(*) from w) as woken from r`.execute(asTrx(tx));
-    return new Set(rows.rows.map((r) => r.run_id));
+  async createRuns(
+    h: TenantTx | TenantStatement,
+    w: {
+      versions: { dagId: string; version: number; latest: boolean }[];
+      runs: NewRun[];
+      steps: (PlannedStep & { runId: string })[];
+      events: ChainedEvent[];
+      queue: QueuedStep[];
+    },
+  ): Promise<{ created: Set<string>; existing: ExistingRun[]; stale: string[] }> {
+    const tenant = 'db' in h ? h.tenantId : tenantOf(h);
+    const input = JSON.stringify({
+      tenant,
+      now: new Date(),
+      versions: w.versions.map((v) => ({ d: v.dagId, v: v.version, latest: v.latest })),
+      runs: w.runs.map((r) => ({
+        run_id: r.runId,
+        dag_id: r.dagId,
+        dag_version: r.dagVersion,
+        content_hash: r.contentHash,
+        run_token: r.runToken,
+        inputs: r.inputs,
+        inputs_hash: r.inputsHash,
+        status: r.status,
+        reason: r.reason,
+        trace_id: r.traceId,
+        requested_by: r.requestedBy,
+        replay_of: r.replayOf,
+        rerun_of: r.rerunOf,
+        rerun_from_step: r.rerunFromStep,
+        admitted: r.admitted,
+        steps_total: r.stepsTotal,
+        steps_remaining: r.stepsRemaining,
+        event_seq: r.eventSeq,
+        event_hash: r.eventHash,
+        finished: r.finished,
+      })),
+      steps: w.steps.map((s) => ({
+        run_id: s.runId,
+        step_id: s.stepId,
+        status: s.status,
+        reason: s.reason,
+        plugin: s.plugin,
+        config: s.config,
+        spec: s.spec,
+        deps: s.dependsOn,
+        topo_index: s.topoIndex,
+        pending_deps: s.pendingDeps,
+        from_rerun: s.fromRerun,
+        outputs: s.outputs,
+        outputs_hash: s.outputsHash,
+      })),
+      events: w.events.map((e) => ({
+        run_id: e.runId,
+        seq: e.seq,
+        created_at: e.createdAt,
+        type: e.type,
+        step_id: e.stepId,
+        attempt: e.attempt,
+        actor: e.actor,
+        data: e.data,
+        prev_hash: e.prevHash,
+        hash: e.hash,
+      })),
+      queue: w.queue.map((q) => ({ run_id: q.runId, step_id: q.stepId, gate: q.gate, gate_limit: q.gateLimit })),
+    });
+    const statement = sql<{ kind: 'created' | 'existing' | 'stale'; item: unknown }>`
+      select kind, item from ordo_create_runs(${input}::jsonb)`;
+    const { rows } = await statement.execute('db' in h ? h.db : asTrx(h));
+    const out = { created: new Set<string>(), existing: [] as ExistingRun[], stale: [] as string[] };
+    for (const r of rows) {
+      if (r.kind === 'created') out.created.add((r.item as { run_id: string }).run_id);
+      else if (r.kind === 'existing') out.existing.push(r.item as ExistingRun);
+      else out.stale.push(r.item as string);
+    }
+    return out;
   }
 
   /** Inserts the planned steps of many runs in one statement. */

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import { Database, tenantTransaction } from '../../core/database/database';
 import type { DB } from '../../core/database/db.generated';
-import type { TenantTx } from '../../core/database/handles';
+import { tenantStatement, type TenantStatement, type TenantTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
 import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
@@ -19,7 +19,15 @@ import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
 import { descendants, planRun, stepGate, type PlannedStep, type QueuedStep, type ReusedOutputs } from './run-plan';
 import type { RunDto, RunListQuery, StepDto } from './runs.dto';
-import { RunsRepository, type NewRun, type RunBookRow, type RunRow, type StepRow } from './runs.repository';
+import { DagVersionCache, versionKey } from './dag-version-cache';
+import {
+  RunsRepository,
+  type ExistingRun,
+  type NewRun,
+  type RunBookRow,
+  type RunRow,
+  type StepRow,
+} from './runs.repository';
 import { TERMINAL_RUN_STATES, type RunStatus } from './state-machine';
 
 export interface CreateRunRequest {
@@ -57,6 +65,7 @@ const isAfter = (v: unknown): v is { t: string; id: string } =>
 export class RunsService {
   private readonly batcher = new CreationBatcher((tenantId, reqs) => this.createEach(tenantId, reqs));
   private readonly prepared: PreparedTenantTransactions;
+  private readonly versions = new DagVersionCache();
 
   constructor(
     private readonly db: Database,
@@ -91,6 +100,16 @@ export class RunsService {
    */
   private async createEach(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateOutcome[]> {
     try {
+      // DAG versions this process resolved before, none with a maxConcurrentRuns limit (whose slots
+      // are counted in a transaction): one statement, committed on its own. A version that changed
+      // meanwhile writes nothing, and the transaction below resolves it again.
+      const known = this.versions.known(tenantId, reqs);
+      if (known) {
+        const h = tenantStatement(this.prepared.handle, tenantId);
+        const out = await this.write(h, tenantId, reqs, known, new Map(), {}, false);
+        if (out) return out;
+        this.versions.forget(tenantId, reqs);
+      }
       return await this.prepared.withTenant(tenantId, (tx) => this.createInTx(tx, tenantId, reqs, {}, false));
     } catch (e) {
       if (reqs.length === 1) return [{ error: e }];
@@ -99,10 +118,9 @@ export class RunsService {
   }
 
   /**
-   * Plans and writes the runs of `reqs` in `tx`, one outcome per request. With `allOrNothing`, the
-   * first refusal is thrown (the caller's transaction rolls back) and a request repeating an
-   * earlier one of the list shares its answer; otherwise refusals are outcomes and a repeat is
-   * answered like a repeat in a later call (created: false).
+   * Resolves the DAG versions of `reqs` and counts the maxConcurrentRuns slots in `tx`, then plans
+   * and writes the runs (see write). Should a version change between its lookup and the write, it
+   * is looked up again.
    */
   private async createInTx(
     tx: TenantTx,
@@ -111,22 +129,58 @@ export class RunsService {
     lineage: Lineage,
     allOrNothing: boolean,
   ): Promise<CreateOutcome[]> {
+    for (let tries = 1; ; tries++) {
+      const versions = new Map<string, DagVersionRecord | { error: unknown }>();
+      for (const r of reqs) {
+        const k = versionKey(r);
+        if (versions.has(k)) continue;
+        try {
+          const v = await this.resolveVersion(tx, r.dagId, r.version);
+          versions.set(k, v);
+          this.versions.remember(tenantId, k, v);
+        } catch (e) {
+          if (allOrNothing || !(e instanceof DomainError)) throw e;
+          versions.set(k, { error: e });
+        }
+      }
+      // maxConcurrentRuns: slots left per DAG, counted under per-DAG advisory locks taken in DAG id
+      // order (so concurrent creators agree and cannot deadlock on them).
+      const slots = new Map<string, number>();
+      const limited = [...versions.values()]
+        .filter((v): v is DagVersionRecord => !('error' in v) && !!v.definition.constraints?.maxConcurrentRuns)
+        .sort((a, b) => (a.dagId < b.dagId ? -1 : a.dagId > b.dagId ? 1 : 0));
+      for (const v of limited) {
+        const c = v.definition.constraints!.maxConcurrentRuns!;
+        if (!slots.has(v.dagId)) slots.set(v.dagId, c.limit - (await this.repo.countActiveRuns(tx, v.dagId)));
+      }
+      const out = await this.write(tx, tenantId, reqs, versions, slots, lineage, allOrNothing);
+      if (out) return out;
+      if (tries >= 3) throw conflict('DAG_VERSION_CHANGED', 'the DAG version changed while the run was created; retry');
+    }
+  }
+
+  /**
+   * Plans the runs of `reqs` with their resolved `versions` (and the maxConcurrentRuns `slots` left
+   * per DAG) and writes them in one statement, one outcome per request; null, having written
+   * nothing, when a version is no longer the one to use. With `allOrNothing`, the first refusal is
+   * thrown (the caller's transaction rolls back) and a request repeating an earlier one of the list
+   * shares its answer; otherwise refusals are outcomes and a repeat is answered like a repeat in a
+   * later call (created: false).
+   */
+  private async write(
+    h: TenantTx | TenantStatement,
+    tenantId: string,
+    reqs: CreateRunRequest[],
+    versions: Map<string, DagVersionRecord | { error: unknown }>,
+    slots: Map<string, number>,
+    lineage: Lineage,
+    allOrNothing: boolean,
+  ): Promise<CreateOutcome[] | null> {
     const outcomes: (CreateOutcome | undefined)[] = new Array(reqs.length);
     const refuse = (i: number, error: unknown) => {
       if (allOrNothing) throw error;
       outcomes[i] = { error };
     };
-    const versions = new Map<string, DagVersionRecord | { error: unknown }>();
-    for (const r of reqs) {
-      const k = `${r.dagId}@${r.version ?? 'latest'}`;
-      if (versions.has(k)) continue;
-      try {
-        versions.set(k, await this.resolveVersion(tx, r.dagId, r.version));
-      } catch (e) {
-        if (allOrNothing || !(e instanceof DomainError)) throw e;
-        versions.set(k, { error: e });
-      }
-    }
     const newRuns: NewRun[] = [];
     const steps: (PlannedStep & { runId: string })[] = [];
     const events: ChainedEvent[] = [];
@@ -137,19 +191,9 @@ export class RunsService {
     const seenTokens = new Map<string, { hash: string; first: number }>();
     const runOf: (NewRun | undefined)[] = new Array(reqs.length);
     const repeatOf: (number | undefined)[] = new Array(reqs.length);
-    // maxConcurrentRuns: slots left per DAG, counted under per-DAG advisory locks taken in DAG id
-    // order (so concurrent creators agree and cannot deadlock on them).
-    const slots = new Map<string, number>();
-    const limited = [...versions.values()]
-      .filter((v): v is DagVersionRecord => !('error' in v) && !!v.definition.constraints?.maxConcurrentRuns)
-      .sort((a, b) => (a.dagId < b.dagId ? -1 : a.dagId > b.dagId ? 1 : 0));
-    for (const v of limited) {
-      const c = v.definition.constraints!.maxConcurrentRuns!;
-      if (!slots.has(v.dagId)) slots.set(v.dagId, c.limit - (await this.repo.countActiveRuns(tx, v.dagId)));
-    }
     for (let i = 0; i < reqs.length; i++) {
       const r = reqs[i];
-      const v = versions.get(`${r.dagId}@${r.version ?? 'latest'}`)!;
+      const v = versions.get(versionKey(r))!;
       if ('error' in v) {
         refuse(i, v.error);
         continue;
@@ -267,26 +311,35 @@ export class RunsService {
       }
       events.push(...p.events);
     }
-    const inserted = await this.repo.insertCreatedRuns(
-      tx,
-      newRuns.length > 1 ? [...newRuns].sort((a, b) => compareTokens(a, b)) : newRuns,
+    // The versions planned with, each checked by the write: a request that named none was planned
+    // with the latest active one.
+    const used = new Map<string, { dagId: string; version: number; latest: boolean }>();
+    for (const [i, r] of reqs.entries()) {
+      const run = runOf[i];
+      if (run) used.set(versionKey(r), { dagId: run.dagId, version: run.dagVersion, latest: r.version === undefined });
+    }
+    const written = await this.repo.createRuns(h, {
+      versions: [...used.values()],
+      runs: newRuns.length > 1 ? [...newRuns].sort((a, b) => compareTokens(a, b)) : newRuns,
       steps,
       events,
       queue,
-    );
+    });
+    if (written.stale.length > 0) return null;
     // Requests whose token already had a run: same inputs → that run; other inputs → conflict.
-    const existing = new Map<string, RunRow>();
-    const missing = newRuns.filter((r) => !inserted.has(r.runId));
-    const byDag = new Map<string, string[]>();
-    for (const m of missing) byDag.set(m.dagId, [...(byDag.get(m.dagId) ?? []), m.runToken]);
-    for (const [dagId, tokens] of byDag) {
-      for (const row of await this.repo.findByTokens(tx, dagId, tokens))
-        existing.set(`${dagId}\u0000${row.run_token}`, row);
-    }
+    const existing = new Map<string, ExistingRun>(written.existing.map((x) => [`${x.dag_id}\u0000${x.run_token}`, x]));
+    const missing = newRuns.filter(
+      (r) => !written.created.has(r.runId) && !existing.has(`${r.dagId}\u0000${r.runToken}`),
+    );
+    // (A run of the same token committed by another transaction after this statement started.)
+    if (missing.length > 0 && 'db' in h) return null;
+    for (const m of missing)
+      for (const row of await this.repo.findByTokens(h as TenantTx, m.dagId, [m.runToken]))
+        existing.set(`${m.dagId}\u0000${row.run_token}`, row);
     for (let i = 0; i < reqs.length; i++) {
       const mine = runOf[i];
       if (!mine) continue;
-      if (inserted.has(mine.runId)) {
+      if (written.created.has(mine.runId)) {
         outcomes[i] = { result: { runId: mine.runId, created: true, status: mine.status, traceId: mine.traceId } };
         continue;
       }
@@ -620,14 +673,15 @@ class CreationBatcher {
  * instead of once per group.
  */
 class PreparedTenantTransactions {
-  private readonly kysely: Kysely<DB>;
+  /** The handle itself, for statements that bind their tenant (see TenantStatement). */
+  readonly handle: Kysely<DB>;
 
   constructor(db: Database) {
-    this.kysely = preparedKysely(db.appPool, { prefix: 'ordo_r_', refresh: db.planRefresh });
+    this.handle = preparedKysely(db.appPool, { prefix: 'ordo_r_', refresh: db.planRefresh });
   }
 
   withTenant<T>(tenantId: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {
-    return tenantTransaction(this.kysely, tenantId, fn);
+    return tenantTransaction(this.handle, tenantId, fn);
   }
 }
 
