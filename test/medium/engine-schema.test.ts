@@ -157,4 +157,15 @@ describe('run schema: transitions and the append-only event log', () => {
     const a = await t.db.withTenant('ta', (tx) => sql<{ n: number }>`select count(*)::int as n from run`.execute(tx));
     expect(a.rows[0].n).toBe(1);
   });
+
+  it('samples few rows when it analyzes the high-volume tables: no column has a statistics target above 10', async () => {
+    const { rows } = await owner.query<{ table: string; column: string; target: number | null }>(
+      `select c.relname as table, a.attname as column, a.attstattarget as target
+         from pg_attribute a join pg_class c on c.oid = a.attrelid
+        where c.relname in ('run_event', 'attempt', 'step', 'span', 'artifact') and c.relnamespace = 'public'::regnamespace
+          and a.attnum > 0 and not a.attisdropped
+          and (a.attstattarget is null or a.attstattarget < 0 or a.attstattarget > 10)`,
+    );
+    expect(rows).toEqual([]);
+  });
 });
