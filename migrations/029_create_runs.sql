@@ -77,9 +77,12 @@ begin
   e as (
     insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
     select v_t, u.run_id, u.seq, u.created_at, u.type, u.step_id, u.attempt, u.actor, u.data, u.prev_hash, u.hash
-    from jsonb_to_recordset(p->'events') as u(run_id uuid, seq integer, created_at timestamptz, type text, step_id text,
-      attempt integer, actor text, data jsonb, prev_hash text, hash text)
+    from rows from (jsonb_to_recordset(p->'events') as (run_id uuid, seq integer, created_at timestamptz, type text,
+      step_id text, attempt integer, actor text, data jsonb, prev_hash text, hash text))
+      with ordinality as u(run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash, n)
     where u.run_id in (select r.run_id from r)
+    -- In the given order (each run's events by number): the live stream's cursor follows it.
+    order by u.n
     returning 1
   ),
   tq as (
