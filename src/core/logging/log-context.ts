@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { context, createContextKey, type Context } from '@opentelemetry/api';
 
 /** Fields every log line written inside a context carries (absent fields are omitted). */
 export interface LogContext {
@@ -10,6 +11,8 @@ export interface LogContext {
 }
 
 const storage = new AsyncLocalStorage<LogContext>();
+/** Log fields carried by an OpenTelemetry context (a step's span context carries its step's). */
+const LOG_FIELDS = createContextKey('ordo.log-fields');
 
 /** Runs `fn` with `fields` added to the current log context (inner values win). */
 export function withLogContext<T>(fields: LogContext, fn: () => T): T {
@@ -20,7 +23,18 @@ export function withLogContext<T>(fields: LogContext, fn: () => T): T {
   return storage.run(merged, fn);
 }
 
-/** The current log context (empty outside any). */
+/**
+ * `ctx` carrying `fields` for the log lines written while it is active: one context for a span and
+ * its log fields (a step's work runs in it), instead of a second asynchronous context beside it.
+ */
+export function withLogFields(ctx: Context, fields: LogContext): Context {
+  return ctx.setValue(LOG_FIELDS, fields);
+}
+
+/** The current log context (empty outside any): withLogContext's fields, then the active OpenTelemetry context's. */
 export function currentLogContext(): LogContext {
-  return storage.getStore() ?? {};
+  const own = storage.getStore();
+  const carried = context.active().getValue(LOG_FIELDS) as LogContext | undefined;
+  if (!carried) return own ?? {};
+  return own ? { ...own, ...carried } : carried;
 }

@@ -23,7 +23,7 @@ import {
   type SpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { createHash } from 'node:crypto';
-import { withLogContext, type LogContext } from '../logging/log-context';
+import { withLogFields, type LogContext } from '../logging/log-context';
 
 const TRACE_ID = /^[0-9a-f]{32}$/;
 const SPAN_ID = /^[0-9a-f]{16}$/;
@@ -115,10 +115,18 @@ export function tracer(): Tracer {
   return trace.getTracer('ordo');
 }
 
+/** Run span ids computed lately (the steps of a run ask for the same one), at most RUN_SPAN_IDS. */
+const runSpanIds = new Map<string, string>();
+const RUN_SPAN_IDS = 4_096;
+
 /** The run span's id: derived from the run id, so every process computes the same parent. */
 export function runSpanId(runId: string): string {
-  let id = createHash('sha256').update(`run:${runId}`).digest('hex').slice(0, 16);
+  let id = runSpanIds.get(runId);
+  if (id !== undefined) return id;
+  id = createHash('sha256').update(`run:${runId}`).digest('hex').slice(0, 16);
   if (id === '0'.repeat(16)) id = '0000000000000001';
+  if (runSpanIds.size >= RUN_SPAN_IDS) runSpanIds.clear();
+  runSpanIds.set(runId, id);
   return id;
 }
 
@@ -290,7 +298,7 @@ export async function withStepSpan<T>(attrs: StepSpanAttributes, fn: (outcome: S
     stepId: attrs.stepId,
   };
   try {
-    return await context.with(trace.setSpan(parent, span), () => withLogContext(log, () => fn(outcome)));
+    return await context.with(withLogFields(trace.setSpan(parent, span), log), () => fn(outcome));
   } catch (e) {
     span.setAttribute('status', 'failed');
     span.setStatus({ code: SpanStatusCode.ERROR, message: e instanceof Error ? e.name : 'error' });

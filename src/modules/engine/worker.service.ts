@@ -610,7 +610,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const w = r.work;
     const logs: StepLogLine[] = [];
     // Replaced by a redactor of the secret values injected into this attempt's config (once resolved).
-    const secrets: { redact: (text: string) => string } = { redact: (text) => text };
+    const secrets: { redact: (text: string) => string } = { redact: unredacted };
     const redact = (text: string) => secrets.redact(text);
     const timers: NodeJS.Timeout[] = [setTimeout(() => this.stop(r, 'timeout'), w.spec.timeout)];
     const c = w.spec.constraints;
@@ -675,7 +675,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
       return done({
         status: 'succeeded',
-        outputs: JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject,
+        outputs:
+          secrets.redact === unredacted
+            ? result.outputs
+            : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject),
         logs: lines,
       });
     return done({ status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines });
@@ -777,6 +780,9 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     }
   }
 }
+
+/** The redactor of an attempt that was given no secret. */
+const unredacted = (text: string): string => text;
 
 const stepKey = (w: ClaimedWork) => `${w.tenantId}/${w.runId}/${w.stepId}`;
 const planKey = (w: ClaimedWork) => `${w.tenantId}/${w.dagId}/${w.dagVersion}`;

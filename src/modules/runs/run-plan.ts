@@ -65,12 +65,23 @@ export function descendants(steps: readonly Pick<StepDefinition, 'id' | 'depends
   return seen;
 }
 
+/** The plans of the definitions runs were created from without reused outputs (a definition never changes). */
+const plans = new WeakMap<DagDefinition, readonly PlannedStep[]>();
+
 /**
  * The initial state of every step of a new run: roots queued, disabled steps skipped (their
  * dependents still run), steps reused by a rerun succeeded, the rest pending with the number of
- * dependencies still to finish.
+ * dependencies still to finish. The plan of a definition without reused outputs is made once and
+ * shared: its steps are not to be changed.
  */
-export function planRun(def: DagDefinition, reuse: ReusedOutputs = new Map()): PlannedStep[] {
+export function planRun(def: DagDefinition, reuse: ReusedOutputs = new Map()): readonly PlannedStep[] {
+  if (reuse.size > 0) return plan(def, reuse);
+  let p = plans.get(def);
+  if (!p) plans.set(def, (p = plan(def, reuse)));
+  return p;
+}
+
+function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
   const order = topologicalOrder(def.steps);
   const byId = new Map(def.steps.map((s) => [s.id, s]));
   const done = new Set<string>();

@@ -185,7 +185,7 @@ export class RunsService {
     const steps: (PlannedStep & { runId: string })[] = [];
     const events: ChainedEvent[] = [];
     const queue: QueuedStep[] = [];
-    const planned = new Map<string, { run: NewRun; steps: PlannedStep[]; events: ChainedEvent[] }>();
+    const planned = new Map<string, { run: NewRun; steps: readonly PlannedStep[]; events: ChainedEvent[] }>();
     const now = new Date();
     // Index in `reqs` of the first request of each (dagId, runToken), with its inputs hash.
     const seenTokens = new Map<string, { hash: string; first: number }>();
