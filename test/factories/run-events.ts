@@ -96,7 +96,10 @@ export async function appendEvents(db: SystemDb, run: FactoryRun, events: EventS
   );
 }
 
-/** A step of a run with one finished attempt, its logs artifact (when given) and a span per attempt. */
+/**
+ * A step of a run with one finished attempt, its logs artifact (when given) and the stored span of
+ * the attempt's plugin call (its step span is derived from the attempt by the export).
+ */
 export async function insertStepWithAttempt(
   db: SystemDb,
   run: FactoryRun,
@@ -167,16 +170,16 @@ export async function insertStepWithAttempt(
       tenant_id: run.tenantId,
       trace_id: run.traceId,
       span_id: createHash('sha256').update(`${run.runId}:${stepId}`).digest('hex').slice(0, 16),
-      parent_span_id: null,
-      name: 'orchestrator.step',
+      parent_span_id: '1'.repeat(16),
+      name: 'orchestrator.plugin',
       kind: 0,
       run_id: run.runId,
       step_id: stepId,
-      started_at: new Date(at.getTime() - 200),
-      ended_at: at,
+      started_at: new Date(at.getTime() - 150),
+      ended_at: new Date(at.getTime() - 10),
       status_code: 1,
       status_message: null,
-      attributes: JSON.stringify({ tenant: run.tenantId, runId: run.runId, stepId, status }),
+      attributes: JSON.stringify({ tenant: run.tenantId, runId: run.runId, stepId, plugin: 'http' }),
     })
     .execute();
 }

@@ -13,6 +13,7 @@ import {
   lineHash,
   splitLine,
 } from '../../src/modules/export/export-format';
+import { runSpanId } from '../../src/core/telemetry/tracing';
 import { verifyExport } from '../../src/modules/export/export-verify';
 import { ExportRepository } from '../../src/modules/export/export.repository';
 import { ExportService, parseRange, type SignedManifest } from '../../src/modules/export/export.service';
@@ -136,18 +137,33 @@ describe('NDJSON export', () => {
       'metric',
       'metric',
       'span',
+      'span',
     ]);
+    // The attempt's step span, derived from its row, then its plugin call's, stored.
+    const [step, call] = firstRun.filter((r) => r.type === 'span');
+    const attempt = firstRun.find((r) => r.type === 'attempt')!;
+    expect(step).toMatchObject({
+      name: 'orchestrator.step',
+      spanId: '1'.repeat(16),
+      parentSpanId: runSpanId(firstRun[0].runId as string),
+      traceId: firstRun[0].traceId,
+      startedUtc: attempt.startedUtc,
+      endedUtc: attempt.finishedUtc,
+      statusCode: 1,
+      attributes: { tenant: 'exp-a', dagId: 'alpha', stepId: 'one', attempt: 1, plugin: 'noop', status: 'succeeded' },
+    });
+    expect(call).toMatchObject({ name: 'orchestrator.plugin', parentSpanId: step.spanId });
     expect(firstRun.filter((r) => r.type === 'event').map((r) => r.seq)).toEqual([1, 2, 3, 4]);
     expect(signed.manifest).toMatchObject({
       tenant: 'exp-a',
-      counts: { run: 4, event: 16, step: 4, attempt: 4, log: 4, metric: 16, span: 4 },
-      lines: 52,
+      counts: { run: 4, event: 16, step: 4, attempt: 4, log: 4, metric: 16, span: 8 },
+      lines: 56,
     });
     expect(signed.manifest.chains).toHaveLength(4);
     const byId = new Map(runsA.map((r) => [r.runId, r]));
     for (const c of signed.manifest.chains)
       expect(c).toEqual({ runId: c.runId, events: 4, head: byId.get(c.runId)!.hash });
-    expect(await verifyExport(dir)).toMatchObject({ ok: true, lines: 52 });
+    expect(await verifyExport(dir)).toMatchObject({ ok: true, lines: 56 });
   });
 
   it('exports the same data byte-identically twice', async () => {

@@ -115,6 +115,9 @@ export function tracer(): Tracer {
   return trace.getTracer('ordo');
 }
 
+/** The name of the span an attempt of a step runs in. */
+export const STEP_SPAN = 'orchestrator.step';
+
 /** Run span ids computed lately (the steps of a run ask for the same one), at most RUN_SPAN_IDS. */
 const runSpanIds = new Map<string, string>();
 const RUN_SPAN_IDS = 4_096;
@@ -266,7 +269,7 @@ export async function withStepSpan<T>(attrs: StepSpanAttributes, fn: (outcome: S
   let span: Span;
   try {
     span = tracer().startSpan(
-      'orchestrator.step',
+      STEP_SPAN,
       {
         attributes: safeAttributes({
           tenant: attrs.tenant,

@@ -6,6 +6,7 @@ import { canonicalJson } from '../../core/json/canonical-json';
 import { SigningKeys } from '../auth/signing-keys';
 import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord, type Manifest } from './export-format';
 import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
+import { stepSpan } from './step-spans';
 
 const RUN_PAGE = 100;
 const EVENT_PAGE = 2000;
@@ -191,20 +192,38 @@ export class ExportService {
           });
         }
         for (const m of runMetrics(run, attempts)) yield w.line(m);
-        for (const s of page.spans.get(run.run_id) ?? []) {
-          yield w.line({
-            type: 'span',
-            runId: run.run_id,
+        // The stored spans and the attempts' step spans (derived, see stepSpan), in order of start.
+        const plugins = new Map((page.steps.get(run.run_id) ?? []).map((s) => [s.step_id, s.plugin]));
+        const spans = [
+          ...(page.spans.get(run.run_id) ?? []).map((s) => ({
             traceId: s.trace_id,
             spanId: s.span_id,
             parentSpanId: s.parent_span_id,
             name: s.name,
             kind: s.kind,
             stepId: s.step_id,
-            startedUtc: iso(s.started_at),
-            endedUtc: iso(s.ended_at),
+            startedAt: s.started_at,
+            endedAt: s.ended_at,
             statusCode: s.status_code,
             statusMessage: s.status_message,
+            attributes: s.attributes,
+          })),
+          ...attempts.flatMap((a) => stepSpan(run, tenantId, plugins.get(a.step_id), a) ?? []),
+        ].sort((x, y) => x.startedAt.getTime() - y.startedAt.getTime() || (x.spanId < y.spanId ? -1 : 1));
+        for (const s of spans) {
+          yield w.line({
+            type: 'span',
+            runId: run.run_id,
+            traceId: s.traceId,
+            spanId: s.spanId,
+            parentSpanId: s.parentSpanId,
+            name: s.name,
+            kind: s.kind,
+            stepId: s.stepId,
+            startedUtc: iso(s.startedAt),
+            endedUtc: iso(s.endedAt),
+            statusCode: s.statusCode,
+            statusMessage: s.statusMessage,
             attributes: redactSecrets(s.attributes),
           });
         }

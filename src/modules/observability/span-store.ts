@@ -3,7 +3,7 @@ import type { ReadableSpan, Span, SpanProcessor } from '@opentelemetry/sdk-trace
 import type { Logger } from 'pino';
 import type { SystemDb } from '../../core/database/handles';
 import { metrics } from '../../core/telemetry/metrics';
-import { safeAttributes } from '../../core/telemetry/tracing';
+import { safeAttributes, STEP_SPAN } from '../../core/telemetry/tracing';
 import type { ObservabilityRepository, StoredSpan } from './observability.repository';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -23,6 +23,8 @@ function toDate(t: [number, number]): Date {
  * A SpanProcessor that stores finished spans of tenant work (spans with a `tenant` attribute, or
  * children of one) in the span table, batched: one insert per flush, at most every `intervalMs`
  * or when `batchSize` spans wait. The buffer is bounded; spans beyond it are counted and dropped.
+ * A step's span (`orchestrator.step`) is not stored: its attempt row holds all of it, and the
+ * export derives it from there (stepSpan).
  */
 export class SpanStore implements SpanProcessor {
   private buffer: StoredSpan[] = [];
@@ -51,6 +53,7 @@ export class SpanStore implements SpanProcessor {
   }
 
   onEnd(span: ReadableSpan): void {
+    if (span.name === STEP_SPAN) return;
     const a = span.attributes;
     const owner = this.owners.get(span) ?? (typeof a.tenant === 'string' ? { tenant: a.tenant } : undefined);
     if (!owner) return;

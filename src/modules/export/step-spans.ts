@@ -1,0 +1,74 @@
+import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import { runSpanId } from '../../core/telemetry/tracing';
+
+/** What an attempt row says of the attempt (export columns). */
+export interface AttemptForSpan {
+  step_id: string;
+  attempt: number;
+  status: string;
+  traceparent: string;
+  started_at: Date | null;
+  finished_at: Date | null;
+  terminated_at: Date | null;
+}
+
+/** The `orchestrator.step` span of an attempt, as the export writes a span. */
+export interface StepSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId: string;
+  name: 'orchestrator.step';
+  kind: number;
+  stepId: string;
+  startedAt: Date;
+  endedAt: Date;
+  statusCode: number;
+  statusMessage: string | null;
+  attributes: Record<string, string | number>;
+}
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+
+/**
+ * The `orchestrator.step` span of an attempt that ran, from its row: the worker ran the attempt in a
+ * span whose id is the attempt's stored traceparent's, child of the run span (runSpanId), from the
+ * plugin's start to its end, with the attempt's outcome as its status. These spans are not stored
+ * (one row per step, all of it in the attempt row already); the export derives them. Null for an
+ * attempt that never started, or whose traceparent is not on the run's trace.
+ */
+export function stepSpan(
+  run: { run_id: string; trace_id: string; dag_id: string },
+  tenant: string,
+  plugin: string | undefined,
+  a: AttemptForSpan,
+): StepSpan | null {
+  const tp = TRACEPARENT.exec(a.traceparent);
+  if (!tp || tp[1] !== run.trace_id || !a.started_at) return null;
+  const ended = a.finished_at ?? a.terminated_at ?? a.started_at;
+  return {
+    traceId: run.trace_id,
+    spanId: tp[2],
+    parentSpanId: runSpanId(run.run_id),
+    name: 'orchestrator.step',
+    kind: SpanKind.INTERNAL,
+    stepId: a.step_id,
+    startedAt: a.started_at,
+    endedAt: ended < a.started_at ? a.started_at : ended,
+    statusCode:
+      a.status === 'succeeded'
+        ? SpanStatusCode.OK
+        : a.status === 'failed'
+          ? SpanStatusCode.ERROR
+          : SpanStatusCode.UNSET,
+    statusMessage: a.status === 'failed' ? 'step failed' : null,
+    attributes: {
+      tenant,
+      dagId: run.dag_id,
+      runId: run.run_id,
+      stepId: a.step_id,
+      attempt: a.attempt,
+      ...(plugin ? { plugin } : {}),
+      status: a.status,
+    },
+  };
+}
