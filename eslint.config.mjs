@@ -2,7 +2,18 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'src/core/database/db.generated.ts', '**/*.js', '**/*.cjs', '**/*.mjs', 'bundles/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'node_modules/**',
+      'coverage/**',
+      'src/core/database/db.generated.ts',
+      '**/*.js',
+      '**/*.cjs',
+      '**/*.mjs',
+      'bundles/**',
+    ],
+  },
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },

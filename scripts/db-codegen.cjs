@@ -38,10 +38,20 @@ async function main() {
     await migrate(u.toString());
     const args = [
       path.join(root, 'node_modules/kysely-codegen/dist/cli/bin.js'),
-      '--dialect', 'postgres', '--url', u.toString(), '--out-file', out,
-      '--default-schema', 'public', '--exclude-pattern', 'ordo_migration',
-      '--type-mapping', JSON.stringify({ int8: 'number' }),
-      '--log-level', 'error',
+      '--dialect',
+      'postgres',
+      '--url',
+      u.toString(),
+      '--out-file',
+      out,
+      '--default-schema',
+      'public',
+      '--exclude-pattern',
+      'ordo_migration',
+      '--type-mapping',
+      JSON.stringify({ int8: 'number' }),
+      '--log-level',
+      'error',
     ];
     if (verify) args.push('--verify');
     execFileSync(process.execPath, args, { cwd: root, stdio: 'inherit' });

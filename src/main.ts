@@ -23,15 +23,23 @@ async function main(): Promise<void> {
   out.write(`  Database: ${ordo.embedded ? `embedded PostgreSQL, data in ${config.home}/pg` : 'DATABASE_URL'}\n`);
   if (ordo.firstStart?.created) {
     const f = ordo.firstStart;
-    out.write(`\nFirst start: created tenant "${f.tenantId}". These tokens are shown once (also saved, mode 0600, in ${f.file}):\n`);
+    out.write(
+      `\nFirst start: created tenant "${f.tenantId}". These tokens are shown once (also saved, mode 0600, in ${f.file}):\n`,
+    );
     out.write(`  Tenant admin token (orchestrator:admin):\n    ${f.adminToken}\n`);
     out.write(`  Platform operator token (platform:admin):\n    ${f.platformToken}\n`);
-    out.write(`\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken}" -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`);
+    out.write(
+      `\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken}" -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`,
+    );
   } else if (ordo.firstStart && fs.existsSync(ordo.firstStart.file)) {
-    out.write(`  Auth:     tokens from the first start are in ${ordo.firstStart.file}; mint more with \`npx ordo tokens create\`\n`);
+    out.write(
+      `  Auth:     tokens from the first start are in ${ordo.firstStart.file}; mint more with \`npx ordo tokens create\`\n`,
+    );
   } else if (ordo.firstStart) {
     // Tenants existed before this home's first start (another home, or the CLI): no secret was minted here.
-    out.write('  Auth:     mint tokens with `npx ordo tokens create --platform` or `npx ordo tokens create --tenant <id> --scopes admin`\n');
+    out.write(
+      '  Auth:     mint tokens with `npx ordo tokens create --platform` or `npx ordo tokens create --tenant <id> --scopes admin`\n',
+    );
   }
   out.write('\n');
 

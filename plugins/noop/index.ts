@@ -32,10 +32,14 @@ export default definePlugin({
           { once: true },
         );
       }).catch(() => undefined);
-      if (ctx.signal.aborted) return { status: 'failed', error: { code: 'ABORTED', message: 'step aborted', retryable: false } };
+      if (ctx.signal.aborted)
+        return { status: 'failed', error: { code: 'ABORTED', message: 'step aborted', retryable: false } };
     }
     if (cfg.fail === true || cfg.fail === 'true') {
-      return { status: 'failed', error: { code: 'NOOP_FAIL', message: 'told to fail', retryable: cfg.retryable ?? false } };
+      return {
+        status: 'failed',
+        error: { code: 'NOOP_FAIL', message: 'told to fail', retryable: cfg.retryable ?? false },
+      };
     }
     return { status: 'succeeded', outputs: (cfg.output ?? {}) as JsonObject };
   },

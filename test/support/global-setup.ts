@@ -7,7 +7,8 @@ import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../../src/co
 import { migrate } from '../../src/core/database/migrator';
 
 declare global {
-  var __ORDO_TEST_PG__: { handle?: EmbeddedPostgresHandle; dir?: string; serverUrl: string; template: string } | undefined;
+  var __ORDO_TEST_PG__:
+    { handle?: EmbeddedPostgresHandle; dir?: string; serverUrl: string; template: string } | undefined;
 }
 
 /**

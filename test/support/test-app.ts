@@ -36,7 +36,7 @@ export interface RequestOpts {
 export interface TestResponse {
   status: number;
   headers: Headers;
-  body: any;  
+  body: any;
   text: string;
 }
 
@@ -44,9 +44,20 @@ export interface TestResponse {
 export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
   const testDb = await createTestDatabase();
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-home-'));
-  const config = loadConfig({ ORDO_HOME: home, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', ORDO_ROLES: 'api', ...env });
+  const config = loadConfig({
+    ORDO_HOME: home,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'silent',
+    ORDO_ROLES: 'api',
+    ...env,
+  });
   const log = pino({ level: process.env.ORDO_TEST_LOG ?? 'silent' });
-  const ordo = await startOrdo(config, log, { appUrl: testDb.appUrl, systemUrl: testDb.systemUrl, ownerUrl: testDb.ownerUrl });
+  const ordo = await startOrdo(config, log, {
+    appUrl: testDb.appUrl,
+    systemUrl: testDb.systemUrl,
+    ownerUrl: testDb.ownerUrl,
+  });
   const first = ordo.firstStart;
   if (!first?.created) throw new Error('expected a first start on a fresh database');
 
@@ -74,7 +85,8 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
   };
 
   const tenants = ordo.app.get(TenantsService, { strict: false });
-  const token = async (tenantId: string, scopes: TenantScope[]) => (await tenants.mintToken('test', tenantId, { scopes })).token;
+  const token = async (tenantId: string, scopes: TenantScope[]) =>
+    (await tenants.mintToken('test', tenantId, { scopes })).token;
 
   return {
     url: ordo.url,

@@ -8,7 +8,6 @@ export const APP_ROLE = 'ordo_app';
 export const SYSTEM_ROLE = 'ordo_system';
 const MIGRATION_LOCK = 7_262_001;
 
-
 export interface MigrationFile {
   name: string;
   sql: string;
@@ -54,12 +53,15 @@ export async function migrate(
     await client.query(`create table if not exists ordo_migration (
       name text primary key, checksum text not null, applied_at timestamptz not null default now())`);
     await client.query(`grant select on ordo_migration to ${APP_ROLE}, ${SYSTEM_ROLE}`);
-    const { rows } = await client.query<{ name: string; checksum: string }>('select name, checksum from ordo_migration');
+    const { rows } = await client.query<{ name: string; checksum: string }>(
+      'select name, checksum from ordo_migration',
+    );
     const done = new Map(rows.map((r) => [r.name, r.checksum]));
     for (const f of files) {
       const prior = done.get(f.name);
       if (prior !== undefined) {
-        if (prior !== f.checksum) throw new Error(`migration ${f.name} changed after it was applied; add a new migration instead`);
+        if (prior !== f.checksum)
+          throw new Error(`migration ${f.name} changed after it was applied; add a new migration instead`);
         continue;
       }
       await client.query('begin');
@@ -92,11 +94,16 @@ export async function migrate(
 /** Connection URLs of the application and system roles for the database `ownerUrl` names. */
 export function applicationUrls(ownerUrl: string): { appUrl: string; systemUrl: string } {
   const { app, system } = rolePasswords(ownerUrl);
-  return { appUrl: withCredentials(ownerUrl, APP_ROLE, app), systemUrl: withCredentials(ownerUrl, SYSTEM_ROLE, system) };
+  return {
+    appUrl: withCredentials(ownerUrl, APP_ROLE, app),
+    systemUrl: withCredentials(ownerUrl, SYSTEM_ROLE, system),
+  };
 }
 
 /** Names of the migrations this build knows that the database has not applied. */
-export async function pendingMigrations(query: (sql: string) => Promise<{ rows: { name: string }[] }>): Promise<string[]> {
+export async function pendingMigrations(
+  query: (sql: string) => Promise<{ rows: { name: string }[] }>,
+): Promise<string[]> {
   const { rows } = await query('select name from ordo_migration');
   const done = new Set(rows.map((r) => r.name));
   return listMigrations()
@@ -108,7 +115,9 @@ async function ensureRoles(client: pg.Client, appPassword: string, systemPasswor
   // Roles are cluster-wide; creating one concurrently from two databases raises unique_violation.
   const create = async (role: string, attrs: string) => {
     await client
-      .query(`do $$ begin if not exists (select from pg_roles where rolname = '${role}') then create role ${role} ${attrs}; end if; end $$`)
+      .query(
+        `do $$ begin if not exists (select from pg_roles where rolname = '${role}') then create role ${role} ${attrs}; end if; end $$`,
+      )
       .catch((e: { code?: string }) => {
         if (e.code !== '23505' && e.code !== '42710') throw e;
       });

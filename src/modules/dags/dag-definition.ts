@@ -19,7 +19,8 @@ export const duration = z
 export const STEP_ID = /^[A-Za-z_][A-Za-z0-9_-]{0,63}$/;
 export const DAG_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 /** Egress host patterns: `api.example.com`, `api.example.com:8443`, `*.example.com`, `127.0.0.1:8080`, `[::1]:80`. */
-export const EGRESS_HOST = /^(\*\.)?([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/;
+export const EGRESS_HOST =
+  /^(\*\.)?([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/;
 
 export const retryPolicy = z.strictObject({
   maxRetries: z.number().int().min(0).max(100),
@@ -39,12 +40,16 @@ export const stepConstraints = z.strictObject({
   /** Past this run time: the actions run (typically an event and a webhook); the step goes on. */
   maxExpectedRunTime: z.strictObject({ after: duration, actions: z.array(constraintAction).min(1).max(5) }).optional(),
   /** Past this run time: the step is killed and the actions run (`fail` is implied). */
-  maxAllowedRunTime: z.strictObject({ after: duration, actions: z.array(constraintAction).max(5).default([]) }).optional(),
+  maxAllowedRunTime: z
+    .strictObject({ after: duration, actions: z.array(constraintAction).max(5).default([]) })
+    .optional(),
 });
 
 export const dagConstraints = z.strictObject({
   /** At most `limit` runs of this DAG running at once; the next ones wait (`queue`) or are skipped. */
-  maxConcurrentRuns: z.strictObject({ limit: z.number().int().min(1).max(10_000), action: z.enum(['queue', 'skip']) }).optional(),
+  maxConcurrentRuns: z
+    .strictObject({ limit: z.number().int().min(1).max(10_000), action: z.enum(['queue', 'skip']) })
+    .optional(),
 });
 
 export const stepDefinition = z.strictObject({
@@ -82,5 +87,8 @@ export type ConstraintAction = z.output<typeof constraintAction>;
 
 /** Backoff before retry number `retry` (1-based): initialDelay * multiplier^(retry-1), capped at maxDelay. */
 export function backoffMs(policy: RetryPolicy, retry: number): number {
-  return Math.min(policy.maxDelay, Math.round(policy.initialDelay * Math.pow(policy.multiplier, Math.max(0, retry - 1))));
+  return Math.min(
+    policy.maxDelay,
+    Math.round(policy.initialDelay * Math.pow(policy.multiplier, Math.max(0, retry - 1))),
+  );
 }

@@ -46,8 +46,10 @@ export function loadBuiltInPlugins(): Plugin[] {
     if (!fs.existsSync(index)) continue;
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const mod = require(index) as { default?: Plugin };
-    if (!mod.default || typeof mod.default.execute !== 'function') throw new Error(`${index} has no default Plugin export`);
-    if (mod.default.name !== entry.name) throw new Error(`plugin in plugins/${entry.name} is named ${mod.default.name}`);
+    if (!mod.default || typeof mod.default.execute !== 'function')
+      throw new Error(`${index} has no default Plugin export`);
+    if (mod.default.name !== entry.name)
+      throw new Error(`plugin in plugins/${entry.name} is named ${mod.default.name}`);
     out.push(mod.default);
   }
   return out;

@@ -30,7 +30,14 @@ export const createScheduleBody = z
 export const updateScheduleBody = z
   .strictObject({
     dagId: z.string().regex(DAG_ID, 'a DAG id').optional(),
-    version: z.number().int().min(1).max(2_147_483_647).nullable().optional().describe('null: follow the latest active version'),
+    version: z
+      .number()
+      .int()
+      .min(1)
+      .max(2_147_483_647)
+      .nullable()
+      .optional()
+      .describe('null: follow the latest active version'),
     cron: cron.optional(),
     timezone: timezone.optional(),
     inputs: inputs.optional(),

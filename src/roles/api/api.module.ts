@@ -15,6 +15,20 @@ import { TrustModule } from '../../modules/trust/trust.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
-  imports: [AuthModule, IdempotencyModule, TenantsModule, DagsModule, RunsModule, ArtifactsModule, SchedulesModule, TrustModule, BundlesModule, StreamModule, ObservabilityModule, ExportModule, SecretsModule],
+  imports: [
+    AuthModule,
+    IdempotencyModule,
+    TenantsModule,
+    DagsModule,
+    RunsModule,
+    ArtifactsModule,
+    SchedulesModule,
+    TrustModule,
+    BundlesModule,
+    StreamModule,
+    ObservabilityModule,
+    ExportModule,
+    SecretsModule,
+  ],
 })
 export class ApiRoleModule {}
