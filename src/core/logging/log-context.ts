@@ -31,10 +31,15 @@ export function withLogFields(ctx: Context, fields: LogContext): Context {
   return ctx.setValue(LOG_FIELDS, fields);
 }
 
+/** The log fields `ctx` carries (withLogFields), if any. */
+export function logFieldsOf(ctx: Context): LogContext | undefined {
+  return ctx.getValue(LOG_FIELDS) as LogContext | undefined;
+}
+
 /** The current log context (empty outside any): withLogContext's fields, then the active OpenTelemetry context's. */
 export function currentLogContext(): LogContext {
   const own = storage.getStore();
-  const carried = context.active().getValue(LOG_FIELDS) as LogContext | undefined;
+  const carried = logFieldsOf(context.active());
   if (!carried) return own ?? {};
   return own ? { ...own, ...carried } : carried;
 }

@@ -97,6 +97,35 @@ describe('tracing', () => {
     expect(c.spans[0].status.code).toBe(2);
   });
 
+  it('records no step span when every processor takes none and nothing is exported, and still parents plugin calls and log fields on its ids', async () => {
+    const blind: ReadableSpan[] = [];
+    const detach = attachSpanProcessor({
+      stepSpans: false,
+      onStart: () => undefined,
+      onEnd: (s: ReadableSpan) => blind.push(s),
+      forceFlush: async () => undefined,
+      shutdown: async () => undefined,
+    } as SpanProcessor & { stepSpans: false });
+    const tp = `00-${base.traceId}-${'4'.repeat(16)}-01`;
+    let inside: string | undefined;
+    let fields: unknown;
+    try {
+      await withStepSpan({ ...base, stepId: 'load', attempt: 1, traceparent: tp }, async (o) => {
+        inside = currentTraceparent();
+        fields = currentLogContext();
+        await withChildSpan('orchestrator.plugin', { plugin: 'http' }, async () => undefined);
+        o.setStatus('succeeded');
+      });
+    } finally {
+      detach();
+    }
+    expect(inside).toBe(tp);
+    expect(fields).toMatchObject({ trace_id: base.traceId, runId: base.runId, stepId: 'load' });
+    expect(blind.map((s) => s.name)).toEqual(['orchestrator.plugin']);
+    expect(blind[0].parentSpanContext?.spanId).toBe('4'.repeat(16));
+    expect(blind[0].spanContext().traceId).toBe(base.traceId);
+  });
+
   it('builds a traceparent naming the run span', () => {
     expect(runTraceparent(base.traceId, base.runId)).toBe(`00-${base.traceId}-${runSpanId(base.runId)}-01`);
   });

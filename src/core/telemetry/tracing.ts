@@ -22,7 +22,7 @@ import {
   type Span as SdkSpan,
   type SpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { withLogFields, type LogContext } from '../logging/log-context';
 
 const TRACE_ID = /^[0-9a-f]{32}$/;
@@ -66,6 +66,28 @@ class AttachedProcessors implements SpanProcessor {
 
 const attached = new AttachedProcessors();
 let sdk: NodeSDK | undefined;
+/** Whether spans go out over OTLP (set by startTelemetry). */
+let exporting = false;
+
+/**
+ * A processor that takes no `orchestrator.step` spans (the span store: an attempt's row holds all
+ * of its step span, and the export derives it from there).
+ */
+export interface WithoutStepSpans {
+  readonly stepSpans: false;
+}
+
+/**
+ * Whether a step's span is recorded: when spans go out over OTLP or a processor attached takes
+ * step spans. Otherwise the step runs under a span context of the same ids that records nothing
+ * (its children, the plugin calls, still name it as their parent).
+ */
+function stepSpansWanted(): boolean {
+  startTelemetry();
+  if (exporting) return true;
+  for (const p of attached.processors) if ((p as Partial<WithoutStepSpans>).stepSpans !== false) return true;
+  return false;
+}
 
 /**
  * Starts the OpenTelemetry SDK once per process (idempotent): every span is recorded (sampler
@@ -76,6 +98,7 @@ export function startTelemetry(env: { OTEL_EXPORTER_OTLP_ENDPOINT?: string } = p
   if (sdk) return;
   const processors: SpanProcessor[] = [attached];
   const endpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  exporting = Boolean(endpoint);
   if (endpoint) {
     processors.push(
       new BatchSpanProcessor(new OTLPTraceExporter({ url: `${endpoint.replace(/\/+$/, '')}/v1/traces` })),
@@ -98,6 +121,7 @@ export function startTelemetry(env: { OTEL_EXPORTER_OTLP_ENDPOINT?: string } = p
 export async function stopTelemetry(): Promise<void> {
   const s = sdk;
   sdk = undefined;
+  exporting = false;
   await s?.shutdown();
 }
 
@@ -265,8 +289,16 @@ export async function withStepSpan<T>(attrs: StepSpanAttributes, fn: (outcome: S
   const traceId = TRACE_ID.test(attrs.traceId) ? attrs.traceId : (carried?.[1] ?? attrs.traceId);
   const parent = runParentContext(traceId, attrs.runId);
   const ownId = carried && carried[1] === traceId && carried[2] !== '0'.repeat(16) ? carried[2] : undefined;
-  if (ownId) forcedIds = { spanId: ownId };
   let span: Span;
+  if (TRACE_ID.test(traceId) && !stepSpansWanted()) {
+    span = trace.wrapSpanContext({
+      traceId,
+      spanId: ownId ?? randomBytes(8).toString('hex'),
+      traceFlags: TraceFlags.SAMPLED,
+    });
+    return runInStepSpan(span, parent, attrs, fn);
+  }
+  if (ownId) forcedIds = { spanId: ownId };
   try {
     span = tracer().startSpan(
       STEP_SPAN,
@@ -285,6 +317,16 @@ export async function withStepSpan<T>(attrs: StepSpanAttributes, fn: (outcome: S
   } finally {
     forcedIds = undefined;
   }
+  return runInStepSpan(span, parent, attrs, fn);
+}
+
+/** Runs `fn` in the context of a step's span `span` (recording or not) and its log fields. */
+async function runInStepSpan<T>(
+  span: Span,
+  parent: Context,
+  attrs: StepSpanAttributes,
+  fn: (outcome: SpanOutcome) => Promise<T>,
+): Promise<T> {
   const outcome: SpanOutcome = {
     span,
     setStatus(status) {

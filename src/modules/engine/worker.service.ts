@@ -51,6 +51,8 @@ interface Running {
   reason: StopReason | null;
   /** The chain's step running after this one (see followChain): stopped with it. */
   link?: Running;
+  /** Settles the plugin call under way as aborted (set while one is). */
+  aborted?: () => void;
 }
 
 /** The steps a chain ran after its first, and the one it still runs (or that did not succeed). */
@@ -604,6 +606,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     if (r.reason) return;
     r.reason = reason;
     r.ac.abort(reason);
+    r.aborted?.();
   }
 
   private async execute(r: Running): Promise<Completion> {
@@ -733,21 +736,26 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       },
       redact,
     };
-    // A plugin that ignores its abort signal does not hold the slot: the abort settles the attempt.
-    const aborted = new Promise<PluginResult>((resolve) => {
-      if (r.ac.signal.aborted) resolve(fail('ABORTED', 'aborted', true));
-      r.ac.signal.addEventListener('abort', () => resolve(fail('ABORTED', 'aborted', true)), { once: true });
-    });
     // A call that can reach another system is a child span, whose traceparent its outbound calls
     // carry; one that reaches nothing (a side-effect-free plugin with no egress) runs in the step's span.
     if (plugin.sideEffectFree && w.spec.egress.length === 0)
-      return Promise.race([plugin.execute(parsed.data, ctx), aborted]);
+      return this.call(r, () => plugin.execute(parsed.data, ctx));
     return withChildSpan('orchestrator.plugin', { plugin: w.plugin }, () =>
-      Promise.race([
-        plugin.execute(parsed.data, { ...ctx, traceparent: currentTraceparent() ?? ctx.traceparent }),
-        aborted,
-      ]),
+      this.call(r, () => plugin.execute(parsed.data, { ...ctx, traceparent: currentTraceparent() ?? ctx.traceparent })),
     );
+  }
+
+  /**
+   * A plugin call that settles when the plugin does or when its step is stopped, whichever comes
+   * first: a plugin that ignores its abort signal does not hold the slot.
+   */
+  private call(r: Running, execute: () => Promise<PluginResult>): Promise<PluginResult> {
+    return new Promise<PluginResult>((resolve, reject) => {
+      const abort = () => resolve(fail('ABORTED', 'aborted', true));
+      if (r.reason) return abort();
+      r.aborted = abort;
+      execute().then(resolve, reject);
+    });
   }
 
   /** Extends the leases of every running step in one statement; steps whose lease was lost are stopped. */

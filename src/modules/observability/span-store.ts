@@ -1,9 +1,10 @@
 import { trace, type Context } from '@opentelemetry/api';
 import type { ReadableSpan, Span, SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { Logger } from 'pino';
+import { logFieldsOf } from '../../core/logging/log-context';
 import type { SystemDb } from '../../core/database/handles';
 import { metrics } from '../../core/telemetry/metrics';
-import { safeAttributes, STEP_SPAN } from '../../core/telemetry/tracing';
+import { safeAttributes, STEP_SPAN, type WithoutStepSpans } from '../../core/telemetry/tracing';
 import type { ObservabilityRepository, StoredSpan } from './observability.repository';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -26,7 +27,8 @@ function toDate(t: [number, number]): Date {
  * A step's span (`orchestrator.step`) is not stored: its attempt row holds all of it, and the
  * export derives it from there (stepSpan).
  */
-export class SpanStore implements SpanProcessor {
+export class SpanStore implements SpanProcessor, WithoutStepSpans {
+  readonly stepSpans = false as const;
   private buffer: StoredSpan[] = [];
   private readonly owners = new WeakMap<object, Owner>();
   private timer?: NodeJS.Timeout;
@@ -40,8 +42,10 @@ export class SpanStore implements SpanProcessor {
   ) {}
 
   onStart(span: Span, parent: Context): void {
+    // The owner of the parent span, or else of the step whose context this is (a step's span is
+    // not recorded unless exported: its context carries its log fields).
     const p = trace.getSpan(parent) as unknown as object | undefined;
-    const inherited = p ? this.owners.get(p) : undefined;
+    const inherited = (p ? this.owners.get(p) : undefined) ?? logFieldsOf(parent);
     const a = span.attributes;
     const tenant = typeof a.tenant === 'string' ? a.tenant : inherited?.tenant;
     if (!tenant) return;
