@@ -509,32 +509,32 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private async followChain(r: Running, head: Completion): Promise<Chain | null> {
     const plan = this.plans.get(planKey(r.work));
     if (!plan || plan instanceof Promise || head.outcome.status !== 'succeeded') return null;
-    const until = performance.now() + this.chainMs;
     const links: ChainLink[] = [];
     const hasInputs = r.work.needsData;
     let prev = r.work;
     let outputs = head.outcome.outputs;
-    while (!this.stopping && !r.reason && links.length < MAX_CHAIN_LINKS) {
-      const next = nextLink(plan, prev, outputs, hasInputs, this.traits);
-      if (!next) break;
-      // Dispatched here, ready since the step before it finished.
-      recordDispatch(next.tenantId, (links.at(-1)?.completion ?? head).finishedAt ?? new Date(), new Date());
-      const link: Running = { work: next, ac: new AbortController(), reason: null };
-      r.link = link;
-      const result = this.execute(link);
-      let timer: NodeJS.Timeout | undefined;
-      const c = await Promise.race([
-        result,
-        new Promise<null>(
-          (resolve) => (timer = setTimeout(() => resolve(null), Math.max(0, until - performance.now()))),
-        ),
-      ]);
+    // The chain's deadline, one timer for all its links (started with the first).
+    let timer: NodeJS.Timeout | undefined;
+    let deadline: Promise<null> | undefined;
+    try {
+      while (!this.stopping && !r.reason && links.length < MAX_CHAIN_LINKS) {
+        const next = nextLink(plan, prev, outputs, hasInputs, this.traits);
+        if (!next) break;
+        deadline ??= new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), this.chainMs)));
+        // Dispatched here, ready since the step before it finished.
+        recordDispatch(next.tenantId, (links.at(-1)?.completion ?? head).finishedAt ?? new Date(), new Date());
+        const link: Running = { work: next, ac: new AbortController(), reason: null };
+        r.link = link;
+        const result = this.execute(link);
+        const c = await Promise.race([result, deadline]);
+        r.link = undefined;
+        if (c === null || c.outcome.status !== 'succeeded' || link.reason) return { links, ahead: { link, result } };
+        links.push({ completion: c, plugin: next.plugin, config: next.config, traceparent: next.traceparent });
+        prev = next;
+        outputs = c.outcome.outputs;
+      }
+    } finally {
       clearTimeout(timer);
-      r.link = undefined;
-      if (c === null || c.outcome.status !== 'succeeded' || link.reason) return { links, ahead: { link, result } };
-      links.push({ completion: c, plugin: next.plugin, config: next.config, traceparent: next.traceparent });
-      prev = next;
-      outputs = c.outcome.outputs;
     }
     return links.length > 0 ? { links } : null;
   }
@@ -643,9 +643,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const finishedAt = new Date();
     const done = (outcome: Completion['outcome']) => completionFor(w, this.workerId, outcome, startedAt, finishedAt);
     recordStepFinished(w.tenantId, r.reason ? 'aborted' : result.status, startedAt, finishedAt);
-    const lines = [...logs, ...(result.logs ?? [])]
-      .slice(0, MAX_LOG_LINES)
-      .map((l) => ({ ...l, message: redact(l.message) }));
+    const lines =
+      logs.length === 0 && !result.logs?.length
+        ? []
+        : [...logs, ...(result.logs ?? [])].slice(0, MAX_LOG_LINES).map((l) => ({ ...l, message: redact(l.message) }));
     switch (r.reason) {
       case 'cancelled':
       case 'lease_lost':
