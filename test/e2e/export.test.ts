@@ -61,7 +61,7 @@ describe('GET /api/v1/export and ordo export', () => {
     expect(r.headers.get('content-type')).toMatch(/^application\/x-ndjson/);
     const last = split(r.text, path.join(tmp, 'http'));
     expect(last.type).toBe('manifest');
-    expect(last.manifest.counts).toMatchObject({ run: 2, event: 6, step: 2, attempt: 2, log: 2, span: 4 });
+    expect(last.manifest.counts).toMatchObject({ run: 2, event: 6, step: 2, attempt: 2, log: 2, span: 6 });
     expect(last.kid).toBe(last.publicJwk.kid);
     expect(await verifyExport(path.join(tmp, 'http'))).toMatchObject({ ok: true, lines: last.manifest.lines });
     const again = await app.request('GET', '/api/v1/export', admin());

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -97,6 +98,26 @@ describe('NDJSON export', () => {
         logs: `log of ${run.runId}\n`,
         at: new Date(at.getTime() + 4000),
       });
+      // Step and run spans stored before the export derived them: left out (no duplicates).
+      for (const name of ['orchestrator.step', 'orchestrator.run'])
+        await db
+          .insertInto('span')
+          .values({
+            tenant_id: 'exp-a',
+            trace_id: run.traceId,
+            span_id: createHash('sha256').update(`${name}:${run.runId}`).digest('hex').slice(0, 16),
+            parent_span_id: null,
+            name,
+            kind: 0,
+            run_id: run.runId,
+            step_id: null,
+            started_at: at,
+            ended_at: new Date(at.getTime() + 5000),
+            status_code: 1,
+            status_message: null,
+            attributes: JSON.stringify({ tenant: 'exp-a', runId: run.runId }),
+          })
+          .execute();
       runsA.push(run);
     }
     const runB = await insertRun(db, 'exp-b', 'alpha', { startedAt: day(1) });
@@ -138,10 +159,26 @@ describe('NDJSON export', () => {
       'metric',
       'span',
       'span',
+      'span',
     ]);
-    // The attempt's step span, derived from its row, then its plugin call's, stored.
-    const [step, call] = firstRun.filter((r) => r.type === 'span');
+    // The run's span and the attempt's step span, derived from their rows, then its plugin call's, stored.
+    const [runSpan, step, call] = firstRun.filter((r) => r.type === 'span');
     const attempt = firstRun.find((r) => r.type === 'attempt')!;
+    expect(runSpan).toMatchObject({
+      type: 'span',
+      runId: firstRun[0].runId,
+      traceId: firstRun[0].traceId,
+      spanId: runSpanId(firstRun[0].runId as string),
+      parentSpanId: null,
+      name: 'orchestrator.run',
+      kind: 0,
+      stepId: null,
+      startedUtc: firstRun[0].startedUtc,
+      endedUtc: firstRun[0].finishedUtc,
+      statusCode: 1,
+      statusMessage: null,
+      attributes: { tenant: 'exp-a', dagId: 'alpha', runId: firstRun[0].runId, status: 'succeeded' },
+    });
     expect(step).toMatchObject({
       name: 'orchestrator.step',
       spanId: '1'.repeat(16),
@@ -156,14 +193,14 @@ describe('NDJSON export', () => {
     expect(firstRun.filter((r) => r.type === 'event').map((r) => r.seq)).toEqual([1, 2, 3, 4]);
     expect(signed.manifest).toMatchObject({
       tenant: 'exp-a',
-      counts: { run: 4, event: 16, step: 4, attempt: 4, log: 4, metric: 16, span: 8 },
-      lines: 56,
+      counts: { run: 4, event: 16, step: 4, attempt: 4, log: 4, metric: 16, span: 12 },
+      lines: 60,
     });
     expect(signed.manifest.chains).toHaveLength(4);
     const byId = new Map(runsA.map((r) => [r.runId, r]));
     for (const c of signed.manifest.chains)
       expect(c).toEqual({ runId: c.runId, events: 4, head: byId.get(c.runId)!.hash });
-    expect(await verifyExport(dir)).toMatchObject({ ok: true, lines: 56 });
+    expect(await verifyExport(dir)).toMatchObject({ ok: true, lines: 60 });
   });
 
   it('exports the same data byte-identically twice', async () => {

@@ -1,12 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
-import {
-  attachSpanProcessor,
-  recordRunSpan,
-  runSpanId,
-  withChildSpan,
-  withStepSpan,
-} from '../../src/core/telemetry/tracing';
+import { attachSpanProcessor, recordRunSpan, withChildSpan, withStepSpan } from '../../src/core/telemetry/tracing';
 import { ObservabilityRepository } from '../../src/modules/observability/observability.repository';
 import { SpanStore } from '../../src/modules/observability/span-store';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -33,7 +27,7 @@ describe('span store', () => {
     await t.drop();
   });
 
-  it("stores a run's run and plugin spans under its tenant, readable only by that tenant, and not its step spans (derived at export)", async () => {
+  it("stores a run's plugin spans under its tenant, readable only by that tenant, and not its step and run spans (derived at export)", async () => {
     const runId = randomUUID();
     const traceId = 'cd'.repeat(16);
     const attrs = { tenant: 'span-a', dagId: 'etl', runId, traceId };
@@ -57,11 +51,9 @@ describe('span store', () => {
     );
     expect(rows.map((r) => [r.name, r.run_id, r.step_id, r.trace_id])).toEqual([
       ['orchestrator.plugin', runId, 'fetch', traceId],
-      ['orchestrator.run', runId, null, traceId],
     ]);
     const call = rows.find((r) => r.name === 'orchestrator.plugin')!;
     expect(call.parent_span_id).toBe(stepSpanId);
-    expect(rows.find((r) => r.name === 'orchestrator.run')!.span_id).toBe(runSpanId(runId));
     expect(JSON.stringify(rows)).not.toContain('Bearer abc');
 
     const other = await t.db.withTenant('span-b', (tx) => tx.selectFrom('span').selectAll().execute());

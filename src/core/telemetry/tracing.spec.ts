@@ -97,15 +97,15 @@ describe('tracing', () => {
     expect(c.spans[0].status.code).toBe(2);
   });
 
-  it('records no step span when every processor takes none and nothing is exported, and still parents plugin calls and log fields on its ids', async () => {
+  it('records no step or run span when every processor takes none and nothing is exported, and still parents plugin calls and log fields on the step span ids', async () => {
     const blind: ReadableSpan[] = [];
     const detach = attachSpanProcessor({
-      stepSpans: false,
+      derivedSpans: false,
       onStart: () => undefined,
       onEnd: (s: ReadableSpan) => blind.push(s),
       forceFlush: async () => undefined,
       shutdown: async () => undefined,
-    } as SpanProcessor & { stepSpans: false });
+    } as SpanProcessor & { derivedSpans: false });
     const tp = `00-${base.traceId}-${'4'.repeat(16)}-01`;
     let inside: string | undefined;
     let fields: unknown;
@@ -116,6 +116,7 @@ describe('tracing', () => {
         await withChildSpan('orchestrator.plugin', { plugin: 'http' }, async () => undefined);
         o.setStatus('succeeded');
       });
+      recordRunSpan({ ...base, status: 'succeeded' }, new Date(Date.now() - 1000), new Date());
     } finally {
       detach();
     }

@@ -70,22 +70,23 @@ let sdk: NodeSDK | undefined;
 let exporting = false;
 
 /**
- * A processor that takes no `orchestrator.step` spans (the span store: an attempt's row holds all
- * of its step span, and the export derives it from there).
+ * A processor that takes no spans the export derives from rows: `orchestrator.step` (from the
+ * attempt) and `orchestrator.run` (from the run). The span store is one.
  */
-export interface WithoutStepSpans {
-  readonly stepSpans: false;
+export interface WithoutDerivedSpans {
+  readonly derivedSpans: false;
 }
 
 /**
- * Whether a step's span is recorded: when spans go out over OTLP or a processor attached takes
- * step spans. Otherwise the step runs under a span context of the same ids that records nothing
- * (its children, the plugin calls, still name it as their parent).
+ * Whether a step's or a run's span is recorded: when spans go out over OTLP or a processor
+ * attached takes them. Otherwise a step runs under a span context of the same ids that records
+ * nothing (its children, the plugin calls, still name it as their parent), and a run's end
+ * records no span.
  */
-function stepSpansWanted(): boolean {
+function derivedSpansWanted(): boolean {
   startTelemetry();
   if (exporting) return true;
-  for (const p of attached.processors) if ((p as Partial<WithoutStepSpans>).stepSpans !== false) return true;
+  for (const p of attached.processors) if ((p as Partial<WithoutDerivedSpans>).derivedSpans !== false) return true;
   return false;
 }
 
@@ -141,6 +142,8 @@ export function tracer(): Tracer {
 
 /** The name of the span an attempt of a step runs in. */
 export const STEP_SPAN = 'orchestrator.step';
+/** The name of a run's span, recorded when the run ends. */
+export const RUN_SPAN = 'orchestrator.run';
 
 /** Run span ids computed lately (the steps of a run ask for the same one), at most RUN_SPAN_IDS. */
 const runSpanIds = new Map<string, string>();
@@ -226,13 +229,13 @@ export function recordRunSpan(
   finishedAt: Date,
   reason?: string | null,
 ): void {
-  if (!TRACE_ID.test(attrs.traceId)) return;
+  if (!TRACE_ID.test(attrs.traceId) || !derivedSpansWanted()) return;
   const t = tracer();
   forcedIds = { traceId: attrs.traceId, spanId: runSpanId(attrs.runId) };
   let span: Span;
   try {
     span = t.startSpan(
-      'orchestrator.run',
+      RUN_SPAN,
       {
         startTime: startedAt,
         root: true,
@@ -290,7 +293,7 @@ export async function withStepSpan<T>(attrs: StepSpanAttributes, fn: (outcome: S
   const parent = runParentContext(traceId, attrs.runId);
   const ownId = carried && carried[1] === traceId && carried[2] !== '0'.repeat(16) ? carried[2] : undefined;
   let span: Span;
-  if (TRACE_ID.test(traceId) && !stepSpansWanted()) {
+  if (TRACE_ID.test(traceId) && !derivedSpansWanted()) {
     span = trace.wrapSpanContext({
       traceId,
       spanId: ownId ?? randomBytes(8).toString('hex'),

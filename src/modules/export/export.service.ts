@@ -6,7 +6,7 @@ import { canonicalJson } from '../../core/json/canonical-json';
 import { SigningKeys } from '../auth/signing-keys';
 import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord, type Manifest } from './export-format';
 import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
-import { stepSpan } from './step-spans';
+import { DERIVED_SPANS, runSpan, stepSpan } from './step-spans';
 
 const RUN_PAGE = 100;
 const EVENT_PAGE = 2000;
@@ -192,22 +192,27 @@ export class ExportService {
           });
         }
         for (const m of runMetrics(run, attempts)) yield w.line(m);
-        // The stored spans and the attempts' step spans (derived, see stepSpan), in order of start.
+        // The stored spans, the run's span and its attempts' step spans (derived from their rows, see
+        // step-spans.ts; stored ones of those names, written before they were derived, are left out),
+        // in order of start.
         const plugins = new Map((page.steps.get(run.run_id) ?? []).map((s) => [s.step_id, s.plugin]));
         const spans = [
-          ...(page.spans.get(run.run_id) ?? []).map((s) => ({
-            traceId: s.trace_id,
-            spanId: s.span_id,
-            parentSpanId: s.parent_span_id,
-            name: s.name,
-            kind: s.kind,
-            stepId: s.step_id,
-            startedAt: s.started_at,
-            endedAt: s.ended_at,
-            statusCode: s.status_code,
-            statusMessage: s.status_message,
-            attributes: s.attributes,
-          })),
+          ...(page.spans.get(run.run_id) ?? [])
+            .filter((s) => !DERIVED_SPANS.has(s.name))
+            .map((s) => ({
+              traceId: s.trace_id,
+              spanId: s.span_id,
+              parentSpanId: s.parent_span_id,
+              name: s.name,
+              kind: s.kind,
+              stepId: s.step_id,
+              startedAt: s.started_at,
+              endedAt: s.ended_at,
+              statusCode: s.status_code,
+              statusMessage: s.status_message,
+              attributes: s.attributes,
+            })),
+          ...[runSpan(run, tenantId)].flatMap((s) => s ?? []),
           ...attempts.flatMap((a) => stepSpan(run, tenantId, plugins.get(a.step_id), a) ?? []),
         ].sort((x, y) => x.startedAt.getTime() - y.startedAt.getTime() || (x.spanId < y.spanId ? -1 : 1));
         for (const s of spans) {

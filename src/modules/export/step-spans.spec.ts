@@ -1,5 +1,5 @@
 import { runSpanId } from '../../core/telemetry/tracing';
-import { stepSpan, type AttemptForSpan } from './step-spans';
+import { runSpan, stepSpan, type AttemptForSpan, type RunForSpan } from './step-spans';
 
 describe('stepSpan', () => {
   const run = { run_id: '7b0e0c1e-3a3c-4a53-9d0a-0a4a3c0f4b11', trace_id: 'ab'.repeat(16), dag_id: 'etl' };
@@ -55,5 +55,44 @@ describe('stepSpan', () => {
     expect(
       stepSpan(run, 't1', 'noop', attempt({ traceparent: `00-${'ef'.repeat(16)}-${'c'.repeat(16)}-01` })),
     ).toBeNull();
+  });
+});
+
+describe('runSpan', () => {
+  const ended: RunForSpan = {
+    run_id: '7b0e0c1e-3a3c-4a53-9d0a-0a4a3c0f4b11',
+    trace_id: 'ab'.repeat(16),
+    dag_id: 'etl',
+    status: 'failed',
+    reason: 'a step failed',
+    created_at: new Date('2026-01-10T00:59:59.000Z'),
+    started_at: new Date('2026-01-10T01:00:00.000Z'),
+    finished_at: new Date('2026-01-10T01:00:05.000Z'),
+  };
+
+  it("is the root of the run's trace: the derived run span id, the run's start and end, its outcome", () => {
+    expect(runSpan(ended, 't1')).toEqual({
+      traceId: ended.trace_id,
+      spanId: runSpanId(ended.run_id),
+      parentSpanId: null,
+      name: 'orchestrator.run',
+      kind: 0,
+      stepId: null,
+      startedAt: ended.started_at,
+      endedAt: ended.finished_at,
+      statusCode: 2,
+      statusMessage: 'a step failed',
+      attributes: { tenant: 't1', dagId: 'etl', runId: ended.run_id, status: 'failed', reason: 'a step failed' },
+    });
+  });
+
+  it('starts at the creation of a run that never started, and is absent for a run that has not ended', () => {
+    expect(runSpan({ ...ended, status: 'cancelled', reason: null, started_at: null }, 't1')).toMatchObject({
+      startedAt: ended.created_at,
+      statusCode: 0,
+      statusMessage: null,
+      attributes: { status: 'cancelled' },
+    });
+    expect(runSpan({ ...ended, status: 'running', finished_at: null }, 't1')).toBeNull();
   });
 });

@@ -1,5 +1,5 @@
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
-import { runSpanId } from '../../core/telemetry/tracing';
+import { RUN_SPAN, runSpanId, STEP_SPAN } from '../../core/telemetry/tracing';
 
 /** What an attempt row says of the attempt (export columns). */
 export interface AttemptForSpan {
@@ -12,14 +12,26 @@ export interface AttemptForSpan {
   terminated_at: Date | null;
 }
 
-/** The `orchestrator.step` span of an attempt, as the export writes a span. */
+/** What a run row says of the run (export columns). */
+export interface RunForSpan {
+  run_id: string;
+  trace_id: string;
+  dag_id: string;
+  status: string;
+  reason: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+/** A span the export derives from a row (`orchestrator.step` or `orchestrator.run`), as it writes a span. */
 export interface StepSpan {
   traceId: string;
   spanId: string;
-  parentSpanId: string;
-  name: 'orchestrator.step';
+  parentSpanId: string | null;
+  name: string;
   kind: number;
-  stepId: string;
+  stepId: string | null;
   startedAt: Date;
   endedAt: Date;
   statusCode: number;
@@ -49,7 +61,7 @@ export function stepSpan(
     traceId: run.trace_id,
     spanId: tp[2],
     parentSpanId: runSpanId(run.run_id),
-    name: 'orchestrator.step',
+    name: STEP_SPAN,
     kind: SpanKind.INTERNAL,
     stepId: a.step_id,
     startedAt: a.started_at,
@@ -69,6 +81,44 @@ export function stepSpan(
       attempt: a.attempt,
       ...(plugin ? { plugin } : {}),
       status: a.status,
+    },
+  };
+}
+
+/** The names of the spans the export derives from rows; a stored span of these names is ignored. */
+export const DERIVED_SPANS: ReadonlySet<string> = new Set([STEP_SPAN, RUN_SPAN]);
+
+/**
+ * The `orchestrator.run` span of a run that ended, from its row: the root of the run's trace, its
+ * id derived from the run id (runSpanId, which its step spans name as their parent), from the run's
+ * start (its creation if it never started) to its end, with its outcome as its status. Not stored
+ * either (see stepSpan). Null for a run that has not ended or whose trace id is malformed.
+ */
+export function runSpan(run: RunForSpan, tenant: string): StepSpan | null {
+  if (!run.finished_at || !/^[0-9a-f]{32}$/.test(run.trace_id)) return null;
+  const started = run.started_at ?? run.created_at;
+  return {
+    traceId: run.trace_id,
+    spanId: runSpanId(run.run_id),
+    parentSpanId: null,
+    name: RUN_SPAN,
+    kind: SpanKind.INTERNAL,
+    stepId: null,
+    startedAt: started,
+    endedAt: run.finished_at < started ? started : run.finished_at,
+    statusCode:
+      run.status === 'succeeded'
+        ? SpanStatusCode.OK
+        : run.status === 'failed'
+          ? SpanStatusCode.ERROR
+          : SpanStatusCode.UNSET,
+    statusMessage: run.status === 'failed' ? (run.reason ?? 'failed') : null,
+    attributes: {
+      tenant,
+      dagId: run.dag_id,
+      runId: run.run_id,
+      status: run.status,
+      ...(run.reason ? { reason: run.reason } : {}),
     },
   };
 }

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { logFieldsOf } from '../../core/logging/log-context';
 import type { SystemDb } from '../../core/database/handles';
 import { metrics } from '../../core/telemetry/metrics';
-import { safeAttributes, STEP_SPAN, type WithoutStepSpans } from '../../core/telemetry/tracing';
+import { RUN_SPAN, safeAttributes, STEP_SPAN, type WithoutDerivedSpans } from '../../core/telemetry/tracing';
 import type { ObservabilityRepository, StoredSpan } from './observability.repository';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -24,11 +24,11 @@ function toDate(t: [number, number]): Date {
  * A SpanProcessor that stores finished spans of tenant work (spans with a `tenant` attribute, or
  * children of one) in the span table, batched: one insert per flush, at most every `intervalMs`
  * or when `batchSize` spans wait. The buffer is bounded; spans beyond it are counted and dropped.
- * A step's span (`orchestrator.step`) is not stored: its attempt row holds all of it, and the
- * export derives it from there (stepSpan).
+ * Step and run spans (`orchestrator.step`, `orchestrator.run`) are not stored: the attempt's and
+ * the run's rows hold all of them, and the export derives them from there (step-spans.ts).
  */
-export class SpanStore implements SpanProcessor, WithoutStepSpans {
-  readonly stepSpans = false as const;
+export class SpanStore implements SpanProcessor, WithoutDerivedSpans {
+  readonly derivedSpans = false as const;
   private buffer: StoredSpan[] = [];
   private readonly owners = new WeakMap<object, Owner>();
   private timer?: NodeJS.Timeout;
@@ -57,7 +57,7 @@ export class SpanStore implements SpanProcessor, WithoutStepSpans {
   }
 
   onEnd(span: ReadableSpan): void {
-    if (span.name === STEP_SPAN) return;
+    if (span.name === STEP_SPAN || span.name === RUN_SPAN) return;
     const a = span.attributes;
     const owner = this.owners.get(span) ?? (typeof a.tenant === 'string' ? { tenant: a.tenant } : undefined);
     if (!owner) return;
