@@ -39,7 +39,15 @@ export interface StepSpan {
   attributes: Record<string, string | number>;
 }
 
+const TRACE_ID = /^[0-9a-f]{32}$/;
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+
+/** A derived span's status code for the outcome of its attempt or run, as the live spans set it. */
+function statusCodeOf(status: string): SpanStatusCode {
+  if (status === 'succeeded') return SpanStatusCode.OK;
+  if (status === 'failed') return SpanStatusCode.ERROR;
+  return SpanStatusCode.UNSET;
+}
 
 /**
  * The `orchestrator.step` span of an attempt that ran, from its row: the worker ran the attempt in a
@@ -66,12 +74,7 @@ export function stepSpan(
     stepId: a.step_id,
     startedAt: a.started_at,
     endedAt: ended < a.started_at ? a.started_at : ended,
-    statusCode:
-      a.status === 'succeeded'
-        ? SpanStatusCode.OK
-        : a.status === 'failed'
-          ? SpanStatusCode.ERROR
-          : SpanStatusCode.UNSET,
+    statusCode: statusCodeOf(a.status),
     statusMessage: a.status === 'failed' ? 'step failed' : null,
     attributes: {
       tenant,
@@ -95,7 +98,7 @@ export const DERIVED_SPANS: ReadonlySet<string> = new Set([STEP_SPAN, RUN_SPAN])
  * either (see stepSpan). Null for a run that has not ended or whose trace id is malformed.
  */
 export function runSpan(run: RunForSpan, tenant: string): StepSpan | null {
-  if (!run.finished_at || !/^[0-9a-f]{32}$/.test(run.trace_id)) return null;
+  if (!run.finished_at || !TRACE_ID.test(run.trace_id)) return null;
   const started = run.started_at ?? run.created_at;
   return {
     traceId: run.trace_id,
@@ -106,12 +109,7 @@ export function runSpan(run: RunForSpan, tenant: string): StepSpan | null {
     stepId: null,
     startedAt: started,
     endedAt: run.finished_at < started ? started : run.finished_at,
-    statusCode:
-      run.status === 'succeeded'
-        ? SpanStatusCode.OK
-        : run.status === 'failed'
-          ? SpanStatusCode.ERROR
-          : SpanStatusCode.UNSET,
+    statusCode: statusCodeOf(run.status),
     statusMessage: run.status === 'failed' ? (run.reason ?? 'failed') : null,
     attributes: {
       tenant,

@@ -3,6 +3,8 @@ import type { DagVersionRecord } from '../dags/dags.repository';
 /** Which DAG version a create request asks for: a version number, or the latest active one. */
 export const versionKey = (r: { dagId: string; version?: number }): string => `${r.dagId}@${r.version ?? 'latest'}`;
 
+const entryKey = (tenantId: string, key: string): string => `${tenantId}\u0000${key}`;
+
 /**
  * The DAG versions this process resolved for run creation, by tenant and request (versionKey), so
  * that creating a run need not look its version up again: a version's content never changes. What
@@ -17,7 +19,7 @@ export class DagVersionCache {
   constructor(private readonly max = 1_000) {}
 
   remember(tenantId: string, key: string, v: DagVersionRecord): void {
-    const k = `${tenantId}\u0000${key}`;
+    const k = entryKey(tenantId, key);
     this.entries.delete(k);
     this.entries.set(k, v);
     if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value!);
@@ -31,7 +33,7 @@ export class DagVersionCache {
     const out = new Map<string, DagVersionRecord>();
     for (const r of reqs) {
       const key = versionKey(r);
-      const k = `${tenantId}\u0000${key}`;
+      const k = entryKey(tenantId, key);
       const v = this.entries.get(k);
       if (!v || v.definition.constraints?.maxConcurrentRuns) return null;
       this.entries.delete(k);
@@ -42,6 +44,6 @@ export class DagVersionCache {
   }
 
   forget(tenantId: string, reqs: readonly { dagId: string; version?: number }[]): void {
-    for (const r of reqs) this.entries.delete(`${tenantId}\u0000${versionKey(r)}`);
+    for (const r of reqs) this.entries.delete(entryKey(tenantId, versionKey(r)));
   }
 }

@@ -333,9 +333,11 @@ export class RunsService {
     );
     // (A run of the same token committed by another transaction after this statement started.)
     if (missing.length > 0 && 'db' in h) return null;
-    for (const m of missing)
-      for (const row of await this.repo.findByTokens(h as TenantTx, m.dagId, [m.runToken]))
-        existing.set(`${m.dagId}\u0000${row.run_token}`, row);
+    const byDag = new Map<string, string[]>();
+    for (const m of missing) byDag.set(m.dagId, [...(byDag.get(m.dagId) ?? []), m.runToken]);
+    for (const [dagId, tokens] of byDag)
+      for (const row of await this.repo.findByTokens(h as TenantTx, dagId, tokens))
+        existing.set(`${dagId}\u0000${row.run_token}`, row);
     for (let i = 0; i < reqs.length; i++) {
       const mine = runOf[i];
       if (!mine) continue;
