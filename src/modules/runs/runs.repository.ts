@@ -248,29 +248,6 @@ export class RunsRepository {
     return out;
   }
 
-  /** Inserts the planned steps of many runs in one statement. */
-  async insertSteps(tx: AnyTx, tenantId: string, steps: (PlannedStep & { runId: string })[]): Promise<void> {
-    if (steps.length === 0) return;
-    const now = new Date();
-    await sql`
-      insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
-        from_rerun, outputs, outputs_hash, queued_at, finished_at)
-      select ${tenantId}, u.run_id, u.step_id, u.status, u.reason, u.plugin, u.config::jsonb, u.spec::jsonb,
-        array(select jsonb_array_elements_text(u.deps::jsonb)), u.topo_index, u.pending_deps, u.from_rerun, u.outputs::jsonb,
-        u.outputs_hash, case when u.status = 'queued' then ${now}::timestamptz end,
-        case when u.status in ('skipped', 'succeeded', 'cancelled') then ${now}::timestamptz end
-      from unnest(${steps.map((s) => s.runId)}::uuid[], ${steps.map((s) => s.stepId)}::text[], ${steps.map((s) => s.status)}::text[],
-        ${steps.map((s) => s.reason)}::text[], ${steps.map((s) => s.plugin)}::text[],
-        ${steps.map((s) => JSON.stringify(s.config))}::text[], ${steps.map((s) => JSON.stringify(s.spec))}::text[],
-        ${steps.map((s) => JSON.stringify(s.dependsOn))}::text[], ${steps.map((s) => s.topoIndex)}::int[],
-        ${steps.map((s) => s.pendingDeps)}::int[], ${steps.map((s) => s.fromRerun)}::bool[],
-        ${steps.map((s) => (s.outputs === null ? null : JSON.stringify(s.outputs)))}::text[],
-        ${steps.map((s) => s.outputsHash)}::text[])
-        as u(run_id, step_id, status, reason, plugin, config, spec, deps, topo_index, pending_deps, from_rerun, outputs, outputs_hash)`.execute(
-      asTrx(tx),
-    );
-  }
-
   /**
    * Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes
    * workers (one statement; payload: the tenant id). A step with a concurrency limit is queued
@@ -290,14 +267,6 @@ export class RunsRepository {
         returning tenant_id
       )
       select pg_notify('ordo_ready', x.tenant_id) from (select distinct tenant_id from i) x`.execute(asTrx(tx));
-  }
-
-  async ensureTenantQueue(tx: TenantTx): Promise<void> {
-    await tx
-      .insertInto('tenant_queue')
-      .values({ tenant_id: tenantOf(tx) })
-      .onConflict((oc) => oc.column('tenant_id').doNothing())
-      .execute();
   }
 
   /** Appends chained events (numbers and hashes already computed under the runs' row locks). */
