@@ -42,7 +42,11 @@ Options:
   --out <dir>              results directory (default bench/results)
   --help                   this text
 
-Writes <out>/engine-<timestamp>.json and prints a table.`;
+Writes <out>/engine-<timestamp>.json and prints a table.
+
+Environment: ORDO_BENCH_PROFILE=1 prints the wall time per statement text; ORDO_BENCH_HEAP=1 prints
+where the allocations that outlive a young-generation collection come from while the fairness load
+runs (sampled; these are what make scavenges long).`;
 
 interface Stats {
   n: number;
@@ -94,6 +98,54 @@ pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
   }
   return res;
 } as typeof pg.Client.prototype.query;
+
+/**
+ * With ORDO_BENCH_HEAP=1: samples, while the fairness load runs, the allocations that outlive a
+ * young-generation collection (the ones that make scavenges long), and prints their top sites.
+ */
+async function startHeapSampling(): Promise<{ stop: () => Promise<void> } | null> {
+  if (process.env.ORDO_BENCH_HEAP !== '1') return null;
+  const { Session } = await import('node:inspector/promises');
+  const s = new Session();
+  s.connect();
+  await s.post('HeapProfiler.startSampling', {
+    samplingInterval: 16384,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: false,
+  });
+  return {
+    stop: async () => {
+      type Node = {
+        callFrame: { functionName: string; url: string; lineNumber: number };
+        selfSize: number;
+        children: Node[];
+      };
+      const { profile } = (await s.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: Node } };
+      s.disconnect();
+      const bySite = new Map<string, number>();
+      const byStack = new Map<string, number>();
+      const walk = (n: Node, stack: string[]) => {
+        const f = n.callFrame;
+        const site = `${f.functionName || '(anon)'} ${f.url.replace(/^.*\/(node_modules|dist)\//, '$1/')}:${f.lineNumber + 1}`;
+        const st = [...stack, site];
+        if (n.selfSize > 0) {
+          bySite.set(site, (bySite.get(site) ?? 0) + n.selfSize);
+          const key = st.slice(-6).join(' <- ');
+          byStack.set(key, (byStack.get(key) ?? 0) + n.selfSize);
+        }
+        for (const c of n.children) walk(c, st);
+      };
+      walk(profile.head, []);
+      const total = [...bySite.values()].reduce((a, b) => a + b, 0);
+      console.log(`\nheap sampling: ${(total / 1e6).toFixed(1)} MB sampled that outlived a scavenge`);
+      for (const [k, v] of [...bySite.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25))
+        console.log(`${(v / 1e6).toFixed(2)} MB  ${k}`);
+      console.log('stacks:');
+      for (const [k, v] of [...byStack.entries()].sort((a, b) => b[1] - a[1]).slice(0, 15))
+        console.log(`${(v / 1e6).toFixed(2)} MB  ${k.split(' <- ').reverse().join('\n      <- ')}`);
+    },
+  };
+}
 
 function chain(id: string): DagDefinitionInput {
   return {
@@ -476,6 +528,8 @@ async function main(): Promise<void> {
       const ids: string[] = [];
       // How long each run's creation (its transaction, committed) took, as the caller saw it.
       const creation: number[] = [];
+      // When each creation's answer was back here (wall clock, to compare with the database's).
+      const acked = new Map<string, number>();
       for (let k = 0; k < Number(values['quiet-runs']); k++) {
         const c0 = now();
         const made = await runs.createRun('quiet', {
@@ -485,17 +539,20 @@ async function main(): Promise<void> {
           requestedBy: 'bench',
         });
         creation.push(now() - c0);
+        acked.set(made.runId, performance.timeOrigin + now());
         ids.push(made.runId);
         await sleep(100);
       }
       await waitAll(ids, 60_000);
-      // Claim latency, two ways: from the start of the transaction that creates the run (it includes
-      // that transaction's round trips), and from the step's enqueueing (the creating statement) to
-      // its claim: the time the step waited for a worker.
+      // Claim latency, two ways: from the start of the statement that creates the run (it includes
+      // that statement and its commit), and from the step's enqueueing (the time the creation
+      // planned it, just before that statement) to its claim: the time the step waited for a worker.
+      // And how much of it the creation took: its statement's start to its answer back here.
       const rows = (
-        await owner.query<{ run: number; queue: number }>(
-          `select extract(epoch from (a.claimed_at - r.created_at)) * 1000 as run,
-             extract(epoch from (a.claimed_at - a.queued_at)) * 1000 as queue from attempt a
+        await owner.query<{ run_id: string; run: number; queue: number; created: number }>(
+          `select a.run_id, extract(epoch from (a.claimed_at - r.created_at)) * 1000 as run,
+             extract(epoch from (a.claimed_at - a.queued_at)) * 1000 as queue,
+             extract(epoch from r.created_at) * 1000 as created from attempt a
          join run r on r.tenant_id = a.tenant_id and r.run_id = a.run_id where a.run_id = any($1::uuid[])`,
           [ids],
         )
@@ -504,6 +561,7 @@ async function main(): Promise<void> {
         fromCreation: stats(rows.map((r) => Number(r.run))),
         fromEnqueue: stats(rows.map((r) => Number(r.queue))),
         creation: stats(creation),
+        creationAnswered: stats(rows.map((r) => acked.get(r.run_id)! - Number(r.created))),
       };
     };
     const idle = await quiet('idle');
@@ -529,7 +587,9 @@ async function main(): Promise<void> {
     const gcPauses: number[] = [];
     const gc = new PerformanceObserver((list) => gcPauses.push(...list.getEntries().map((e) => e.duration)));
     gc.observe({ entryTypes: ['gc'] });
+    const heap = await startHeapSampling();
     const loaded = await quiet('loaded');
+    await heap?.stop();
     gc.disconnect();
     loop.disable();
     const queuedAfter = (
@@ -548,6 +608,8 @@ async function main(): Promise<void> {
       queueWaitP99Ratio: ratio(idle.fromEnqueue, loaded.fromEnqueue),
       quietIdleCreationMs: idle.creation,
       quietLoadedCreationMs: loaded.creation,
+      quietIdleCreationAnsweredMs: idle.creationAnswered,
+      quietLoadedCreationAnsweredMs: loaded.creationAnswered,
       loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
       loadedEventLoopDelayMs: {
         p50: Math.round(loop.percentile(50) / 1e4) / 100,
@@ -656,10 +718,16 @@ function printTable(r: Record<string, any>): void {
       '',
     ]);
     rows.push([
-      'fairness: quiet run creation (its transaction) p50 / p99 idle, loaded ms',
+      'fairness: quiet run creation (the call) p50 / p99 idle, loaded ms',
       `${r.fairness.quietIdleCreationMs.p50} / ${r.fairness.quietIdleCreationMs.p99}, ${r.fairness.quietLoadedCreationMs.p50} / ${r.fairness.quietLoadedCreationMs.p99}`,
       '',
     ]);
+    if (r.fairness.quietIdleCreationAnsweredMs)
+      rows.push([
+        'fairness: of the claim latency, the creating statement (start → answer back) p50 / p99 idle, loaded ms',
+        `${r.fairness.quietIdleCreationAnsweredMs.p50} / ${r.fairness.quietIdleCreationAnsweredMs.p99}, ${r.fairness.quietLoadedCreationAnsweredMs.p50} / ${r.fairness.quietLoadedCreationAnsweredMs.p99}`,
+        '',
+      ]);
     rows.push([
       'fairness: GC pauses of that process while loaded: count / max / total ms',
       `${r.fairness.loadedGcPausesMs.n} / ${r.fairness.loadedGcPausesMs.max} / ${r.fairness.loadedGcPausesMs.total}`,
