@@ -53,4 +53,40 @@ describe('embedded PostgreSQL', () => {
     );
     expect(failed).toMatch(/ordo_no_such_setting/);
   }, 60_000);
+
+  describe('with another server on the port', () => {
+    let other: net.Server;
+    let port: number;
+    beforeEach(async () => {
+      // Not PostgreSQL: it drops every connection (as a server of another home refuses our password).
+      port = await freePort();
+      other = net.createServer((s) => s.destroy());
+      await new Promise<void>((resolve) => other.listen(port, '127.0.0.1', resolve));
+    });
+    afterEach(async () => {
+      await new Promise<void>((resolve) => other.close(() => resolve()));
+    });
+
+    it('a new home takes the next free port and keeps it', async () => {
+      const home = fs.mkdtempSync(path.join(dir, 'new-'));
+      expect(await startAndStop(home, port)).toBe('started');
+      const kept = (JSON.parse(fs.readFileSync(path.join(home, 'credentials.json'), 'utf8')) as { port: number }).port;
+      expect(kept).toBeGreaterThan(port);
+      expect(kept).toBeLessThan(port + 100);
+    }, 60_000);
+
+    it('a home whose port it has is told so, not joined (no refused password later)', async () => {
+      const home = fs.mkdtempSync(path.join(dir, 'old-'));
+      // The home was set up on a port another server has taken since.
+      await new Promise<void>((resolve) => other.close(() => resolve()));
+      expect(await startAndStop(home, port)).toBe('started');
+      other = net.createServer((s) => s.destroy());
+      await new Promise<void>((resolve) => other.listen(port, '127.0.0.1', resolve));
+      const failed = await startAndStop(home, port);
+      expect(failed).toContain(
+        `127.0.0.1:${port} is in use by another server, not the embedded PostgreSQL of this Ordo home (data in ${path.join(home, 'data')})`,
+      );
+      expect(failed).toContain(path.join(home, 'credentials.json'));
+    }, 60_000);
+  });
 });

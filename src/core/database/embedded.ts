@@ -21,8 +21,10 @@ interface EmbeddedCredentials {
 
 /**
  * Starts (or joins) the embedded PostgreSQL whose data lives in `<dir>/data`. The superuser
- * password is generated on first use and kept in `<dir>/credentials.json` (mode 0600). A second
- * Ordo process on the same home joins the running server instead of starting another.
+ * password is generated on first use and kept in `<dir>/credentials.json` (mode 0600), with the
+ * port (the configured one, or the next free one if another server has it). A second Ordo process
+ * on the same home joins the running server instead of starting another; a server of anything
+ * else on the home's port is an error naming it.
  */
 export async function startEmbeddedPostgres(
   dir: string,
@@ -38,7 +40,9 @@ export async function startEmbeddedPostgres(
   let creds = readSecretJson<EmbeddedCredentials>(credFile);
   const initialised = fs.existsSync(path.join(dataDir, 'PG_VERSION'));
   if (!creds || !initialised) {
-    creds = { user: 'postgres', password: randomBytes(24).toString('base64url'), port: opts.port };
+    // A new home takes the configured port, or the next free one when another server has it
+    // (another Ordo home, say); the port is kept with the credentials from then on.
+    creds = { user: 'postgres', password: randomBytes(24).toString('base64url'), port: await freePortFrom(opts.port) };
   }
   const log = opts.log ?? (() => undefined);
   // The server's last lines, to say why it did not start.
@@ -86,6 +90,7 @@ export async function startEmbeddedPostgres(
     started = true;
   }
   const base = `postgres://${encodeURIComponent(creds.user)}:${encodeURIComponent(creds.password)}@127.0.0.1:${creds.port}`;
+  if (!started) await ensureOwnServer(`${base}/postgres`, creds.port, dataDir, credFile);
   await ensureDatabase(`${base}/postgres`, database);
   return {
     ownerUrl: `${base}/${database}`,
@@ -153,6 +158,48 @@ async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
   } finally {
     await client.end();
   }
+}
+
+/**
+ * A server that already listens on the home's port is joined only when it is this home's: it
+ * accepts the home's credentials and serves its data directory. Anything else (another home's
+ * server, another program) is an error that says so, instead of a refused password further on.
+ */
+async function ensureOwnServer(adminUrl: string, port: number, dataDir: string, credFile: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5_000 });
+  client.on('error', () => undefined);
+  let serves: string | null = null;
+  try {
+    await client.connect();
+    serves = (await client.query<{ d: string }>(`select current_setting('data_directory') as d`)).rows[0].d;
+  } catch {
+    // Not this home's server (or not PostgreSQL at all).
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+  if (serves !== null && sameDir(serves, dataDir)) return;
+  throw new Error(
+    `127.0.0.1:${port} is in use by another server, not the embedded PostgreSQL of this Ordo home ` +
+      `(data in ${dataDir}${serves ? `; that server's data is in ${serves}` : ''}). ` +
+      `Stop that server, or give this home another port in ${credFile}.`,
+  );
+}
+
+function sameDir(a: string, b: string): boolean {
+  const real = (p: string) => {
+    try {
+      return fs.realpathSync(p);
+    } catch {
+      return path.resolve(p);
+    }
+  };
+  return real(a) === real(b);
+}
+
+/** `port` when nothing listens on it, else the first of the next 100 ports that is free. */
+async function freePortFrom(port: number): Promise<number> {
+  for (let p = port; p < Math.min(port + 100, 65536); p++) if (!(await isListening(p))) return p;
+  return port;
 }
 
 function isListening(port: number): Promise<boolean> {
