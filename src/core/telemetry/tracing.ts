@@ -376,6 +376,12 @@ export async function withChildSpan<T>(
   }
 }
 
+/** The trace and span ids of a well-formed W3C traceparent (version 00), or null. */
+export function traceparentIds(traceparent: string): { traceId: string; spanId: string } | null {
+  const m = TRACEPARENT.exec(traceparent);
+  return m ? { traceId: m[1], spanId: m[2] } : null;
+}
+
 /** Whether `s` is a 32-hex W3C trace id. */
 export function isTraceId(s: string): boolean {
   return TRACE_ID.test(s);

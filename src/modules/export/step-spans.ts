@@ -1,5 +1,5 @@
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
-import { RUN_SPAN, runSpanId, STEP_SPAN } from '../../core/telemetry/tracing';
+import { isTraceId, RUN_SPAN, runSpanId, STEP_SPAN, traceparentIds } from '../../core/telemetry/tracing';
 
 /** What an attempt row says of the attempt (export columns). */
 export interface AttemptForSpan {
@@ -25,7 +25,7 @@ export interface RunForSpan {
 }
 
 /** A span the export derives from a row (`orchestrator.step` or `orchestrator.run`), as it writes a span. */
-export interface StepSpan {
+export interface DerivedSpan {
   traceId: string;
   spanId: string;
   parentSpanId: string | null;
@@ -38,9 +38,6 @@ export interface StepSpan {
   statusMessage: string | null;
   attributes: Record<string, string | number>;
 }
-
-const TRACE_ID = /^[0-9a-f]{32}$/;
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
 
 /** A derived span's status code for the outcome of its attempt or run, as the live spans set it. */
 function statusCodeOf(status: string): SpanStatusCode {
@@ -61,13 +58,13 @@ export function stepSpan(
   tenant: string,
   plugin: string | undefined,
   a: AttemptForSpan,
-): StepSpan | null {
-  const tp = TRACEPARENT.exec(a.traceparent);
-  if (!tp || tp[1] !== run.trace_id || !a.started_at) return null;
+): DerivedSpan | null {
+  const tp = traceparentIds(a.traceparent);
+  if (!tp || tp.traceId !== run.trace_id || !a.started_at) return null;
   const ended = a.finished_at ?? a.terminated_at ?? a.started_at;
   return {
     traceId: run.trace_id,
-    spanId: tp[2],
+    spanId: tp.spanId,
     parentSpanId: runSpanId(run.run_id),
     name: STEP_SPAN,
     kind: SpanKind.INTERNAL,
@@ -97,8 +94,8 @@ export const DERIVED_SPANS: ReadonlySet<string> = new Set([STEP_SPAN, RUN_SPAN])
  * start (its creation if it never started) to its end, with its outcome as its status. Not stored
  * either (see stepSpan). Null for a run that has not ended or whose trace id is malformed.
  */
-export function runSpan(run: RunForSpan, tenant: string): StepSpan | null {
-  if (!run.finished_at || !TRACE_ID.test(run.trace_id)) return null;
+export function runSpan(run: RunForSpan, tenant: string): DerivedSpan | null {
+  if (!run.finished_at || !isTraceId(run.trace_id)) return null;
   const started = run.started_at ?? run.created_at;
   return {
     traceId: run.trace_id,

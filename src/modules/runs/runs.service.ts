@@ -334,7 +334,11 @@ export class RunsService {
     // (A run of the same token committed by another transaction after this statement started.)
     if (missing.length > 0 && 'db' in h) return null;
     const byDag = new Map<string, string[]>();
-    for (const m of missing) byDag.set(m.dagId, [...(byDag.get(m.dagId) ?? []), m.runToken]);
+    for (const m of missing) {
+      const tokens = byDag.get(m.dagId);
+      if (tokens) tokens.push(m.runToken);
+      else byDag.set(m.dagId, [m.runToken]);
+    }
     for (const [dagId, tokens] of byDag)
       for (const row of await this.repo.findByTokens(h as TenantTx, dagId, tokens))
         existing.set(`${dagId}\u0000${row.run_token}`, row);
