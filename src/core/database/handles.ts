@@ -31,8 +31,17 @@ export interface TenantStatement {
   readonly [statementBrand]: true;
 }
 
+const statements = new WeakSet<object>();
+
 export function tenantStatement(db: Kysely<DB>, tenantId: string): TenantStatement {
-  return { db, tenantId } as TenantStatement;
+  const h = { db, tenantId } as TenantStatement;
+  statements.add(h);
+  return h;
+}
+
+/** Whether `h` is a tenant's one-statement handle (made by tenantStatement), not a transaction. */
+export function isTenantStatement(h: TenantTx | TenantStatement): h is TenantStatement {
+  return statements.has(h);
 }
 
 const tenantOfTx = new WeakMap<object, string>();

@@ -1,7 +1,13 @@
 import { Injectable } from '@nestjs/common';
 import { sql, type Transaction } from 'kysely';
 import type { DB } from '../../core/database/db.generated';
-import { tenantOf, type SystemTx, type TenantStatement, type TenantTx } from '../../core/database/handles';
+import {
+  isTenantStatement,
+  tenantOf,
+  type SystemTx,
+  type TenantStatement,
+  type TenantTx,
+} from '../../core/database/handles';
 import type { JsonValue } from '../plugins/plugin';
 import type { ChainedEvent } from './run-events';
 import type { PlannedStep, QueuedStep } from './run-plan';
@@ -180,7 +186,7 @@ export class RunsRepository {
       queue: QueuedStep[];
     },
   ): Promise<{ created: Set<string>; existing: ExistingRun[]; stale: string[] }> {
-    const tenant = 'db' in h ? h.tenantId : tenantOf(h);
+    const tenant = isTenantStatement(h) ? h.tenantId : tenantOf(h);
     const input = JSON.stringify({
       tenant,
       now: new Date(),
@@ -238,7 +244,7 @@ export class RunsRepository {
     });
     const statement = sql<{ kind: 'created' | 'existing' | 'stale'; item: unknown }>`
       select kind, item from ordo_create_runs(${input}::jsonb)`;
-    const { rows } = await statement.execute('db' in h ? h.db : asTrx(h));
+    const { rows } = await statement.execute(isTenantStatement(h) ? h.db : asTrx(h));
     const out = { created: new Set<string>(), existing: [] as ExistingRun[], stale: [] as string[] };
     for (const r of rows) {
       if (r.kind === 'created') out.created.add((r.item as { run_id: string }).run_id);

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import { Database, tenantTransaction } from '../../core/database/database';
 import type { DB } from '../../core/database/db.generated';
-import { tenantStatement, type TenantStatement, type TenantTx } from '../../core/database/handles';
+import { isTenantStatement, tenantStatement, type TenantStatement, type TenantTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
 import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
@@ -331,17 +331,19 @@ export class RunsService {
     const missing = newRuns.filter(
       (r) => !written.created.has(r.runId) && !existing.has(`${r.dagId}\u0000${r.runToken}`),
     );
-    // (A run of the same token committed by another transaction after this statement started.)
-    if (missing.length > 0 && 'db' in h) return null;
-    const byDag = new Map<string, string[]>();
-    for (const m of missing) {
-      const tokens = byDag.get(m.dagId);
-      if (tokens) tokens.push(m.runToken);
-      else byDag.set(m.dagId, [m.runToken]);
+    if (missing.length > 0) {
+      // (A run of the same token committed by another transaction after this statement started.)
+      if (isTenantStatement(h)) return null;
+      const byDag = new Map<string, string[]>();
+      for (const m of missing) {
+        const tokens = byDag.get(m.dagId);
+        if (tokens) tokens.push(m.runToken);
+        else byDag.set(m.dagId, [m.runToken]);
+      }
+      for (const [dagId, tokens] of byDag)
+        for (const row of await this.repo.findByTokens(h, dagId, tokens))
+          existing.set(`${dagId}\u0000${row.run_token}`, row);
     }
-    for (const [dagId, tokens] of byDag)
-      for (const row of await this.repo.findByTokens(h as TenantTx, dagId, tokens))
-        existing.set(`${dagId}\u0000${row.run_token}`, row);
     for (let i = 0; i < reqs.length; i++) {
       const mine = runOf[i];
       if (!mine) continue;
