@@ -298,6 +298,9 @@ describe('run execution (api + worker + scheduler roles)', () => {
 
     it('runs each step of a chain as an attempt of its own, claimed before the result before it committed', async () => {
       await publishDag(app, app.tenantId, chainDag('linked', 6, { with: { output: { v: 1 } } }));
+      // The worker chains a DAG's steps once it holds the DAG's plan, which it loads when it first
+      // runs one of its steps: a first run has it in place for the run measured here.
+      await waitForRun(app, as, await start('linked'));
       const runId = await start('linked');
       const run = await waitForRun(app, as, runId);
       expect(run.status).toBe('succeeded');

@@ -766,8 +766,9 @@ class CycleContext {
   readonly freed = new Set<string>();
   constructor(readonly books: RunBooks) {}
 
+  /** Stores `a` with the transaction's other artifacts, once however many results have its content. */
   artifact(a: NewArtifact): string {
-    this.artifacts.push(a);
+    if (!this.artifacts.some((x) => x.sha256 === a.sha256 && x.tenantId === a.tenantId)) this.artifacts.push(a);
     return a.sha256;
   }
 }
@@ -815,18 +816,26 @@ function claimInput(opts: ClaimOptions): ClaimInput {
   return { worker: opts.workerId, leaseMs: opts.leaseMs, capacity: Math.max(0, opts.capacity), cap: opts.tenantCap };
 }
 
-/** A successful result as the hop, the batch and the chain functions take it; its artifacts added to `artifacts`. */
+/**
+ * A successful result as the hop, the batch and the chain functions take it; its artifacts added to
+ * `artifacts` unless the statement stores them already (the same content of the same tenant, as
+ * the outputs of a chain's steps often are).
+ */
 function successInput(
   c: Completion,
   artifacts: AdvanceInput['artifacts'],
 ): Omit<AdvanceInput['completions'][number], 'ord'> {
   const out = c.outcome as { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] };
+  const add = (a: NewArtifact) => {
+    if (!artifacts.some((x) => x.h === a.sha256 && x.t === a.tenantId))
+      artifacts.push({ t: a.tenantId, h: a.sha256, m: a.mediaType, b: a.json });
+  };
   const art = jsonArtifact(c.tenantId, out.outputs ?? {});
-  artifacts.push({ t: art.tenantId, h: art.sha256, m: art.mediaType, b: art.json });
+  add(art);
   let logsHash: string | null = null;
   if (out.logs.length > 0) {
     const logs = jsonArtifact(c.tenantId, out.logs, 'application/x-ordo-log+json');
-    artifacts.push({ t: logs.tenantId, h: logs.sha256, m: logs.mediaType, b: logs.json });
+    add(logs);
     logsHash = logs.sha256;
   }
   return {
