@@ -297,7 +297,9 @@ describe('run execution (api + worker + scheduler roles)', () => {
       (await app.request('GET', `/api/v1/runs/${runId}/steps/${stepId}/attempts`, { as })).body.items as Attempt[];
 
     it('runs each step of a chain as an attempt of its own, claimed before the result before it committed', async () => {
-      await publishDag(app, app.tenantId, chainDag('linked', 6, { with: { output: { v: 1 } } }));
+      // Each step takes 2 ms, so a link starts at least that long before the chain's commit (the
+      // timestamps are to the millisecond: steps of no time at all run, and commit, within one).
+      await publishDag(app, app.tenantId, chainDag('linked', 6, { with: { output: { v: 1 }, sleepMs: 2 } }));
       // The worker chains a DAG's steps once it holds the DAG's plan, which it loads when it first
       // runs one of its steps: a first run has it in place for the run measured here.
       await waitForRun(app, as, await start('linked'));
