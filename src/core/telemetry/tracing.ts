@@ -144,6 +144,11 @@ export function tracer(): Tracer {
 export const STEP_SPAN = 'orchestrator.step';
 /** The name of a run's span, recorded when the run ends. */
 export const RUN_SPAN = 'orchestrator.run';
+/**
+ * The spans the export derives from rows (the attempt's, the run's): never stored, and a stored
+ * span of these names (written by an earlier version) is left out of the export.
+ */
+export const DERIVED_SPANS: ReadonlySet<string> = new Set([STEP_SPAN, RUN_SPAN]);
 
 /** Run span ids computed lately (the steps of a run ask for the same one), at most RUN_SPAN_IDS. */
 const runSpanIds = new Map<string, string>();

@@ -768,7 +768,7 @@ class CycleContext {
 
   /** Stores `a` with the transaction's other artifacts, once however many results have its content. */
   artifact(a: NewArtifact): string {
-    if (!this.artifacts.some((x) => x.sha256 === a.sha256 && x.tenantId === a.tenantId)) this.artifacts.push(a);
+    addOnce(this.artifacts, a, (x) => x.tenantId === a.tenantId && x.sha256 === a.sha256);
     return a.sha256;
   }
 }
@@ -816,6 +816,11 @@ function claimInput(opts: ClaimOptions): ClaimInput {
   return { worker: opts.workerId, leaseMs: opts.leaseMs, capacity: Math.max(0, opts.capacity), cap: opts.tenantCap };
 }
 
+/** Appends `item` to one statement's artifacts unless `same` finds it there (a few hundred at most). */
+function addOnce<T>(list: T[], item: T, same: (x: T) => boolean): void {
+  if (!list.some(same)) list.push(item);
+}
+
 /**
  * A successful result as the hop, the batch and the chain functions take it; its artifacts added to
  * `artifacts` unless the statement stores them already (the same content of the same tenant, as
@@ -826,10 +831,12 @@ function successInput(
   artifacts: AdvanceInput['artifacts'],
 ): Omit<AdvanceInput['completions'][number], 'ord'> {
   const out = c.outcome as { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] };
-  const add = (a: NewArtifact) => {
-    if (!artifacts.some((x) => x.h === a.sha256 && x.t === a.tenantId))
-      artifacts.push({ t: a.tenantId, h: a.sha256, m: a.mediaType, b: a.json });
-  };
+  const add = (a: NewArtifact) =>
+    addOnce(
+      artifacts,
+      { t: a.tenantId, h: a.sha256, m: a.mediaType, b: a.json },
+      (x) => x.t === a.tenantId && x.h === a.sha256,
+    );
   const art = jsonArtifact(c.tenantId, out.outputs ?? {});
   add(art);
   let logsHash: string | null = null;

@@ -3,10 +3,11 @@ import { CompactSign, type JWK } from 'jose';
 import { Database } from '../../core/database/database';
 import { badRequest } from '../../core/errors/domain-error';
 import { canonicalJson } from '../../core/json/canonical-json';
+import { DERIVED_SPANS } from '../../core/telemetry/tracing';
 import { SigningKeys } from '../auth/signing-keys';
 import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord, type Manifest } from './export-format';
 import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
-import { DERIVED_SPANS, runSpan, stepSpan } from './step-spans';
+import { runSpan, stepSpan } from './step-spans';
 
 const RUN_PAGE = 100;
 const EVENT_PAGE = 2000;
@@ -196,6 +197,7 @@ export class ExportService {
         // step-spans.ts; stored ones of those names, written before they were derived, are left out),
         // in order of start.
         const plugins = new Map((page.steps.get(run.run_id) ?? []).map((s) => [s.step_id, s.plugin]));
+        const ownSpan = runSpan(run, tenantId);
         const spans = [
           ...(page.spans.get(run.run_id) ?? [])
             .filter((s) => !DERIVED_SPANS.has(s.name))
@@ -212,7 +214,7 @@ export class ExportService {
               statusMessage: s.status_message,
               attributes: s.attributes,
             })),
-          ...[runSpan(run, tenantId)].flatMap((s) => s ?? []),
+          ...(ownSpan ? [ownSpan] : []),
           ...attempts.flatMap((a) => stepSpan(run, tenantId, plugins.get(a.step_id), a) ?? []),
         ].sort((x, y) => x.startedAt.getTime() - y.startedAt.getTime() || (x.spanId < y.spanId ? -1 : 1));
         for (const s of spans) {

@@ -85,9 +85,6 @@ export function stepSpan(
   };
 }
 
-/** The names of the spans the export derives from rows; a stored span of these names is ignored. */
-export const DERIVED_SPANS: ReadonlySet<string> = new Set([STEP_SPAN, RUN_SPAN]);
-
 /**
  * The `orchestrator.run` span of a run that ended, from its row: the root of the run's trace, its
  * id derived from the run id (runSpanId, which its step spans name as their parent), from the run's

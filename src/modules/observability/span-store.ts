@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { logFieldsOf } from '../../core/logging/log-context';
 import type { SystemDb } from '../../core/database/handles';
 import { metrics } from '../../core/telemetry/metrics';
-import { RUN_SPAN, safeAttributes, STEP_SPAN, type WithoutDerivedSpans } from '../../core/telemetry/tracing';
+import { DERIVED_SPANS, safeAttributes, type WithoutDerivedSpans } from '../../core/telemetry/tracing';
 import type { ObservabilityRepository, StoredSpan } from './observability.repository';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -57,7 +57,7 @@ export class SpanStore implements SpanProcessor, WithoutDerivedSpans {
   }
 
   onEnd(span: ReadableSpan): void {
-    if (span.name === STEP_SPAN || span.name === RUN_SPAN) return;
+    if (DERIVED_SPANS.has(span.name)) return;
     const a = span.attributes;
     const owner = this.owners.get(span) ?? (typeof a.tenant === 'string' ? { tenant: a.tenant } : undefined);
     if (!owner) return;
