@@ -440,7 +440,7 @@ async function main(): Promise<void> {
     await sleep(1000);
     const n = Number(values['light-runs']);
     const interval = Number(values['light-interval']);
-    const submitted: { runId: string; shape: string; t: number }[] = [];
+    const submitted: { runId: string; shape: string; t: number; k: number; answered: number }[] = [];
     const pending: Promise<void>[] = [];
     const t0 = now();
     for (let k = 0; k < n; k++) {
@@ -451,7 +451,7 @@ async function main(): Promise<void> {
         runs
           .createRun('bench', { dagId: shapeOf(k), inputs: {}, runToken: `l-${k}-${token++}`, requestedBy: 'bench' })
           .then((r) => {
-            submitted.push({ runId: r.runId, shape: shapeOf(k), t });
+            submitted.push({ runId: r.runId, shape: shapeOf(k), t, k, answered: now() - t });
           }),
       );
     }
@@ -486,8 +486,8 @@ async function main(): Promise<void> {
     // step's claim, that claim to the first plugin start, the first start to the last plugin's end
     // (the steps run in the worker), and that end to the start of the transaction that ends the run.
     const parts = (
-      await owner.query<{ claim: number; start: number; steps: number; end: number }>(
-        `select extract(epoch from (f.claimed_at - r.created_at)) * 1000 as claim,
+      await owner.query<{ run_id: string; claim: number; start: number; steps: number; end: number }>(
+        `select r.run_id, extract(epoch from (f.claimed_at - r.created_at)) * 1000 as claim,
            extract(epoch from (f.started_at - f.claimed_at)) * 1000 as start,
            extract(epoch from (l.finished_at - f.started_at)) * 1000 as steps,
            extract(epoch from (r.finished_at - l.finished_at)) * 1000 as end
@@ -499,6 +499,17 @@ async function main(): Promise<void> {
       )
     ).rows;
     const part = (k: 'claim' | 'start' | 'steps' | 'end') => stats(parts.map((x) => Number(x[k])));
+    // The slowest chain, taken apart: its place in the sequence, the creating call as this process
+    // saw it, and the same parts as above (the rest of its makespan is its end's announcement
+    // reaching this process).
+    const slowest = submitted
+      .filter((s) => s.shape === 'chain' && finishedAt.has(s.runId))
+      .reduce<(typeof submitted)[number] | undefined>(
+        (a, s) => (!a || finishedAt.get(s.runId)! - s.t > finishedAt.get(a.runId)! - a.t ? s : a),
+        undefined,
+      );
+    const slowParts = parts.find((x) => x.run_id === slowest?.runId);
+    const round2 = (x: number) => Math.round(x * 100) / 100;
     result.light = {
       runs: n,
       chainPartsMs: {
@@ -510,6 +521,17 @@ async function main(): Promise<void> {
       intervalMs: interval,
       chainMakespanMs: stats(mk('chain')),
       diamondMakespanMs: stats(mk('diamond')),
+      slowestChain: slowest && {
+        index: slowest.k,
+        makespanMs: round2(finishedAt.get(slowest.runId)! - slowest.t),
+        creationCallMs: round2(slowest.answered),
+        ...(slowParts && {
+          creationToFirstClaimMs: round2(Number(slowParts.claim)),
+          claimToFirstStartMs: round2(Number(slowParts.start)),
+          firstStartToLastEndMs: round2(Number(slowParts.steps)),
+          lastEndToRunEndTxMs: round2(Number(slowParts.end)),
+        }),
+      },
       dispatchLatencyMs: stats(disp),
       doneToClaimTxStartMs: stats(claim),
       loadavg1: os.loadavg()[0],
@@ -690,6 +712,13 @@ function printTable(r: Record<string, any>): void {
       rows.push([
         'light: chain p50 ms: created → first claim / → first start / → last step end / → run-ending transaction',
         `${cp.creationToFirstClaim.p50} / ${cp.claimToFirstStart.p50} / ${cp.firstStartToLastEnd.p50} / ${cp.lastEndToRunEndTx.p50}`,
+        '',
+      ]);
+    const sc = r.light.slowestChain;
+    if (sc?.creationToFirstClaimMs !== undefined)
+      rows.push([
+        'light: slowest chain (run #, makespan ms): creating call / created → first claim / → first start / → last step end / → run-ending transaction ms',
+        `#${sc.index}, ${sc.makespanMs}: ${sc.creationCallMs} / ${sc.creationToFirstClaimMs} / ${sc.claimToFirstStartMs} / ${sc.firstStartToLastEndMs} / ${sc.lastEndToRunEndTxMs}`,
         '',
       ]);
     rows.push(['light: diamond makespan p50 ms', String(r.light.diamondMakespanMs.p50), '']);
