@@ -14,6 +14,7 @@ import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service'
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import { chainPlan, nextLink, type ChainPlan, type ChainPlugins } from './chain';
 import { ConstraintsService } from './constraints.service';
+import { SlotTable } from './slot-table';
 import {
   completionFor,
   EngineStore,
@@ -73,7 +74,8 @@ interface Chain {
 export class WorkerService implements OnApplicationBootstrap, OnApplicationShutdown {
   readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly log = new Logger('worker');
-  private readonly running = new Map<string, Running>();
+  /** The steps running in this process, by step key (a SlotTable: see there why not a Map). */
+  private readonly running = new SlotTable<Running>();
   /** Claimed steps waiting for a free execution slot (leased, heartbeated like running ones). */
   private local: ClaimedWork[] = [];
   private completions: Completion[] = [];
@@ -775,7 +777,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
         ),
       );
       const asked = new Set(items.map((i) => `${i.tenantId}/${i.runId}/${i.stepId}`));
-      for (const [key, r] of this.running) if (asked.has(key) && !held.has(key)) this.stop(r, 'lease_lost');
+      for (const [key, r] of this.running.entries()) if (asked.has(key) && !held.has(key)) this.stop(r, 'lease_lost');
       const lost = this.local.filter(
         (w) => asked.has(`${w.tenantId}/${w.runId}/${w.stepId}`) && !held.has(`${w.tenantId}/${w.runId}/${w.stepId}`),
       );
