@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import v8 from 'node:v8';
 import pg from 'pg';
 import pino from 'pino';
 import { loadConfig } from '../src/core/config/config';
@@ -609,9 +610,24 @@ async function main(): Promise<void> {
     const gcPauses: number[] = [];
     const gc = new PerformanceObserver((list) => gcPauses.push(...list.getEntries().map((e) => e.duration)));
     gc.observe({ entryTypes: ['gc'] });
+    // What the young generation promotes meanwhile: the old generation's growth between samples
+    // (its shrinking at a full collection is not counted). Objects that outlive two scavenges end
+    // there, and they are what makes a scavenge long.
+    const oldSpaceUsed = () =>
+      v8.getHeapSpaceStatistics().find((x) => x.space_name === 'old_space')?.space_used_size ?? 0;
+    let oldGrowth = 0;
+    let oldLast = oldSpaceUsed();
+    const oldSampler = setInterval(() => {
+      const used = oldSpaceUsed();
+      if (used > oldLast) oldGrowth += used - oldLast;
+      oldLast = used;
+    }, 20);
+    const loadedFrom = now();
     const heap = await startHeapSampling();
     const loaded = await quiet('loaded');
     await heap?.stop();
+    clearInterval(oldSampler);
+    const loadedSeconds = (now() - loadedFrom) / 1000;
     gc.disconnect();
     loop.disable();
     const queuedAfter = (
@@ -633,6 +649,7 @@ async function main(): Promise<void> {
       quietIdleCreationAnsweredMs: idle.creationAnswered,
       quietLoadedCreationAnsweredMs: loaded.creationAnswered,
       loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
+      loadedOldGenerationGrowthMBPerS: Math.round((oldGrowth / 1e6 / loadedSeconds) * 10) / 10,
       loadedEventLoopDelayMs: {
         p50: Math.round(loop.percentile(50) / 1e4) / 100,
         p99: Math.round(loop.percentile(99) / 1e4) / 100,
@@ -762,6 +779,12 @@ function printTable(r: Record<string, any>): void {
       `${r.fairness.loadedGcPausesMs.n} / ${r.fairness.loadedGcPausesMs.max} / ${r.fairness.loadedGcPausesMs.total}`,
       '',
     ]);
+    if (r.fairness.loadedOldGenerationGrowthMBPerS !== undefined)
+      rows.push([
+        'fairness: old-generation growth of that process while loaded (what scavenges promote) MB/s',
+        String(r.fairness.loadedOldGenerationGrowthMBPerS),
+        '',
+      ]);
   }
   if (r.idle)
     rows.push([
