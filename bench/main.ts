@@ -57,17 +57,18 @@ interface Stats {
   mean: number | null;
 }
 
+const round2 = (x: number) => Math.round(x * 100) / 100;
+
 function stats(xs: number[]): Stats {
   if (xs.length === 0) return { n: 0, p50: null, p99: null, max: null, mean: null };
   const s = [...xs].sort((a, b) => a - b);
   const q = (p: number) => s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))];
-  const r = (v: number) => Math.round(v * 100) / 100;
   return {
     n: s.length,
-    p50: r(q(0.5)),
-    p99: r(q(0.99)),
-    max: r(s[s.length - 1]),
-    mean: r(s.reduce((a, b) => a + b, 0) / s.length),
+    p50: round2(q(0.5)),
+    p99: round2(q(0.99)),
+    max: round2(s[s.length - 1]),
+    mean: round2(s.reduce((a, b) => a + b, 0) / s.length),
   };
 }
 
@@ -461,8 +462,8 @@ async function main(): Promise<void> {
       submitted.map((s) => s.runId),
       60_000,
     );
-    const mk = (shape: string) =>
-      submitted.filter((s) => s.shape === shape && finishedAt.has(s.runId)).map((s) => finishedAt.get(s.runId)! - s.t);
+    const makespan = (s: (typeof submitted)[number]) => finishedAt.get(s.runId)! - s.t;
+    const mk = (shape: string) => submitted.filter((s) => s.shape === shape && finishedAt.has(s.runId)).map(makespan);
     const chainIds = submitted.filter((s) => s.shape === 'chain').map((s) => s.runId);
     // Dispatch latency: predecessor's plugin returned → successor's plugin started (both worker clock).
     const disp = (
@@ -505,12 +506,8 @@ async function main(): Promise<void> {
     // reaching this process).
     const slowest = submitted
       .filter((s) => s.shape === 'chain' && finishedAt.has(s.runId))
-      .reduce<(typeof submitted)[number] | undefined>(
-        (a, s) => (!a || finishedAt.get(s.runId)! - s.t > finishedAt.get(a.runId)! - a.t ? s : a),
-        undefined,
-      );
+      .reduce<(typeof submitted)[number] | undefined>((a, s) => (!a || makespan(s) > makespan(a) ? s : a), undefined);
     const slowParts = parts.find((x) => x.run_id === slowest?.runId);
-    const round2 = (x: number) => Math.round(x * 100) / 100;
     result.light = {
       runs: n,
       chainPartsMs: {
@@ -524,7 +521,7 @@ async function main(): Promise<void> {
       diamondMakespanMs: stats(mk('diamond')),
       slowestChain: slowest && {
         index: slowest.k,
-        makespanMs: round2(finishedAt.get(slowest.runId)! - slowest.t),
+        makespanMs: round2(makespan(slowest)),
         creationCallMs: round2(slowest.answered),
         ...(slowParts && {
           creationToFirstClaimMs: round2(Number(slowParts.claim)),

@@ -3,7 +3,8 @@ import type { DB } from './db.generated';
 
 declare const tenantBrand: unique symbol;
 declare const systemBrand: unique symbol;
-declare const statementBrand: unique symbol;
+/** Marks a TenantStatement at run time too (a transaction never has it). */
+const statementBrand: unique symbol = Symbol('ordo.tenantStatement');
 
 /**
  * A transaction in which `app.tenant_id` is set (transaction-local) and row-level security
@@ -31,17 +32,13 @@ export interface TenantStatement {
   readonly [statementBrand]: true;
 }
 
-const statements = new WeakSet<object>();
-
 export function tenantStatement(db: Kysely<DB>, tenantId: string): TenantStatement {
-  const h = { db, tenantId } as TenantStatement;
-  statements.add(h);
-  return h;
+  return { db, tenantId, [statementBrand]: true };
 }
 
 /** Whether `h` is a tenant's one-statement handle (made by tenantStatement), not a transaction. */
 export function isTenantStatement(h: TenantTx | TenantStatement): h is TenantStatement {
-  return statements.has(h);
+  return statementBrand in h;
 }
 
 const tenantOfTx = new WeakMap<object, string>();

@@ -764,7 +764,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   /** Extends the leases of every running step in one statement; steps whose lease was lost are stopped. */
   private async heartbeat(): Promise<void> {
     if (this.running.size === 0 && this.local.length === 0) return;
-    const items = [...[...this.running.values()].map((r) => r.work), ...this.local].map((w) => ({
+    const items = [...this.running.values().map((r) => r.work), ...this.local].map((w) => ({
       tenantId: w.tenantId,
       runId: w.runId,
       stepId: w.stepId,
