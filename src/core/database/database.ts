@@ -2,6 +2,7 @@ import { Kysely, PostgresDialect, sql, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { DB } from './db.generated';
 import { brandTenantTx, type SystemDb, type SystemTx, type TenantTx } from './handles';
+import { queryThroughCallbacks } from './pg-query';
 import { PlanRefresh } from './prepared';
 
 // bigint (int8) and numeric come back as strings by default; counters and sequence numbers fit in a double.
@@ -108,6 +109,7 @@ function newPool(connectionString: string, max: number, applicationName: string)
   // unhandled 'error' event. The holder's next query fails instead and the pool discards the client.
   pool.on('connect', (client) => {
     client.on('error', () => undefined);
+    queryThroughCallbacks(client);
   });
   const rate = chaosCommitErrorRate();
   if (rate > 0) pool.on('connect', (client) => injectCommitErrors(client, rate));
