@@ -150,8 +150,11 @@ export const RUN_SPAN = 'orchestrator.run';
  */
 export const DERIVED_SPANS: ReadonlySet<string> = new Set([STEP_SPAN, RUN_SPAN]);
 
-/** Run span ids computed lately (the steps of a run ask for the same one), at most RUN_SPAN_IDS. */
-const runSpanIds = new Map<string, string>();
+/**
+ * Run span ids computed lately (the steps of a run ask for the same one), at most RUN_SPAN_IDS;
+ * replaced when full, not cleared (a cleared Map links its old table to the new one: see SlotTable).
+ */
+let runSpanIds = new Map<string, string>();
 const RUN_SPAN_IDS = 4_096;
 
 /** The run span's id: derived from the run id, so every process computes the same parent. */
@@ -160,7 +163,7 @@ export function runSpanId(runId: string): string {
   if (id !== undefined) return id;
   id = createHash('sha256').update(`run:${runId}`).digest('hex').slice(0, 16);
   if (id === '0'.repeat(16)) id = '0000000000000001';
-  if (runSpanIds.size >= RUN_SPAN_IDS) runSpanIds.clear();
+  if (runSpanIds.size >= RUN_SPAN_IDS) runSpanIds = new Map();
   runSpanIds.set(runId, id);
   return id;
 }

@@ -18,7 +18,8 @@ export const STREAM_NOTIFY_MS = 20;
  * id is enough: a feed reads everything up to it), so that the hops of a run share one.
  */
 export class NotifyOutbox {
-  private readonly pending = new Map<string, Notification>();
+  /** Replaced, not cleared, at each send: a cleared Map links its old table to the new one (see SlotTable). */
+  private pending = new Map<string, Notification>();
   /** `pending` holds a notification that goes at once. */
   private urgent = false;
   private timer: NodeJS.Timeout | null = null;
@@ -65,7 +66,7 @@ export class NotifyOutbox {
     if (this.sending || this.pending.size === 0) return;
     this.sending = true;
     const batch = [...this.pending.values()];
-    this.pending.clear();
+    this.pending = new Map();
     this.urgent = false;
     this.sent = this.send(batch)
       .catch((e: unknown) => this.onError(e))
