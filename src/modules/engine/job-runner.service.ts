@@ -3,6 +3,7 @@ import { EventEmitter } from 'node:events';
 import type { Runner, TaskList, WorkerEvents } from 'graphile-worker';
 import pg from 'pg';
 import { Database } from '../../core/database/database';
+import { queryThroughCallbacks } from '../../core/database/pg-query';
 import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
 import { JOBS } from './jobs';
@@ -42,6 +43,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     // A checked-out client that loses its connection reports it here instead of throwing.
     this.pool.on('connect', (client) => {
       client.on('error', (e) => this.log.warn({ err: e.message }, 'job runner connection lost'));
+      queryThroughCallbacks(client);
     });
     await this.start();
     this.unlockTimer = setInterval(() => void this.unlockAbandoned(), UNLOCK_SWEEP_MS);
