@@ -8,15 +8,10 @@ type QueryFn = (...args: unknown[]) => unknown;
  * is the same: the result, or pg's error with its SQLSTATE. A query given a callback, or a query
  * object of its own (a cursor), goes to pg unchanged.
  *
- * pg's promise form kept what each query produced (its rows, its parameters, the Query itself)
- * alive past the young-generation collection that should have freed it, and the next one promoted
- * it into the old generation, where it waited for a full collection. Measured with pg 8.23 on
- * Node.js 24: four connections repeating a 40-row query kept 17–19 MB through every scavenge in
- * the promise form and nothing in the callback form (0.0 MB), and through Kysely and the pool
- * the callback form cut the loop's GC pauses from 678 to 214 ms while it read 21 % more rows.
- * In the worker every claimed step and every result passes through such queries: those scavenges
- * were the pauses that held back another tenant's claim (README, "Why the worker paused for
- * garbage collection").
+ * pg's promise form kept what each query produced (its rows, its parameters) alive through the
+ * next young-generation collection, which then promoted it; the callback form keeps nothing. The
+ * measurements, and how those promotions paused the worker, are in the README ("Why the worker
+ * paused for garbage collection").
  */
 export function queryThroughCallbacks(client: pg.ClientBase): void {
   const query = client.query.bind(client) as QueryFn;
