@@ -35,6 +35,8 @@ Options:
   --light-interval <ms>    (default 100)
   --backlog <n>            fairness: queued steps of the busy tenant (default 50000)
   --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 100; p99 of 100 samples, not the maximum of 30)
+  --fairness-rounds <n>    fairness: rounds of an idle and a loaded measurement (default 3); the headline p99s pool
+                           every round's samples, and each round's ratio is reported too
   --idle-seconds <s>       idle query-rate window (default 10)
   --only <list>            comma list of burst,light,fairness,idle (default all); load or load-<name>: the load figures below
   --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
@@ -187,6 +189,7 @@ async function main(): Promise<void> {
       'light-interval': { type: 'string', default: '100' },
       backlog: { type: 'string', default: '50000' },
       'quiet-runs': { type: 'string', default: '100' },
+      'fairness-rounds': { type: 'string', default: '3' },
       'idle-seconds': { type: 'string', default: '10' },
       only: { type: 'string', default: 'burst,light,fairness,idle' },
       out: { type: 'string', default: 'bench/results' },
@@ -544,6 +547,7 @@ async function main(): Promise<void> {
   // ---- fairness ----
   if (only.has('fairness')) {
     await sleep(500);
+    /** One quiet measurement: `quiet-runs` runs of the quiet tenant, one every 100 ms; the raw samples. */
     const quiet = async (label: string) => {
       const ids: string[] = [];
       // How long each run's creation (its transaction, committed) took, as the caller saw it.
@@ -578,87 +582,150 @@ async function main(): Promise<void> {
         )
       ).rows;
       return {
-        fromCreation: stats(rows.map((r) => Number(r.run))),
-        fromEnqueue: stats(rows.map((r) => Number(r.queue))),
-        creation: stats(creation),
-        creationAnswered: stats(rows.map((r) => acked.get(r.run_id)! - Number(r.created))),
+        fromCreation: rows.map((r) => Number(r.run)),
+        fromEnqueue: rows.map((r) => Number(r.queue)),
+        creation,
+        creationAnswered: rows.map((r) => acked.get(r.run_id)! - Number(r.created)),
       };
     };
-    const idle = await quiet('idle');
+    type Samples = Awaited<ReturnType<typeof quiet>>;
+    const pooled = (xs: Samples[]): Samples => ({
+      fromCreation: xs.flatMap((x) => x.fromCreation),
+      fromEnqueue: xs.flatMap((x) => x.fromEnqueue),
+      creation: xs.flatMap((x) => x.creation),
+      creationAnswered: xs.flatMap((x) => x.creationAnswered),
+    });
+    const ratio = (a: Stats, b: Stats) => (a.p99 && b.p99 ? Math.round((b.p99 / a.p99) * 100) / 100 : null);
     const backlog = Number(values.backlog);
-    log(`fairness: queueing ${backlog} steps for tenant busy`);
-    const busyIds: string[] = [];
-    for (let i = 0; i < backlog; i += 5000) {
-      const chunk = Array.from({ length: Math.min(5000, backlog - i) }, (_, k) => ({
-        dagId: 'one',
-        inputs: {},
-        runToken: `busy-${i + k}-${token++}`,
-        requestedBy: 'bench',
-      }));
-      busyIds.push(...(await runs.createRuns('busy', chunk)).map((r) => r.runId));
-    }
-    const queuedBefore = (
-      await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
-    ).rows[0].n;
-    // The event loop of this process (api, worker and driver) while the busy tenant drains.
-    const loop = monitorEventLoopDelay({ resolution: 1 });
-    loop.enable();
+    const vacuuming = async () =>
+      (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from pg_stat_activity where backend_type = 'autovacuum worker' and datname = current_database()`,
+        )
+      ).rows[0].n > 0;
+    const busyQueued = async () =>
+      (await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)).rows[0].n;
+    // The event loop of this process (api, worker and driver) while the busy tenant drains: each
+    // round's own (a histogram enabled again counts the time it was off as one delay).
+    const loops: { p50: number; p99: number; max: number }[] = [];
     // Garbage-collection pauses of this process meanwhile.
     const gcPauses: number[] = [];
     const gc = new PerformanceObserver((list) => gcPauses.push(...list.getEntries().map((e) => e.duration)));
-    gc.observe({ entryTypes: ['gc'] });
     // What the young generation promotes meanwhile: the old generation's growth between samples
     // (its shrinking at a full collection is not counted). Objects that outlive two scavenges end
     // there, and they are what makes a scavenge long.
     const oldSpaceUsed = () =>
       v8.getHeapSpaceStatistics().find((x) => x.space_name === 'old_space')?.space_used_size ?? 0;
     let oldGrowth = 0;
-    let oldLast = oldSpaceUsed();
-    const oldSampler = setInterval(() => {
-      const used = oldSpaceUsed();
-      if (used > oldLast) oldGrowth += used - oldLast;
-      oldLast = used;
-    }, 20);
-    const loadedFrom = now();
-    const heap = await startHeapSampling();
-    const loaded = await quiet('loaded');
-    await heap?.stop();
-    clearInterval(oldSampler);
-    const loadedSeconds = (now() - loadedFrom) / 1000;
-    gc.disconnect();
-    loop.disable();
-    const queuedAfter = (
-      await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)
-    ).rows[0].n;
-    const ratio = (a: Stats, b: Stats) => (a.p99 && b.p99 ? Math.round((b.p99 / a.p99) * 100) / 100 : null);
-    result.fairness = {
-      backlog,
-      busyQueuedAtStart: queuedBefore,
-      busyQueuedAtEnd: queuedAfter,
-      quietIdleClaimMs: idle.fromCreation,
-      quietLoadedClaimMs: loaded.fromCreation,
-      p99Ratio: ratio(idle.fromCreation, loaded.fromCreation),
-      quietIdleQueueWaitMs: idle.fromEnqueue,
-      quietLoadedQueueWaitMs: loaded.fromEnqueue,
-      queueWaitP99Ratio: ratio(idle.fromEnqueue, loaded.fromEnqueue),
-      quietIdleCreationMs: idle.creation,
-      quietLoadedCreationMs: loaded.creation,
-      quietIdleCreationAnsweredMs: idle.creationAnswered,
-      quietLoadedCreationAnsweredMs: loaded.creationAnswered,
-      loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
-      loadedOldGenerationGrowthMBPerS: Math.round((oldGrowth / 1e6 / loadedSeconds) * 10) / 10,
-      loadedEventLoopDelayMs: {
+    let loadedSeconds = 0;
+    // The embedded server's CPU time and the busy steps claimed while loaded.
+    let loadedPgCpuMs: number | null = 0;
+    let loadedBusySteps = 0;
+    const idles: Samples[] = [];
+    const loadeds: Samples[] = [];
+    const rounds: Record<string, unknown>[] = [];
+    const nRounds = Number(values['fairness-rounds']);
+    // Rounds of an idle measurement followed by a loaded one: the p99 of 100 samples is their
+    // second largest, and alone it moved between ×1.2 and ×6 from run to run with the same build.
+    for (let round = 1; round <= nRounds; round++) {
+      // After a round's drain the server is not idle yet: autovacuum cleans the 50,000 ended runs'
+      // rows. The next idle measurement waits for it (at most a minute) and one more second.
+      if (round > 1) {
+        const settleBy = Date.now() + 60_000;
+        while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
+        await sleep(1000);
+      }
+      const idle = await quiet(`idle${round}`);
+      log(`fairness round ${round}/${nRounds}: queueing ${backlog} steps for tenant busy`);
+      const busyIds: string[] = [];
+      for (let i = 0; i < backlog; i += 5000) {
+        const chunk = Array.from({ length: Math.min(5000, backlog - i) }, (_, k) => ({
+          dagId: 'one',
+          inputs: {},
+          runToken: `busy-${i + k}-${token++}`,
+          requestedBy: 'bench',
+        }));
+        busyIds.push(...(await runs.createRuns('busy', chunk)).map((r) => r.runId));
+      }
+      const queuedBefore = await busyQueued();
+      const loop = monitorEventLoopDelay({ resolution: 1 });
+      loop.enable();
+      gc.observe({ entryTypes: ['gc'] });
+      let oldLast = oldSpaceUsed();
+      const oldSampler = setInterval(() => {
+        const used = oldSpaceUsed();
+        if (used > oldLast) oldGrowth += used - oldLast;
+        oldLast = used;
+      }, 20);
+      const loadedFrom = now();
+      const pg0 = pgCpuMs();
+      const heap = round === 1 ? await startHeapSampling() : null;
+      const loaded = await quiet(`loaded${round}`);
+      await heap?.stop();
+      const pg1 = pgCpuMs();
+      clearInterval(oldSampler);
+      loadedSeconds += (now() - loadedFrom) / 1000;
+      gc.disconnect();
+      loop.disable();
+      loops.push({
         p50: Math.round(loop.percentile(50) / 1e4) / 100,
         p99: Math.round(loop.percentile(99) / 1e4) / 100,
         max: Math.round(loop.max / 1e4) / 100,
+      });
+      const queuedAfter = await busyQueued();
+      loadedPgCpuMs = pg0 === null || pg1 === null || loadedPgCpuMs === null ? null : loadedPgCpuMs + pg1 - pg0;
+      loadedBusySteps += queuedBefore - queuedAfter;
+      idles.push(idle);
+      loadeds.push(loaded);
+      const [i, l] = [stats(idle.fromCreation), stats(loaded.fromCreation)];
+      rounds.push({
+        busyQueuedAtStart: queuedBefore,
+        busyQueuedAtEnd: queuedAfter,
+        quietIdleClaimMs: i,
+        quietLoadedClaimMs: l,
+        p99Ratio: ratio(i, l),
+      });
+      log(
+        `fairness round ${round}/${nRounds}: quiet claim p99 idle ${i.p99} ms, with ${queuedBefore} queued for busy ${l.p99} ms (×${ratio(i, l)})`,
+      );
+      log(`fairness round ${round}/${nRounds}: draining the busy tenant`);
+      await waitAll(busyIds, 300_000);
+    }
+    const idle = pooled(idles);
+    const loaded = pooled(loadeds);
+    const [idleClaim, loadedClaim] = [stats(idle.fromCreation), stats(loaded.fromCreation)];
+    const [idleWait, loadedWait] = [stats(idle.fromEnqueue), stats(loaded.fromEnqueue)];
+    result.fairness = {
+      backlog,
+      rounds,
+      roundRatios: rounds.map((r) => r.p99Ratio),
+      // The headline: every round's samples together (rounds × quiet-runs per phase).
+      quietIdleClaimMs: idleClaim,
+      quietLoadedClaimMs: loadedClaim,
+      p99Ratio: ratio(idleClaim, loadedClaim),
+      quietIdleQueueWaitMs: idleWait,
+      quietLoadedQueueWaitMs: loadedWait,
+      queueWaitP99Ratio: ratio(idleWait, loadedWait),
+      quietIdleCreationMs: stats(idle.creation),
+      quietLoadedCreationMs: stats(loaded.creation),
+      quietIdleCreationAnsweredMs: stats(idle.creationAnswered),
+      quietLoadedCreationAnsweredMs: stats(loaded.creationAnswered),
+      loadedBusyStepsPerS: Math.round(loadedBusySteps / loadedSeconds),
+      loadedPgCpuMsPerBusyStep:
+        loadedPgCpuMs === null ? null : Math.round((loadedPgCpuMs / Math.max(1, loadedBusySteps)) * 1000) / 1000,
+      loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
+      loadedOldGenerationGrowthMBPerS: Math.round((oldGrowth / 1e6 / loadedSeconds) * 10) / 10,
+      // The median round's p50, the worst round's p99 and max.
+      loadedEventLoopDelayMs: {
+        p50: median(loops.map((l) => l.p50)),
+        p99: Math.max(...loops.map((l) => l.p99)),
+        max: Math.max(...loops.map((l) => l.max)),
       },
       loadavg1: os.loadavg()[0],
     };
     log(
-      `fairness: quiet claim p99 idle ${idle.fromCreation.p99} ms, with ${queuedBefore} queued for busy ${loaded.fromCreation.p99} ms (from creation); queue wait p99 ${idle.fromEnqueue.p99} / ${loaded.fromEnqueue.p99} ms`,
+      `fairness: quiet claim p99 idle ${idleClaim.p99} ms, loaded ${loadedClaim.p99} ms over ${nRounds} rounds (${idleClaim.n} samples each); queue wait p99 ${idleWait.p99} / ${loadedWait.p99} ms`,
     );
-    log('fairness: draining the busy tenant');
-    await waitAll(busyIds, 300_000);
   }
 
   // ---- idle ----
@@ -744,9 +811,24 @@ function printTable(r: Record<string, any>): void {
   }
   if (r.fairness) {
     rows.push([
-      'fairness: quiet claim p99 idle / loaded ms',
+      `fairness: quiet claim p99 idle / loaded ms (${r.fairness.rounds.length} rounds, ${r.fairness.quietIdleClaimMs.n} samples each)`,
       `${r.fairness.quietIdleClaimMs.p99} / ${r.fairness.quietLoadedClaimMs.p99} (×${r.fairness.p99Ratio})`,
       '≤ 2×',
+    ]);
+    rows.push([
+      'fairness: each round alone, p99 loaded / idle',
+      r.fairness.roundRatios.map((x: number) => `×${x}`).join(', '),
+      '',
+    ]);
+    rows.push([
+      'fairness: quiet claim p50 idle / loaded ms',
+      `${r.fairness.quietIdleClaimMs.p50} / ${r.fairness.quietLoadedClaimMs.p50}`,
+      '',
+    ]);
+    rows.push([
+      'fairness: busy steps/s while loaded, PostgreSQL CPU ms per busy step',
+      `${r.fairness.loadedBusyStepsPerS}, ${r.fairness.loadedPgCpuMsPerBusyStep ?? 'not measured (--db)'}`,
+      '',
     ]);
     rows.push([
       'fairness: quiet queue wait (enqueued → claimed) p99 idle / loaded ms',
@@ -755,8 +837,8 @@ function printTable(r: Record<string, any>): void {
     ]);
     rows.push([
       r.settings.workerProcess
-        ? 'fairness: event-loop delay of the bench process (runs created here; the worker runs apart) while loaded p50 / p99 / max ms'
-        : 'fairness: event-loop delay of the api + worker process while loaded p50 / p99 / max ms',
+        ? 'fairness: event-loop delay of the bench process (runs created here; the worker runs apart) while loaded p50 / p99 / max ms (worst round for p99, max)'
+        : 'fairness: event-loop delay of the api + worker process while loaded p50 / p99 / max ms (worst round for p99, max)',
       `${r.fairness.loadedEventLoopDelayMs.p50} / ${r.fairness.loadedEventLoopDelayMs.p99} / ${r.fairness.loadedEventLoopDelayMs.max}`,
       '',
     ]);
