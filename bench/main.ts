@@ -628,13 +628,12 @@ async function main(): Promise<void> {
     // Rounds of an idle measurement followed by a loaded one: the p99 of 100 samples is their
     // second largest, and alone it moved between ×1.2 and ×6 from run to run with the same build.
     for (let round = 1; round <= nRounds; round++) {
-      // After a round's drain the server is not idle yet: autovacuum cleans the 50,000 ended runs'
-      // rows. The next idle measurement waits for it (at most a minute) and one more second.
-      if (round > 1) {
-        const settleBy = Date.now() + 60_000;
-        while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
-        await sleep(1000);
-      }
+      // After a drain (the previous round's, or the burst's) the server is not idle yet: autovacuum
+      // cleans the ended runs' rows. The idle measurement waits for it (at most a minute), then one
+      // more second.
+      const settleBy = Date.now() + 60_000;
+      while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
+      await sleep(1000);
       const idle = await quiet(`idle${round}`);
       log(`fairness round ${round}/${nRounds}: queueing ${backlog} steps for tenant busy`);
       const busyIds: string[] = [];
