@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { fork, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -216,6 +217,7 @@ async function main(): Promise<void> {
     embedded = await startEmbeddedPostgres(path.join(tmp, 'pg'), {
       port: 56000 + (process.pid % 3000),
       database: 'postgres',
+      log: process.env.ORDO_BENCH_PG_LOG ? (line) => fs.appendFileSync(process.env.ORDO_BENCH_PG_LOG!, `${line}\n`) : undefined,
     });
     serverUrl = embedded.ownerUrl;
     const e = embedded;
@@ -546,6 +548,20 @@ async function main(): Promise<void> {
 
   // ---- fairness ----
   if (only.has('fairness')) {
+    // The quiet tenant's wake-ups as an idle process of its own receives them (see listen-probe.ts).
+    const probe: ChildProcess = fork(path.join(__dirname, 'listen-probe.js'), [m.systemUrl, 'quiet'], {
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+    });
+    cleanups.unshift(() => void probe.kill());
+    await new Promise<void>((resolve, reject) => {
+      probe.once('message', () => resolve());
+      probe.once('exit', () => reject(new Error('the listening probe exited')));
+    });
+    const probeArrivals = () =>
+      new Promise<number[]>((resolve) => {
+        probe.once('message', (a) => resolve(a as number[]));
+        probe.send('take');
+      });
     await sleep(500);
     /** One quiet measurement: `quiet-runs` runs of the quiet tenant, one every 100 ms; the raw samples. */
     const quiet = async (label: string) => {
@@ -568,6 +584,7 @@ async function main(): Promise<void> {
         await sleep(100);
       }
       await waitAll(ids, 60_000);
+      const arrivals = (await probeArrivals()).sort((a, b) => a - b);
       // Claim latency, two ways: from the start of the statement that creates the run (it includes
       // that statement and its commit), and from the step's enqueueing (the time the creation
       // planned it, just before that statement) to its claim: the time the step waited for a worker.
@@ -581,7 +598,34 @@ async function main(): Promise<void> {
           [ids],
         )
       ).rows;
+      // Each run's wake-up at the probe: the first arrival after the start of its creating statement
+      // (runs are created one at a time, 100 ms apart, each with one wake-up).
+      const woken = (created: number) => {
+        let lo = 0;
+        let hi = arrivals.length;
+        while (lo < hi) {
+          const mid = (lo + hi) >> 1;
+          if (arrivals[mid] < created) lo = mid + 1;
+          else hi = mid;
+        }
+        return lo < arrivals.length && arrivals[lo] - created < 1000 ? arrivals[lo] - created : null;
+      };
+      const round2 = (x: number) => Math.round(x * 100) / 100;
       return {
+        // Each sample: when its run was created (Unix ms), and from then, ms to its claim, to its
+        // creation's answer back here, and to its wake-up at the probe.
+        timeline: rows
+          .map((r) => {
+            const probed = woken(Number(r.created));
+            return [
+              round2(Number(r.created)),
+              round2(Number(r.run)),
+              round2(acked.get(r.run_id)! - Number(r.created)),
+              probed === null ? null : round2(probed),
+            ];
+          })
+          .sort((a, b) => a[0]! - b[0]!),
+        probed: rows.map((r) => woken(Number(r.created))).filter((x): x is number => x !== null),
         fromCreation: rows.map((r) => Number(r.run)),
         fromEnqueue: rows.map((r) => Number(r.queue)),
         creation,
@@ -590,6 +634,8 @@ async function main(): Promise<void> {
     };
     type Samples = Awaited<ReturnType<typeof quiet>>;
     const pooled = (xs: Samples[]): Samples => ({
+      timeline: xs.flatMap((x) => x.timeline),
+      probed: xs.flatMap((x) => x.probed),
       fromCreation: xs.flatMap((x) => x.fromCreation),
       fromEnqueue: xs.flatMap((x) => x.fromEnqueue),
       creation: xs.flatMap((x) => x.creation),
@@ -610,7 +656,13 @@ async function main(): Promise<void> {
     const loops: { p50: number; p99: number; max: number }[] = [];
     // Garbage-collection pauses of this process meanwhile.
     const gcPauses: number[] = [];
-    const gc = new PerformanceObserver((list) => gcPauses.push(...list.getEntries().map((e) => e.duration)));
+    const gcTimeline: number[][] = [];
+    const gc = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        gcPauses.push(e.duration);
+        gcTimeline.push([Math.round(performance.timeOrigin + e.startTime), Math.round(e.duration * 100) / 100]);
+      }
+    });
     // What the young generation promotes meanwhile: the old generation's growth between samples
     // (its shrinking at a full collection is not counted). Objects that outlive two scavenges end
     // there, and they are what makes a scavenge long.
@@ -683,6 +735,8 @@ async function main(): Promise<void> {
         quietIdleClaimMs: i,
         quietLoadedClaimMs: l,
         p99Ratio: ratio(i, l),
+        idleTimeline: idle.timeline,
+        loadedTimeline: loaded.timeline,
       });
       log(
         `fairness round ${round}/${nRounds}: quiet claim p99 idle ${i.p99} ms, with ${queuedBefore} queued for busy ${l.p99} ms (×${ratio(i, l)})`,
@@ -709,10 +763,15 @@ async function main(): Promise<void> {
       quietLoadedCreationMs: stats(loaded.creation),
       quietIdleCreationAnsweredMs: stats(idle.creationAnswered),
       quietLoadedCreationAnsweredMs: stats(loaded.creationAnswered),
+      // The same wake-ups at an idle listening process (see listen-probe.ts).
+      quietIdleProbeWakeMs: stats(idle.probed),
+      quietLoadedProbeWakeMs: stats(loaded.probed),
       loadedBusyStepsPerS: Math.round(loadedBusySteps / loadedSeconds),
       loadedPgCpuMsPerBusyStep:
         loadedPgCpuMs === null ? null : Math.round((loadedPgCpuMs / Math.max(1, loadedBusySteps)) * 1000) / 1000,
       loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
+      // Each pause while loaded: its start (Unix ms) and length.
+      loadedGcTimeline: gcTimeline,
       loadedOldGenerationGrowthMBPerS: Math.round((oldGrowth / 1e6 / loadedSeconds) * 10) / 10,
       // The median round's p50, the worst round's p99 and max.
       loadedEventLoopDelayMs: {
@@ -722,6 +781,10 @@ async function main(): Promise<void> {
       },
       loadavg1: os.loadavg()[0],
     };
+    await new Promise((resolve) => {
+      probe.once('exit', resolve);
+      probe.send('stop');
+    });
     log(
       `fairness: quiet claim p99 idle ${idleClaim.p99} ms, loaded ${loadedClaim.p99} ms over ${nRounds} rounds (${idleClaim.n} samples each); queue wait p99 ${idleWait.p99} / ${loadedWait.p99} ms`,
     );
@@ -850,6 +913,12 @@ function printTable(r: Record<string, any>): void {
       rows.push([
         'fairness: of the claim latency, the creating statement (start → answer back) p50 / p99 idle, loaded ms',
         `${r.fairness.quietIdleCreationAnsweredMs.p50} / ${r.fairness.quietIdleCreationAnsweredMs.p99}, ${r.fairness.quietLoadedCreationAnsweredMs.p50} / ${r.fairness.quietLoadedCreationAnsweredMs.p99}`,
+        '',
+      ]);
+    if (r.fairness.quietIdleProbeWakeMs)
+      rows.push([
+        "fairness: of the claim latency, the wake-up at an idle listening process (statement's start → notification there) p50 / p99 idle, loaded ms",
+        `${r.fairness.quietIdleProbeWakeMs.p50} / ${r.fairness.quietIdleProbeWakeMs.p99}, ${r.fairness.quietLoadedProbeWakeMs.p50} / ${r.fairness.quietLoadedProbeWakeMs.p99}`,
         '',
       ]);
     rows.push([
