@@ -217,7 +217,9 @@ async function main(): Promise<void> {
     embedded = await startEmbeddedPostgres(path.join(tmp, 'pg'), {
       port: 56000 + (process.pid % 3000),
       database: 'postgres',
-      log: process.env.ORDO_BENCH_PG_LOG ? (line) => fs.appendFileSync(process.env.ORDO_BENCH_PG_LOG!, `${line}\n`) : undefined,
+      log: process.env.ORDO_BENCH_PG_LOG
+        ? (line) => fs.appendFileSync(process.env.ORDO_BENCH_PG_LOG!, `${line}\n`)
+        : undefined,
     });
     serverUrl = embedded.ownerUrl;
     const e = embedded;
