@@ -565,13 +565,23 @@ async function main(): Promise<void> {
         probe.send('take');
       });
     await sleep(500);
-    /** One quiet measurement: `quiet-runs` runs of the quiet tenant, one every 100 ms; the raw samples. */
-    const quiet = async (label: string) => {
-      const ids: string[] = [];
-      // How long each run's creation (its transaction, committed) took, as the caller saw it.
-      const creation: number[] = [];
-      // When each creation's answer was back here (wall clock, to compare with the database's).
-      const acked = new Map<string, number>();
+    /** One quiet run's sample: when it was created (Unix ms), and durations in ms. */
+    interface Sample {
+      created: number;
+      /** Its creating call, as the caller saw it. */
+      call: number;
+      /** From the start of its creating statement to its claim, to its creation's answer back here, to its wake-up at the probe. */
+      claim: number;
+      answered: number;
+      probed: number | null;
+      /** From its step's enqueueing (planned just before the creating statement) to its claim. */
+      queue: number;
+    }
+    /** One quiet measurement: `quiet-runs` runs of the quiet tenant, one every 100 ms; its samples in creation order. */
+    const quiet = async (label: string): Promise<Sample[]> => {
+      // Each run's creating call (its transaction, committed), and when its answer was back here
+      // (wall clock, to compare with the database's).
+      const calls = new Map<string, { ms: number; at: number }>();
       for (let k = 0; k < Number(values['quiet-runs']); k++) {
         const c0 = now();
         const made = await runs.createRun('quiet', {
@@ -580,26 +590,12 @@ async function main(): Promise<void> {
           runToken: `q-${label}-${k}-${token++}`,
           requestedBy: 'bench',
         });
-        creation.push(now() - c0);
-        acked.set(made.runId, performance.timeOrigin + now());
-        ids.push(made.runId);
+        calls.set(made.runId, { ms: now() - c0, at: performance.timeOrigin + now() });
         await sleep(100);
       }
+      const ids = [...calls.keys()];
       await waitAll(ids, 60_000);
       const arrivals = (await probeArrivals()).sort((a, b) => a - b);
-      // Claim latency, two ways: from the start of the statement that creates the run (it includes
-      // that statement and its commit), and from the step's enqueueing (the time the creation
-      // planned it, just before that statement) to its claim: the time the step waited for a worker.
-      // And how much of it the creation took: its statement's start to its answer back here.
-      const rows = (
-        await owner.query<{ run_id: string; run: number; queue: number; created: number }>(
-          `select a.run_id, extract(epoch from (a.claimed_at - r.created_at)) * 1000 as run,
-             extract(epoch from (a.claimed_at - a.queued_at)) * 1000 as queue,
-             extract(epoch from r.created_at) * 1000 as created from attempt a
-         join run r on r.tenant_id = a.tenant_id and r.run_id = a.run_id where a.run_id = any($1::uuid[])`,
-          [ids],
-        )
-      ).rows;
       // Each run's wake-up at the probe: the first arrival after the start of its creating statement
       // (runs are created one at a time, 100 ms apart, each with one wake-up).
       const woken = (created: number) => {
@@ -612,37 +608,40 @@ async function main(): Promise<void> {
         }
         return lo < arrivals.length && arrivals[lo] - created < 1000 ? arrivals[lo] - created : null;
       };
-      const round2 = (x: number) => Math.round(x * 100) / 100;
-      return {
-        // Each sample: when its run was created (Unix ms), and from then, ms to its claim, to its
-        // creation's answer back here, and to its wake-up at the probe.
-        timeline: rows
-          .map((r) => {
-            const probed = woken(Number(r.created));
-            return [
-              round2(Number(r.created)),
-              round2(Number(r.run)),
-              round2(acked.get(r.run_id)! - Number(r.created)),
-              probed === null ? null : round2(probed),
-            ];
-          })
-          .sort((a, b) => a[0]! - b[0]!),
-        probed: rows.map((r) => woken(Number(r.created))).filter((x): x is number => x !== null),
-        fromCreation: rows.map((r) => Number(r.run)),
-        fromEnqueue: rows.map((r) => Number(r.queue)),
-        creation,
-        creationAnswered: rows.map((r) => acked.get(r.run_id)! - Number(r.created)),
-      };
+      const rows = (
+        await owner.query<{ run_id: string; run: number; queue: number; created: number }>(
+          `select a.run_id, extract(epoch from (a.claimed_at - r.created_at)) * 1000 as run,
+             extract(epoch from (a.claimed_at - a.queued_at)) * 1000 as queue,
+             extract(epoch from r.created_at) * 1000 as created from attempt a
+         join run r on r.tenant_id = a.tenant_id and r.run_id = a.run_id where a.run_id = any($1::uuid[])`,
+          [ids],
+        )
+      ).rows;
+      return rows
+        .map((r) => {
+          const created = Number(r.created);
+          const call = calls.get(r.run_id)!;
+          return {
+            created,
+            call: call.ms,
+            claim: Number(r.run),
+            answered: call.at - created,
+            probed: woken(created),
+            queue: Number(r.queue),
+          };
+        })
+        .sort((a, b) => a.created - b.created);
     };
-    type Samples = Awaited<ReturnType<typeof quiet>>;
-    const pooled = (xs: Samples[]): Samples => ({
-      timeline: xs.flatMap((x) => x.timeline),
-      probed: xs.flatMap((x) => x.probed),
-      fromCreation: xs.flatMap((x) => x.fromCreation),
-      fromEnqueue: xs.flatMap((x) => x.fromEnqueue),
-      creation: xs.flatMap((x) => x.creation),
-      creationAnswered: xs.flatMap((x) => x.creationAnswered),
-    });
+    const round2 = (x: number) => Math.round(x * 100) / 100;
+    /** The samples as the JSON keeps them: [created, claim, answered, probed]. */
+    const timeline = (xs: Sample[]) =>
+      xs.map((x) => [
+        round2(x.created),
+        round2(x.claim),
+        round2(x.answered),
+        x.probed === null ? null : round2(x.probed),
+      ]);
+    const probedStats = (xs: Sample[]) => stats(xs.flatMap((x) => (x.probed === null ? [] : [x.probed])));
     const ratio = (a: Stats, b: Stats) => (a.p99 && b.p99 ? Math.round((b.p99 / a.p99) * 100) / 100 : null);
     const backlog = Number(values.backlog);
     const vacuuming = async () =>
@@ -675,8 +674,8 @@ async function main(): Promise<void> {
     // The embedded server's CPU time and the busy steps claimed while loaded.
     let loadedPgCpuMs: number | null = 0;
     let loadedBusySteps = 0;
-    const idles: Samples[] = [];
-    const loadeds: Samples[] = [];
+    const idles: Sample[] = [];
+    const loadeds: Sample[] = [];
     const rounds: Record<string, unknown>[] = [];
     const nRounds = Number(values['fairness-rounds']);
     // Rounds of an idle measurement followed by a loaded one: the p99 of 100 samples is their
@@ -728,17 +727,17 @@ async function main(): Promise<void> {
       const queuedAfter = await busyQueued();
       loadedPgCpuMs = pg0 === null || pg1 === null || loadedPgCpuMs === null ? null : loadedPgCpuMs + pg1 - pg0;
       loadedBusySteps += queuedBefore - queuedAfter;
-      idles.push(idle);
-      loadeds.push(loaded);
-      const [i, l] = [stats(idle.fromCreation), stats(loaded.fromCreation)];
+      idles.push(...idle);
+      loadeds.push(...loaded);
+      const [i, l] = [stats(idle.map((x) => x.claim)), stats(loaded.map((x) => x.claim))];
       rounds.push({
         busyQueuedAtStart: queuedBefore,
         busyQueuedAtEnd: queuedAfter,
         quietIdleClaimMs: i,
         quietLoadedClaimMs: l,
         p99Ratio: ratio(i, l),
-        idleTimeline: idle.timeline,
-        loadedTimeline: loaded.timeline,
+        idleTimeline: timeline(idle),
+        loadedTimeline: timeline(loaded),
       });
       log(
         `fairness round ${round}/${nRounds}: quiet claim p99 idle ${i.p99} ms, with ${queuedBefore} queued for busy ${l.p99} ms (×${ratio(i, l)})`,
@@ -746,10 +745,9 @@ async function main(): Promise<void> {
       log(`fairness round ${round}/${nRounds}: draining the busy tenant`);
       await waitAll(busyIds, 300_000);
     }
-    const idle = pooled(idles);
-    const loaded = pooled(loadeds);
-    const [idleClaim, loadedClaim] = [stats(idle.fromCreation), stats(loaded.fromCreation)];
-    const [idleWait, loadedWait] = [stats(idle.fromEnqueue), stats(loaded.fromEnqueue)];
+    // Every round's samples together.
+    const [idleClaim, loadedClaim] = [stats(idles.map((x) => x.claim)), stats(loadeds.map((x) => x.claim))];
+    const [idleWait, loadedWait] = [stats(idles.map((x) => x.queue)), stats(loadeds.map((x) => x.queue))];
     result.fairness = {
       backlog,
       rounds,
@@ -761,13 +759,13 @@ async function main(): Promise<void> {
       quietIdleQueueWaitMs: idleWait,
       quietLoadedQueueWaitMs: loadedWait,
       queueWaitP99Ratio: ratio(idleWait, loadedWait),
-      quietIdleCreationMs: stats(idle.creation),
-      quietLoadedCreationMs: stats(loaded.creation),
-      quietIdleCreationAnsweredMs: stats(idle.creationAnswered),
-      quietLoadedCreationAnsweredMs: stats(loaded.creationAnswered),
+      quietIdleCreationMs: stats(idles.map((x) => x.call)),
+      quietLoadedCreationMs: stats(loadeds.map((x) => x.call)),
+      quietIdleCreationAnsweredMs: stats(idles.map((x) => x.answered)),
+      quietLoadedCreationAnsweredMs: stats(loadeds.map((x) => x.answered)),
       // The same wake-ups at an idle listening process (see listen-probe.ts).
-      quietIdleProbeWakeMs: stats(idle.probed),
-      quietLoadedProbeWakeMs: stats(loaded.probed),
+      quietIdleProbeWakeMs: probedStats(idles),
+      quietLoadedProbeWakeMs: probedStats(loadeds),
       loadedBusyStepsPerS: Math.round(loadedBusySteps / loadedSeconds),
       loadedPgCpuMsPerBusyStep:
         loadedPgCpuMs === null ? null : Math.round((loadedPgCpuMs / Math.max(1, loadedBusySteps)) * 1000) / 1000,
