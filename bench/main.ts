@@ -38,6 +38,14 @@ Options:
   --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 100; p99 of 100 samples, not the maximum of 30)
   --fairness-rounds <n>    fairness: rounds of an idle and a loaded measurement (default 3); the headline p99s pool
                            every round's samples, and each round's ratio is reported too
+  --control-clients <n>    fairness: sessions of the control load (default 2; 0: no control). After the rounds, the
+                           quiet tenant is measured again, once per round, while a load that is not Ordo's keeps
+                           the server busy instead of the busy tenant (bench/control-load.ts): what the host alone
+                           does to the quiet tenant's latency under a load of that kind
+  --control-work <n>       fairness control: numbers counted in each transaction (default 150000, about 10 ms of
+                           one core here: statements that hold a core, as the busy tenant's batches do); 0: short
+                           write transactions that mostly wait for their WAL flush
+  --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
   --idle-seconds <s>       idle query-rate window (default 10)
   --only <list>            comma list of burst,light,fairness,idle (default all); load or load-<name>: the load figures below
   --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
@@ -76,6 +84,18 @@ function stats(xs: number[]): Stats {
 }
 
 const median = (xs: number[]) => stats(xs).p50;
+
+/** The machine's CPU time so far from /proc/stat (in ticks): busy (all but idle and iowait) and total. */
+function machineCpu(): { busy: number; total: number } {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3] - f[4], total };
+}
+/** The share of the machine's cores busy since `from`, in per cent. */
+const busySince = (from: { busy: number; total: number }) => {
+  const to = machineCpu();
+  return Math.round(((to.busy - from.busy) / Math.max(1, to.total - from.total)) * 1000) / 10;
+};
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
 
@@ -191,6 +211,9 @@ async function main(): Promise<void> {
       backlog: { type: 'string', default: '50000' },
       'quiet-runs': { type: 'string', default: '100' },
       'fairness-rounds': { type: 'string', default: '3' },
+      'control-clients': { type: 'string', default: '2' },
+      'control-work': { type: 'string', default: '150000' },
+      'control-pause': { type: 'string', default: '8' },
       'idle-seconds': { type: 'string', default: '10' },
       only: { type: 'string', default: 'burst,light,fairness,idle' },
       out: { type: 'string', default: 'bench/results' },
@@ -650,6 +673,18 @@ async function main(): Promise<void> {
           `select count(*)::int n from pg_stat_activity where backend_type = 'autovacuum worker' and datname = current_database()`,
         )
       ).rows[0].n > 0;
+    const walLsn = async () =>
+      (await owner.query<{ lsn: string }>('select pg_current_wal_lsn()::text as lsn')).rows[0].lsn;
+    const walSince = async (lsn: string) =>
+      Number(
+        (await owner.query<{ n: string }>('select pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint::text as n', [lsn]))
+          .rows[0].n,
+      );
+    const settle = async () => {
+      const settleBy = Date.now() + 60_000;
+      while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
+      await sleep(1000);
+    };
     const busyQueued = async () =>
       (await owner.query<{ n: number }>(`select count(*)::int n from queue_item where tenant_id = 'busy'`)).rows[0].n;
     // The event loop of this process (api, worker and driver) while the busy tenant drains: each
@@ -674,6 +709,8 @@ async function main(): Promise<void> {
     // The embedded server's CPU time and the busy steps claimed while loaded.
     let loadedPgCpuMs: number | null = 0;
     let loadedBusySteps = 0;
+    let loadedWalBytes = 0;
+    const loadedBusyPct: number[] = [];
     const idles: Sample[] = [];
     const loadeds: Sample[] = [];
     const rounds: Record<string, unknown>[] = [];
@@ -684,9 +721,7 @@ async function main(): Promise<void> {
       // After a drain (the previous round's, or the burst's) the server is not idle yet: autovacuum
       // cleans the ended runs' rows. The idle measurement waits for it (at most a minute), then one
       // more second.
-      const settleBy = Date.now() + 60_000;
-      while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
-      await sleep(1000);
+      await settle();
       const idle = await quiet(`idle${round}`);
       log(`fairness round ${round}/${nRounds}: queueing ${backlog} steps for tenant busy`);
       const busyIds: string[] = [];
@@ -711,9 +746,13 @@ async function main(): Promise<void> {
       }, 20);
       const loadedFrom = now();
       const pg0 = pgCpuMs();
+      const wal0 = await walLsn();
+      const cpu0 = machineCpu();
       const heap = round === 1 ? await startHeapSampling() : null;
       const loaded = await quiet(`loaded${round}`);
       await heap?.stop();
+      loadedBusyPct.push(busySince(cpu0));
+      loadedWalBytes += await walSince(wal0);
       const pg1 = pgCpuMs();
       clearInterval(oldSampler);
       loadedSeconds += (now() - loadedFrom) / 1000;
@@ -745,6 +784,65 @@ async function main(): Promise<void> {
       log(`fairness round ${round}/${nRounds}: draining the busy tenant`);
       await waitAll(busyIds, 300_000);
     }
+    // The control: the quiet tenant again, once per round, while a load that is not Ordo's keeps the
+    // server busy (see control-load.ts), with the server's CPU time and WAL meanwhile.
+    const controlClients = Number(values['control-clients']);
+    const controls: Sample[] = [];
+    const controlRounds: { p99: number | null; committedPerS: number; machineBusyPct: number }[] = [];
+    let controlSeconds = 0;
+    let controlPgCpuMs: number | null = 0;
+    let controlWalBytes = 0;
+    let controlCommitted = 0;
+    if (controlClients > 0) {
+      await owner.query(`create table bench_control_counter (id integer primary key, n bigint not null default 0)`);
+      await owner.query(`insert into bench_control_counter (id) select g from generate_series(0, 9999) g`);
+      await owner.query(`create table bench_control_row (id bigserial primary key, k integer not null, pad text not null,
+        at timestamptz not null default now())`);
+      await owner.query(`create index bench_control_row_k on bench_control_row (k, at)`);
+      for (let round = 1; round <= nRounds; round++) {
+        await settle();
+        const load: ChildProcess = fork(
+          path.join(__dirname, 'control-load.js'),
+          [ownerUrl, String(controlClients), values['control-work'], values['control-pause']],
+          {
+            stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+          },
+        );
+        const stopLoad = () => void load.kill();
+        cleanups.unshift(stopLoad);
+        await new Promise<void>((resolve, reject) => {
+          load.once('message', () => resolve());
+          load.once('exit', () => reject(new Error('the control load exited')));
+        });
+        await sleep(1000);
+        const from = now();
+        const pg0 = pgCpuMs();
+        const wal0 = await walLsn();
+        const cpu0 = machineCpu();
+        const c = await quiet(`control${round}`);
+        const busyPct = busySince(cpu0);
+        controlWalBytes += await walSince(wal0);
+        const pg1 = pgCpuMs();
+        const secs = (now() - from) / 1000;
+        controlSeconds += secs;
+        controlPgCpuMs = pg0 === null || pg1 === null || controlPgCpuMs === null ? null : controlPgCpuMs + pg1 - pg0;
+        const committed = await new Promise<number>((resolve, reject) => {
+          load.removeAllListeners('exit');
+          load.once('message', (x) => resolve(x as number));
+          load.once('exit', () => reject(new Error('the control load exited without its count')));
+          load.send('stop');
+        });
+        cleanups.splice(cleanups.indexOf(stopLoad), 1);
+        controlCommitted += committed;
+        controls.push(...c);
+        const cs = stats(c.map((x) => x.claim));
+        controlRounds.push({ p99: cs.p99, committedPerS: Math.round(committed / secs), machineBusyPct: busyPct });
+        log(
+          `fairness control ${round}/${nRounds}: quiet claim p99 ${cs.p99} ms with the control load (${Math.round(committed / secs)} transactions/s)`,
+        );
+      }
+    }
+    const perS = (x: number, secs: number) => Math.round((x / Math.max(secs, 1e-9)) * 10) / 10;
     // Every round's samples together.
     const [idleClaim, loadedClaim] = [stats(idles.map((x) => x.claim)), stats(loadeds.map((x) => x.claim))];
     const [idleWait, loadedWait] = [stats(idles.map((x) => x.queue)), stats(loadeds.map((x) => x.queue))];
@@ -769,6 +867,27 @@ async function main(): Promise<void> {
       loadedBusyStepsPerS: Math.round(loadedBusySteps / loadedSeconds),
       loadedPgCpuMsPerBusyStep:
         loadedPgCpuMs === null ? null : Math.round((loadedPgCpuMs / Math.max(1, loadedBusySteps)) * 1000) / 1000,
+      // The server while loaded: its processes' CPU time (ms a second) and WAL written (MB a second).
+      loadedPgCpuMsPerS: loadedPgCpuMs === null ? null : perS(loadedPgCpuMs, loadedSeconds),
+      loadedWalMBPerS: perS(loadedWalBytes / 1e6, loadedSeconds),
+      // The machine's cores busy while loaded, each round (per cent of all cores).
+      loadedMachineBusyPct: loadedBusyPct,
+      ...(controlClients > 0 && {
+        control: {
+          clients: controlClients,
+          work: Number(values['control-work']),
+          pauseMs: Number(values['control-pause']),
+          quietClaimMs: stats(controls.map((x) => x.claim)),
+          p99Ratio: ratio(idleClaim, stats(controls.map((x) => x.claim))),
+          rounds: controlRounds,
+          committedPerS: Math.round(controlCommitted / controlSeconds),
+          pgCpuMsPerS: controlPgCpuMs === null ? null : perS(controlPgCpuMs, controlSeconds),
+          walMBPerS: perS(controlWalBytes / 1e6, controlSeconds),
+          quietCreationAnsweredMs: stats(controls.map((x) => x.answered)),
+          quietProbeWakeMs: probedStats(controls),
+          timeline: timeline(controls),
+        },
+      }),
       loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
       // Each pause while loaded: its start (Unix ms) and length.
       loadedGcTimeline: gcTimeline,
@@ -892,6 +1011,25 @@ function printTable(r: Record<string, any>): void {
       `${r.fairness.loadedBusyStepsPerS}, ${r.fairness.loadedPgCpuMsPerBusyStep ?? 'not measured (--db)'}`,
       '',
     ]);
+    if (r.fairness.loadedWalMBPerS !== undefined)
+      rows.push([
+        "fairness: while loaded: the server's CPU ms/s, WAL MB/s; the machine's cores busy % by round",
+        `${r.fairness.loadedPgCpuMsPerS ?? 'not measured (--db)'}, ${r.fairness.loadedWalMBPerS}; ${r.fairness.loadedMachineBusyPct.join(', ')}`,
+        '',
+      ]);
+    if (r.fairness.control) {
+      const c = r.fairness.control;
+      rows.push([
+        `fairness control (a load that is not Ordo's instead of the busy tenant: ${c.clients} sessions, ${c.work} numbers counted a transaction, ${c.pauseMs} ms apart): quiet claim p99 idle / control ms`,
+        `${r.fairness.quietIdleClaimMs.p99} / ${c.quietClaimMs.p99} (×${c.p99Ratio}); rounds ${c.rounds.map((x: { p99: number }) => x.p99).join(', ')} ms`,
+        '',
+      ]);
+      rows.push([
+        "fairness control meanwhile: transactions/s; the server's CPU ms/s, WAL MB/s; the machine's cores busy % by round",
+        `${c.committedPerS}; ${c.pgCpuMsPerS ?? 'not measured (--db)'}, ${c.walMBPerS}; ${c.rounds.map((x: { machineBusyPct: number }) => x.machineBusyPct).join(', ')}`,
+        '',
+      ]);
+    }
     rows.push([
       'fairness: quiet queue wait (enqueued → claimed) p99 idle / loaded ms',
       `${r.fairness.quietIdleQueueWaitMs.p99} / ${r.fairness.quietLoadedQueueWaitMs.p99} (×${r.fairness.queueWaitP99Ratio})`,
