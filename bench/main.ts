@@ -843,6 +843,7 @@ async function main(): Promise<void> {
       }
     }
     const perS = (x: number, secs: number) => Math.round((x / Math.max(secs, 1e-9)) * 10) / 10;
+    const controlClaim = stats(controls.map((x) => x.claim));
     // Every round's samples together.
     const [idleClaim, loadedClaim] = [stats(idles.map((x) => x.claim)), stats(loadeds.map((x) => x.claim))];
     const [idleWait, loadedWait] = [stats(idles.map((x) => x.queue)), stats(loadeds.map((x) => x.queue))];
@@ -877,8 +878,8 @@ async function main(): Promise<void> {
           clients: controlClients,
           work: Number(values['control-work']),
           pauseMs: Number(values['control-pause']),
-          quietClaimMs: stats(controls.map((x) => x.claim)),
-          p99Ratio: ratio(idleClaim, stats(controls.map((x) => x.claim))),
+          quietClaimMs: controlClaim,
+          p99Ratio: ratio(idleClaim, controlClaim),
           rounds: controlRounds,
           committedPerS: Math.round(controlCommitted / controlSeconds),
           pgCpuMsPerS: controlPgCpuMs === null ? null : perS(controlPgCpuMs, controlSeconds),
