@@ -99,6 +99,17 @@ const busySince = (from: { busy: number; total: number }) => {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
 
+/** Forks one of the bench's helper processes (a script next to this one) and waits for its first message, its 'ready'. */
+async function forkReady(script: string, args: string[]): Promise<ChildProcess> {
+  const child = fork(path.join(__dirname, script), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', () => reject(new Error(`${script} exited before it was ready`)));
+  });
+  child.removeAllListeners('exit');
+  return child;
+}
+
 /** Counts every query any pg client of this process sends (engine, graphile-worker, driver). */
 let queryCount = 0;
 const origQuery = pg.Client.prototype.query;
@@ -574,14 +585,8 @@ async function main(): Promise<void> {
   // ---- fairness ----
   if (only.has('fairness')) {
     // The quiet tenant's wake-ups as an idle process of its own receives them (see listen-probe.ts).
-    const probe: ChildProcess = fork(path.join(__dirname, 'listen-probe.js'), [m.systemUrl, 'quiet'], {
-      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-    });
+    const probe = await forkReady('listen-probe.js', [m.systemUrl, 'quiet']);
     cleanups.unshift(() => void probe.kill());
-    await new Promise<void>((resolve, reject) => {
-      probe.once('message', () => resolve());
-      probe.once('exit', () => reject(new Error('the listening probe exited')));
-    });
     const probeArrivals = () =>
       new Promise<number[]>((resolve) => {
         probe.once('message', (a) => resolve(a as number[]));
@@ -655,7 +660,6 @@ async function main(): Promise<void> {
         })
         .sort((a, b) => a.created - b.created);
     };
-    const round2 = (x: number) => Math.round(x * 100) / 100;
     /** The samples as the JSON keeps them: [created, claim, answered, probed]. */
     const timeline = (xs: Sample[]) =>
       xs.map((x) => [
@@ -680,6 +684,26 @@ async function main(): Promise<void> {
         (await owner.query<{ n: string }>('select pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint::text as n', [lsn]))
           .rows[0].n,
       );
+    /** The server's CPU time, WAL and the machine's busy share over a window, summed over the windows measured. */
+    interface Window {
+      seconds: number;
+      pgCpuMs: number | null;
+      walBytes: number;
+    }
+    const noWindow = (): Window => ({ seconds: 0, pgCpuMs: 0, walBytes: 0 });
+    /** Starts a window; the function it gives ends it, adds it to `sum` and returns the machine's busy share (%). */
+    const openWindow = async () => {
+      const [from, pg0, wal0, cpu0] = [now(), pgCpuMs(), await walLsn(), machineCpu()];
+      return async (sum: Window) => {
+        const busyPct = busySince(cpu0);
+        sum.walBytes += await walSince(wal0);
+        const pg1 = pgCpuMs();
+        sum.pgCpuMs = pg0 === null || pg1 === null || sum.pgCpuMs === null ? null : sum.pgCpuMs + pg1 - pg0;
+        sum.seconds += (now() - from) / 1000;
+        return busyPct;
+      };
+    };
+    const perS = (x: number, secs: number) => Math.round((x / Math.max(secs, 1e-9)) * 10) / 10;
     const settle = async () => {
       const settleBy = Date.now() + 60_000;
       while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
@@ -696,7 +720,7 @@ async function main(): Promise<void> {
     const gc = new PerformanceObserver((list) => {
       for (const e of list.getEntries()) {
         gcPauses.push(e.duration);
-        gcTimeline.push([Math.round(performance.timeOrigin + e.startTime), Math.round(e.duration * 100) / 100]);
+        gcTimeline.push([Math.round(performance.timeOrigin + e.startTime), round2(e.duration)]);
       }
     });
     // What the young generation promotes meanwhile: the old generation's growth between samples
@@ -705,11 +729,9 @@ async function main(): Promise<void> {
     const oldSpaceUsed = () =>
       v8.getHeapSpaceStatistics().find((x) => x.space_name === 'old_space')?.space_used_size ?? 0;
     let oldGrowth = 0;
-    let loadedSeconds = 0;
-    // The embedded server's CPU time and the busy steps claimed while loaded.
-    let loadedPgCpuMs: number | null = 0;
+    // The server while loaded, and the busy steps claimed meanwhile.
+    const loadedSum = noWindow();
     let loadedBusySteps = 0;
-    let loadedWalBytes = 0;
     const loadedBusyPct: number[] = [];
     const idles: Sample[] = [];
     const loadeds: Sample[] = [];
@@ -744,18 +766,12 @@ async function main(): Promise<void> {
         if (used > oldLast) oldGrowth += used - oldLast;
         oldLast = used;
       }, 20);
-      const loadedFrom = now();
-      const pg0 = pgCpuMs();
-      const wal0 = await walLsn();
-      const cpu0 = machineCpu();
+      const closeLoaded = await openWindow();
       const heap = round === 1 ? await startHeapSampling() : null;
       const loaded = await quiet(`loaded${round}`);
       await heap?.stop();
-      loadedBusyPct.push(busySince(cpu0));
-      loadedWalBytes += await walSince(wal0);
-      const pg1 = pgCpuMs();
+      loadedBusyPct.push(await closeLoaded(loadedSum));
       clearInterval(oldSampler);
-      loadedSeconds += (now() - loadedFrom) / 1000;
       gc.disconnect();
       loop.disable();
       loops.push({
@@ -764,7 +780,6 @@ async function main(): Promise<void> {
         max: Math.round(loop.max / 1e4) / 100,
       });
       const queuedAfter = await busyQueued();
-      loadedPgCpuMs = pg0 === null || pg1 === null || loadedPgCpuMs === null ? null : loadedPgCpuMs + pg1 - pg0;
       loadedBusySteps += queuedBefore - queuedAfter;
       idles.push(...idle);
       loadeds.push(...loaded);
@@ -789,9 +804,7 @@ async function main(): Promise<void> {
     const controlClients = Number(values['control-clients']);
     const controls: Sample[] = [];
     const controlRounds: { p99: number | null; committedPerS: number; machineBusyPct: number }[] = [];
-    let controlSeconds = 0;
-    let controlPgCpuMs: number | null = 0;
-    let controlWalBytes = 0;
+    const controlSum = noWindow();
     let controlCommitted = 0;
     if (controlClients > 0) {
       await owner.query(`create table bench_control_counter (id integer primary key, n bigint not null default 0)`);
@@ -801,33 +814,21 @@ async function main(): Promise<void> {
       await owner.query(`create index bench_control_row_k on bench_control_row (k, at)`);
       for (let round = 1; round <= nRounds; round++) {
         await settle();
-        const load: ChildProcess = fork(
-          path.join(__dirname, 'control-load.js'),
-          [ownerUrl, String(controlClients), values['control-work'], values['control-pause']],
-          {
-            stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-          },
-        );
+        const load = await forkReady('control-load.js', [
+          ownerUrl,
+          String(controlClients),
+          values['control-work'],
+          values['control-pause'],
+        ]);
         const stopLoad = () => void load.kill();
         cleanups.unshift(stopLoad);
-        await new Promise<void>((resolve, reject) => {
-          load.once('message', () => resolve());
-          load.once('exit', () => reject(new Error('the control load exited')));
-        });
         await sleep(1000);
-        const from = now();
-        const pg0 = pgCpuMs();
-        const wal0 = await walLsn();
-        const cpu0 = machineCpu();
+        const secondsBefore = controlSum.seconds;
+        const closeControl = await openWindow();
         const c = await quiet(`control${round}`);
-        const busyPct = busySince(cpu0);
-        controlWalBytes += await walSince(wal0);
-        const pg1 = pgCpuMs();
-        const secs = (now() - from) / 1000;
-        controlSeconds += secs;
-        controlPgCpuMs = pg0 === null || pg1 === null || controlPgCpuMs === null ? null : controlPgCpuMs + pg1 - pg0;
+        const busyPct = await closeControl(controlSum);
+        const secs = controlSum.seconds - secondsBefore;
         const committed = await new Promise<number>((resolve, reject) => {
-          load.removeAllListeners('exit');
           load.once('message', (x) => resolve(x as number));
           load.once('exit', () => reject(new Error('the control load exited without its count')));
           load.send('stop');
@@ -842,7 +843,6 @@ async function main(): Promise<void> {
         );
       }
     }
-    const perS = (x: number, secs: number) => Math.round((x / Math.max(secs, 1e-9)) * 10) / 10;
     const controlClaim = stats(controls.map((x) => x.claim));
     // Every round's samples together.
     const [idleClaim, loadedClaim] = [stats(idles.map((x) => x.claim)), stats(loadeds.map((x) => x.claim))];
@@ -865,12 +865,14 @@ async function main(): Promise<void> {
       // The same wake-ups at an idle listening process (see listen-probe.ts).
       quietIdleProbeWakeMs: probedStats(idles),
       quietLoadedProbeWakeMs: probedStats(loadeds),
-      loadedBusyStepsPerS: Math.round(loadedBusySteps / loadedSeconds),
+      loadedBusyStepsPerS: Math.round(loadedBusySteps / loadedSum.seconds),
       loadedPgCpuMsPerBusyStep:
-        loadedPgCpuMs === null ? null : Math.round((loadedPgCpuMs / Math.max(1, loadedBusySteps)) * 1000) / 1000,
+        loadedSum.pgCpuMs === null
+          ? null
+          : Math.round((loadedSum.pgCpuMs / Math.max(1, loadedBusySteps)) * 1000) / 1000,
       // The server while loaded: its processes' CPU time (ms a second) and WAL written (MB a second).
-      loadedPgCpuMsPerS: loadedPgCpuMs === null ? null : perS(loadedPgCpuMs, loadedSeconds),
-      loadedWalMBPerS: perS(loadedWalBytes / 1e6, loadedSeconds),
+      loadedPgCpuMsPerS: loadedSum.pgCpuMs === null ? null : perS(loadedSum.pgCpuMs, loadedSum.seconds),
+      loadedWalMBPerS: perS(loadedSum.walBytes / 1e6, loadedSum.seconds),
       // The machine's cores busy while loaded, each round (per cent of all cores).
       loadedMachineBusyPct: loadedBusyPct,
       ...(controlClients > 0 && {
@@ -881,9 +883,9 @@ async function main(): Promise<void> {
           quietClaimMs: controlClaim,
           p99Ratio: ratio(idleClaim, controlClaim),
           rounds: controlRounds,
-          committedPerS: Math.round(controlCommitted / controlSeconds),
-          pgCpuMsPerS: controlPgCpuMs === null ? null : perS(controlPgCpuMs, controlSeconds),
-          walMBPerS: perS(controlWalBytes / 1e6, controlSeconds),
+          committedPerS: Math.round(controlCommitted / controlSum.seconds),
+          pgCpuMsPerS: controlSum.pgCpuMs === null ? null : perS(controlSum.pgCpuMs, controlSum.seconds),
+          walMBPerS: perS(controlSum.walBytes / 1e6, controlSum.seconds),
           quietCreationAnsweredMs: stats(controls.map((x) => x.answered)),
           quietProbeWakeMs: probedStats(controls),
           timeline: timeline(controls),
@@ -892,7 +894,7 @@ async function main(): Promise<void> {
       loadedGcPausesMs: { ...stats(gcPauses), total: Math.round(gcPauses.reduce((a, b) => a + b, 0)) },
       // Each pause while loaded: its start (Unix ms) and length.
       loadedGcTimeline: gcTimeline,
-      loadedOldGenerationGrowthMBPerS: Math.round((oldGrowth / 1e6 / loadedSeconds) * 10) / 10,
+      loadedOldGenerationGrowthMBPerS: perS(oldGrowth / 1e6, loadedSum.seconds),
       // The median round's p50, the worst round's p99 and max.
       loadedEventLoopDelayMs: {
         p50: median(loops.map((l) => l.p50)),
