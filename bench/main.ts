@@ -31,6 +31,8 @@ Options:
   --db <url>               PostgreSQL server (owner) URL; default: DATABASE_URL, else embedded
   --concurrency <n>        worker concurrency (default 16)
   --tenant-cap <n>         ORDO_TENANT_MAX_IN_FLIGHT (default 128; the worker claims up to 8 x concurrency ahead)
+  --shared-cap <n>         ORDO_TENANT_SHARED_IN_FLIGHT, the cap while two or more tenants have work (default 8;
+                           0: the tenant cap always)
   --burst-repeats <n>      burst repeats (default 3; throughput is the median)
   --light-runs <n>         light-phase runs, one every --light-interval ms (default 50)
   --light-interval <ms>    (default 100)
@@ -216,6 +218,7 @@ async function main(): Promise<void> {
       db: { type: 'string' },
       concurrency: { type: 'string', default: '16' },
       'tenant-cap': { type: 'string', default: '128' },
+      'shared-cap': { type: 'string', default: '8' },
       'burst-repeats': { type: 'string', default: '3' },
       'light-runs': { type: 'string', default: '50' },
       'light-interval': { type: 'string', default: '100' },
@@ -312,6 +315,7 @@ async function main(): Promise<void> {
     ORDO_ROLES: 'worker',
     ORDO_WORKER_CONCURRENCY: String(concurrency),
     ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],
+    ORDO_TENANT_SHARED_IN_FLIGHT: values['shared-cap'],
   });
   // The worker in this process (default), or in a process of its own (--worker-process): then this
   // process only creates runs and measures, as an api replica apart from the workers would.
@@ -333,6 +337,7 @@ async function main(): Promise<void> {
     worker = await p.start('worker', {
       ORDO_WORKER_CONCURRENCY: String(concurrency),
       ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],
+      ORDO_TENANT_SHARED_IN_FLIGHT: values['shared-cap'],
     });
     db = new Database({ app: m.appUrl, system: m.systemUrl }, { poolSize: 20, applicationName: 'ordo:bench' });
   } else {
@@ -396,6 +401,8 @@ async function main(): Promise<void> {
       workerProcess: separate,
       concurrency,
       tenantMaxInFlight: Number(values['tenant-cap']),
+      tenantSharedInFlight: Number(values['shared-cap']),
+      tenantSharedWindowMs: config.ORDO_TENANT_SHARED_WINDOW_MS,
       leaseTtlMs: config.ORDO_LEASE_TTL_MS,
       node: process.version,
     },
@@ -1010,7 +1017,7 @@ function printTable(r: Record<string, any>): void {
       '',
     ]);
     rows.push([
-      'fairness: busy steps/s while loaded, PostgreSQL CPU ms per busy step',
+      `fairness: busy steps/s while loaded (shared cap ${r.settings.tenantSharedInFlight}), PostgreSQL CPU ms per busy step`,
       `${r.fairness.loadedBusyStepsPerS}, ${r.fairness.loadedPgCpuMsPerBusyStep ?? 'not measured (--db)'}`,
       '',
     ]);

@@ -21,6 +21,9 @@ describe('environment validation', () => {
       ORDO_HOME: '.ordo',
       ORDO_BODY_LIMIT_BYTES: 1024 * 1024,
       ORDO_BOOTSTRAP_TENANT: 'default',
+      ORDO_TENANT_MAX_IN_FLIGHT: 64,
+      ORDO_TENANT_SHARED_IN_FLIGHT: 8,
+      ORDO_TENANT_SHARED_WINDOW_MS: 30_000,
     });
     expect(c.home).toBe(path.resolve('.ordo'));
     expect(c.DATABASE_URL).toBeUndefined();
@@ -38,6 +41,9 @@ describe('environment validation', () => {
     ['ORDO_BOOTSTRAP_TENANT', 'Not Valid'],
     ['LOG_LEVEL', 'loud'],
     ['REDIS_URL', 'memcached://x'],
+    ['ORDO_TENANT_SHARED_IN_FLIGHT', '-1'],
+    ['ORDO_TENANT_SHARED_IN_FLIGHT', 'half'],
+    ['ORDO_TENANT_SHARED_WINDOW_MS', '10'],
   ])('rejects %s=%s with a message naming the variable', (name, value) => {
     const e = fails({ [name]: value });
     expect(e.message).toContain(name);

@@ -73,6 +73,8 @@ export const envSchema = z.object({
   ORDO_LEASE_TTL_MS: z.coerce.number().int().min(500).max(3_600_000).default(30_000),
   ORDO_REAPER_INTERVAL_MS: z.coerce.number().int().min(100).max(3_600_000).default(5_000),
   ORDO_TENANT_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(64),
+  ORDO_TENANT_SHARED_IN_FLIGHT: z.coerce.number().int().min(0).max(100_000).default(8),
+  ORDO_TENANT_SHARED_WINDOW_MS: z.coerce.number().int().min(100).max(3_600_000).default(30_000),
   ORDO_CLI_SANDBOX_REQUIRED: bool.default(true),
   REDIS_URL: z
     .string()

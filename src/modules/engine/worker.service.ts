@@ -15,6 +15,7 @@ import { renderTemplate, TemplateError, templateRefs } from '../templating/templ
 import { chainPlan, nextLink, type ChainPlan, type ChainPlugins } from './chain';
 import { ConstraintsService } from './constraints.service';
 import { SlotTable } from './slot-table';
+import { TenantActivity } from './tenant-activity';
 import {
   completionFor,
   EngineStore,
@@ -112,6 +113,10 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private readonly prefetch: number;
   private readonly leaseMs: number;
   private readonly tenantCap: number;
+  /** The cap while tenants share the engine (ORDO_TENANT_SHARED_IN_FLIGHT; 0: the full cap always). */
+  private readonly sharedCap: number;
+  /** Whether tenants share the engine: work of two of them seen within ORDO_TENANT_SHARED_WINDOW_MS. */
+  private readonly activity: TenantActivity;
   /** How long a chain may hold its first result before it commits (0: no chains). */
   private readonly chainMs: number;
   /** What the engine asks of a plugin by name. */
@@ -134,6 +139,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
     this.leaseMs = config.ORDO_LEASE_TTL_MS;
     this.tenantCap = config.ORDO_TENANT_MAX_IN_FLIGHT;
+    this.sharedCap = config.ORDO_TENANT_SHARED_IN_FLIGHT;
+    this.activity = new TenantActivity(config.ORDO_TENANT_SHARED_WINDOW_MS);
     this.chainMs = config.ORDO_WORKER_CHAIN_MS;
   }
 
@@ -172,6 +179,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const client = new pg.Client({ connectionString: this.db.urls.system, application_name: 'ordo:worker-listen' });
     client.on('notification', (n) => {
       if (n.channel === 'ordo_ready') {
+        if (n.payload) this.activity.seen(n.payload, performance.now());
         this.wake = true;
         this.signal();
         // Work of a tenant the loop is not serving need not wait for its turns, nor for room in
@@ -391,13 +399,17 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     }
   }
 
-  /** What this worker's claims and hops are given: room for `capacity` steps, its lease and the tenant cap. */
+  /**
+   * What this worker's claims and hops are given: room for `capacity` steps, its lease and the
+   * tenant cap, the shared one while tenants share the engine.
+   */
   private claimOptions(capacity: number): ClaimOptions {
+    const shared = this.sharedCap > 0 && this.activity.shared(performance.now());
     return {
       workerId: this.workerId,
       capacity,
       leaseMs: this.leaseMs,
-      tenantCap: this.tenantCap,
+      tenantCap: shared ? Math.min(this.tenantCap, this.sharedCap) : this.tenantCap,
       receivesRunData: this.traits.receivesRunData,
     };
   }
@@ -457,6 +469,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   }
 
   private start(work: ClaimedWork): void {
+    this.activity.seen(work.tenantId, performance.now());
     const r: Running = { work, ac: new AbortController(), reason: null };
     this.wantPlan(work);
     this.track(r, this.execute(r));
