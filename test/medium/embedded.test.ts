@@ -78,6 +78,23 @@ describe('embedded PostgreSQL', () => {
     }
   }, 60_000);
 
+  (process.getuid?.() === 0 ? it : it.skip)(
+    'as root, a home below a directory the postgres user cannot pass through is refused naming that directory',
+    async () => {
+      const closed = fs.mkdtempSync(path.join(dir, 'closed-'));
+      fs.chmodSync(closed, 0o700);
+      const home = path.join(closed, 'home');
+      const failed = await startAndStop(home, 54329);
+      expect(failed).toContain(
+        `the embedded PostgreSQL runs as the user postgres (Ordo runs as root), which cannot pass through ${closed} (mode 0700)`,
+      );
+      expect(fs.existsSync(path.join(home, 'data'))).toBe(false);
+      fs.chmodSync(closed, 0o711);
+      expect(await startAndStop(home, await freePort())).toBe('started');
+    },
+    60_000,
+  );
+
   describe('with another server on the port', () => {
     let other: net.Server;
     let port: number;

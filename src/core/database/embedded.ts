@@ -35,6 +35,8 @@ export async function startEmbeddedPostgres(
   // Traversable (not listable) so the unprivileged postgres user can reach its data directory when Ordo runs as root.
   fs.mkdirSync(dir, { recursive: true, mode: 0o711 });
   fs.chmodSync(dir, 0o711);
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) assertTraversable(dir);
   const dataDir = path.join(dir, 'data');
   const credFile = path.join(dir, 'credentials.json');
   const kept = readSecretJson<EmbeddedCredentials>(credFile);
@@ -62,7 +64,7 @@ export async function startEmbeddedPostgres(
       password: creds.password,
       authMethod: 'scram-sha-256',
       persistent: true,
-      createPostgresUser: process.getuid?.() === 0,
+      createPostgresUser: asRoot,
       initdbFlags: ['--encoding=UTF8', '--no-locale'],
       postgresFlags: [
         ...['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=400', '-c', 'unix_socket_directories='],
@@ -147,6 +149,23 @@ async function clientsGone(adminUrl: string, timeoutMs: number): Promise<void> {
     // The server is going away or unreachable: nothing to wait for.
   } finally {
     await client.end().catch(() => undefined);
+  }
+}
+
+/**
+ * As root, PostgreSQL runs as the unprivileged user `postgres`, which must be able to pass through
+ * every directory above the data directory; initdb's "Permission denied" would not say which one.
+ */
+function assertTraversable(dir: string): void {
+  for (let d = path.dirname(path.resolve(dir)); ; d = path.dirname(d)) {
+    const { mode } = fs.statSync(d);
+    if ((mode & 0o001) === 0) {
+      throw new Error(
+        `the embedded PostgreSQL runs as the user postgres (Ordo runs as root), which cannot pass through ${d} ` +
+          `(mode ${(mode & 0o777).toString(8).padStart(4, '0')}): allow it (chmod o+x ${d}) or set ORDO_HOME to a directory outside it`,
+      );
+    }
+    if (d === path.dirname(d)) return;
   }
 }
 
