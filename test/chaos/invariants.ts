@@ -112,9 +112,10 @@ export async function checkRuns(
     else if (!(s.kind === 'cancel' && s.cancelled === false) && r.status !== expectedStatus(s.kind))
       wrongStatus.push(`${s.token} (${s.kind}) ${r.status}`);
   }
-  for (const r of scheduleRuns ? rows : [])
-    if (!TERMINAL.includes(r.status) && r.run_token.startsWith('schedule:'))
-      lost.push(`${r.run_token} still ${r.status}`);
+  if (scheduleRuns)
+    for (const r of rows)
+      if (!TERMINAL.includes(r.status) && r.run_token.startsWith('schedule:'))
+        lost.push(`${r.run_token} still ${r.status}`);
   add('zero lost runs (every run exists and is terminal)', lost);
   add('every run ends as its kind must', wrongStatus);
 

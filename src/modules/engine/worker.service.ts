@@ -113,7 +113,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   private readonly prefetch: number;
   private readonly leaseMs: number;
   private readonly tenantCap: number;
-  /** The cap while tenants share the engine (ORDO_TENANT_SHARED_IN_FLIGHT; 0: the full cap always). */
+  /** The tenant cap while tenants share the engine: ORDO_TENANT_SHARED_IN_FLIGHT, at most the full cap (0: the full cap). */
   private readonly sharedCap: number;
   /** Whether tenants share the engine: work of two of them seen within ORDO_TENANT_SHARED_WINDOW_MS. */
   private readonly activity: TenantActivity;
@@ -139,7 +139,8 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
     this.leaseMs = config.ORDO_LEASE_TTL_MS;
     this.tenantCap = config.ORDO_TENANT_MAX_IN_FLIGHT;
-    this.sharedCap = config.ORDO_TENANT_SHARED_IN_FLIGHT;
+    const shared = config.ORDO_TENANT_SHARED_IN_FLIGHT;
+    this.sharedCap = shared > 0 ? Math.min(this.tenantCap, shared) : this.tenantCap;
     this.activity = new TenantActivity(config.ORDO_TENANT_SHARED_WINDOW_MS);
     this.chainMs = config.ORDO_WORKER_CHAIN_MS;
   }
@@ -404,12 +405,11 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
    * tenant cap, the shared one while tenants share the engine.
    */
   private claimOptions(capacity: number): ClaimOptions {
-    const shared = this.sharedCap > 0 && this.activity.shared(performance.now());
     return {
       workerId: this.workerId,
       capacity,
       leaseMs: this.leaseMs,
-      tenantCap: shared ? Math.min(this.tenantCap, this.sharedCap) : this.tenantCap,
+      tenantCap: this.activity.shared(performance.now()) ? this.sharedCap : this.tenantCap,
       receivesRunData: this.traits.receivesRunData,
     };
   }
