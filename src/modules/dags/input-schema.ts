@@ -111,6 +111,32 @@ function refCycle(schema: Record<string, unknown>): string[] | undefined {
 const anyInputs = z.record(z.string(), z.unknown());
 
 /**
+ * A copy of a JSON value whose objects have no prototype. zod reads each property a schema names
+ * with `input[key]`, so on plain objects a declared `constructor` or `toString` would find the
+ * inherited function: a required one would be satisfied by `{}`, an optional one refused. Copies
+ * iteratively, so deep input cannot exhaust the stack.
+ */
+function withoutPrototypes(value: unknown): unknown {
+  const copy = (v: unknown): unknown => {
+    if (Array.isArray(v)) return new Array<unknown>(v.length);
+    if (v !== null && typeof v === 'object') return Object.create(null) as Record<string, unknown>;
+    return v;
+  };
+  const root = copy(value);
+  const stack: [from: unknown, to: unknown][] = [[value, root]];
+  while (stack.length > 0) {
+    const [from, to] = stack.pop()!;
+    if (from === null || typeof from !== 'object') continue;
+    for (const [k, v] of Object.entries(from)) {
+      const c = copy(v);
+      (to as Record<string, unknown>)[k] = c;
+      stack.push([v, c]);
+    }
+  }
+  return root;
+}
+
+/**
  * Compiles a DAG's declared input JSON Schema into a zod schema that validates run inputs (the same
  * compilation checks the schema at publish). With no schema, any JSON object is accepted. Throws a
  * 400 INPUT_SCHEMA_INVALID naming the problem when `json` is not a usable JSON Schema.
@@ -136,11 +162,8 @@ export function compileInputSchema(json: unknown): z.ZodType {
   }
   try {
     // Run inputs are always a JSON object, whatever the declared schema says about other types.
-    const compiled = z.fromJSONSchema(json as Parameters<typeof z.fromJSONSchema>[0]) as z.ZodType<
-      unknown,
-      Record<string, unknown>
-    >;
-    return anyInputs.pipe(compiled);
+    const compiled = z.fromJSONSchema(json as Parameters<typeof z.fromJSONSchema>[0]);
+    return anyInputs.pipe(z.preprocess(withoutPrototypes, compiled) as z.ZodType<unknown, Record<string, unknown>>);
   } catch (e) {
     throw badRequest('INPUT_SCHEMA_INVALID', `inputs schema: ${(e as Error).message}`);
   }

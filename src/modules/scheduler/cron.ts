@@ -42,15 +42,16 @@ export interface FireTime {
 const SEARCH_YEARS = 30;
 const MONTHS = ['JAN', 'FEB', 'MAR', 'APR', 'MAY', 'JUN', 'JUL', 'AUG', 'SEP', 'OCT', 'NOV', 'DEC'];
 const DAYS = ['SUN', 'MON', 'TUE', 'WED', 'THU', 'FRI', 'SAT'];
-const MACROS: Record<string, string> = {
-  '@yearly': '0 0 1 1 *',
-  '@annually': '0 0 1 1 *',
-  '@monthly': '0 0 1 * *',
-  '@weekly': '0 0 * * 0',
-  '@daily': '0 0 * * *',
-  '@midnight': '0 0 * * *',
-  '@hourly': '0 * * * *',
-};
+/** A Map: an expression is caller input, and `constructor` or `__proto__` must not find Object's members. */
+const MACROS = new Map<string, string>([
+  ['@yearly', '0 0 1 1 *'],
+  ['@annually', '0 0 1 1 *'],
+  ['@monthly', '0 0 1 * *'],
+  ['@weekly', '0 0 * * 0'],
+  ['@daily', '0 0 * * *'],
+  ['@midnight', '0 0 * * *'],
+  ['@hourly', '0 * * * *'],
+]);
 
 export class CronError extends Error {
   constructor(
@@ -104,7 +105,7 @@ function parseField(text: string, name: string, min: number, max: number, names?
 /** Parses an expression; throws CronError with a message naming the bad field. */
 export function parseCron(expr: string): CronExpression {
   const trimmed = expr.trim();
-  const expanded = MACROS[trimmed.toLowerCase()] ?? trimmed;
+  const expanded = MACROS.get(trimmed.toLowerCase()) ?? trimmed;
   const fields = expanded.split(/\s+/);
   if (fields.length !== 5 && fields.length !== 6) {
     throw new CronError('INVALID_CRON', `expected 5 or 6 fields, got ${trimmed === '' ? 0 : fields.length}`);

@@ -16,6 +16,26 @@ export interface SchemaContext {
 
 const MAX_DEPTH = 6;
 
+/**
+ * Object.prototype's member names, and `prototype`. Looked up in a plain object (`table[name]`)
+ * they find inherited values instead of nothing, so every user-string arbitrary draws them often.
+ */
+export const PROTOTYPE_KEYS: readonly string[] = [
+  '__proto__',
+  'constructor',
+  'prototype',
+  'toString',
+  'toLocaleString',
+  'valueOf',
+  'hasOwnProperty',
+  'isPrototypeOf',
+  'propertyIsEnumerable',
+  '__defineGetter__',
+  '__defineSetter__',
+  '__lookupGetter__',
+  '__lookupSetter__',
+];
+
 /** Strings that break naive code: NUL, lone surrogates, bidi overrides, emoji, BOMs, traversal, templates. */
 export const HOSTILE_STRINGS: readonly string[] = [
   '',
