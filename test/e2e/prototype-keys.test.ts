@@ -1,4 +1,6 @@
 import { errorEnvelopeSchema } from '../../src/core/errors/error-envelope';
+import { SecretsService } from '../../src/modules/secrets/secrets.service';
+import { renderTemplate } from '../../src/modules/templating/template';
 import { PROTOTYPE_KEYS } from '../support/fuzz/arbitrary-from-schema';
 import { startTestApp, type TestApp, type TestResponse } from '../support/test-app';
 
@@ -98,5 +100,26 @@ describe('prototype property names as caller input', () => {
     });
     expectError(typed, 400, 'INVALID_INPUTS');
     expect(typed.body.error.message).toMatch(/^inputs valueOf:/);
+  });
+
+  it('resolves secrets named __proto__ and constructor as ordinary names, for templates to use', async () => {
+    for (const name of ['__proto__', 'constructor']) {
+      const put = await app.request('PUT', `/api/v1/secrets/${name}`, { as, body: { value: `v-${name}` } });
+      expect({ name, status: put.status }).toEqual({ name, status: 200 });
+    }
+    const secrets = app.ordo.app.get(SecretsService, { strict: false });
+    const values = await secrets.resolve(app.tenantId, ['__proto__', 'constructor']);
+    expect(Object.entries(values).sort()).toEqual([
+      ['__proto__', 'v-__proto__'],
+      ['constructor', 'v-constructor'],
+    ]);
+    const rendered = renderTemplate(
+      { a: '${{ secrets.__proto__ }}', b: '${{ secrets.constructor }}' },
+      { inputs: {}, steps: {}, secrets: values },
+    );
+    expect(rendered).toEqual({
+      value: { a: 'v-__proto__', b: 'v-constructor' },
+      usedSecrets: ['__proto__', 'constructor'],
+    });
   });
 });

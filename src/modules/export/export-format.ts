@@ -128,10 +128,13 @@ const SECRET_KEY = /authorization|token|secret|password|passwd|cookie|api[-_]?ke
 export function redactSecrets(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(redactSecrets);
   if (value && typeof value === 'object' && !(value instanceof Date)) {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value as Record<string, unknown>))
-      out[k] = SECRET_KEY.test(k) ? '[redacted]' : redactSecrets(v);
-    return out;
+    // fromEntries defines own data properties, so a config key named __proto__ stays a plain key.
+    return Object.fromEntries(
+      Object.entries(value as Record<string, unknown>).map(([k, v]) => [
+        k,
+        SECRET_KEY.test(k) ? '[redacted]' : redactSecrets(v),
+      ]),
+    );
   }
   return value;
 }

@@ -83,7 +83,8 @@ export class SecretsService {
     const missing = wanted.filter((n) => !rows.some((r) => r.name === n)).sort();
     if (missing.length > 0) throw new SecretNotFoundError(missing);
     const keys = this.keyStore();
-    const out: Record<string, string> = {};
+    // No prototype: a secret may be named __proto__ or constructor, and is then an ordinary key.
+    const out = Object.create(null) as Record<string, string>;
     for (const r of rows) {
       try {
         out[r.name] = keys.open(r, aad(tenantId, r.name));
