@@ -1,9 +1,8 @@
 import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { pluginContext } from '../../src/modules/sandbox/testing/plugin-context';
-import plugin, { cliSandbox, sandboxRequired } from './index';
+import { closeTestSandboxes, pluginContext, testSandbox } from '../../src/modules/sandbox/testing/plugin-context';
+import plugin from './index';
 
 const exec = (cfg: Record<string, unknown>, ctx = pluginContext()) =>
   plugin.execute(plugin.configSchema.parse(cfg), ctx);
@@ -28,10 +27,7 @@ describe('cli plugin', () => {
   });
   afterAll(async () => {
     await new Promise((r) => server.close(r));
-  });
-  afterEach(() => {
-    delete cliSandbox.tools;
-    delete cliSandbox.required;
+    await closeTestSandboxes();
   });
 
   it('runs a command with each argument passed literally, never through a shell', async () => {
@@ -44,10 +40,15 @@ describe('cli plugin', () => {
     expect(ctx.lines.map((l) => l.message)).toContain('hello world $(id -u) ; rm -rf / `whoami` *');
   });
 
-  it('resolves bare names against /usr/bin:/bin only and refuses unknown commands', async () => {
+  it('resolves bare names against /usr/bin:/bin only and refuses commands the sandbox does not show', async () => {
     expect(await exec({ command: 'definitely-not-a-command' })).toMatchObject({
       status: 'failed',
       error: { code: 'COMMAND_NOT_FOUND' },
+    });
+    // Ordo's own Node binary exists on the host, but not in the sandbox's view.
+    expect(await exec({ command: process.execPath })).toMatchObject({
+      status: 'failed',
+      error: { code: 'COMMAND_NOT_FOUND', message: expect.stringContaining('it shows /usr') },
     });
     expect(plugin.configSchema.safeParse({ command: './relative' }).success).toBe(false);
     expect(plugin.configSchema.safeParse({ command: '/bin/echo' }).success).toBe(true);
@@ -66,43 +67,62 @@ describe('cli plugin', () => {
     expect(await exec({ command: 'cat', stdin: 'from stdin' })).toMatchObject({ outputs: { stdout: 'from stdin' } });
   });
 
-  it('cannot reach the network (not even loopback) unless the step declares egress', async () => {
-    const script = `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3`;
-    const denied = await exec({ command: '/bin/bash', args: ['-c', script] });
-    expect(denied).toMatchObject({ status: 'failed', error: { code: 'EXIT_CODE' } });
-    const allowed = await exec(
-      { command: '/bin/bash', args: ['-c', script] },
+  it('has no network at all without egress, and with egress reaches a listed address only through the proxy', async () => {
+    const direct = `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3`;
+    const viaProxy = `exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'GET http://127.0.0.1:${port}/ HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3`;
+    expect(await exec({ command: '/bin/bash', args: ['-c', direct] })).toMatchObject({
+      status: 'failed',
+      error: { code: 'EXIT_CODE' },
+    });
+    const ctx = () => pluginContext({ egress: [`127.0.0.1:${port}`] });
+    // The step's own loopback is not the host's: the listed address is reached through the proxy only.
+    expect(await exec({ command: '/bin/bash', args: ['-c', direct] }, ctx())).toMatchObject({ status: 'failed' });
+    expect(await exec({ command: '/bin/bash', args: ['-c', viaProxy] }, ctx())).toMatchObject({
+      status: 'succeeded',
+      outputs: { stdout: expect.stringContaining('reachable') },
+    });
+    const curl = await exec(
+      { command: 'curl', args: ['-sS', '--max-time', '5', `http://127.0.0.1:${port}/`] },
       pluginContext({ egress: [`127.0.0.1:${port}`] }),
     );
-    expect(allowed).toMatchObject({ status: 'succeeded', outputs: { stdout: expect.stringContaining('reachable') } });
+    expect(curl).toMatchObject({ status: 'succeeded', outputs: { stdout: 'reachable' } });
   });
 
-  it('sees a scrubbed environment: PATH, HOME, LANG and the declared variables only', async () => {
+  it('sees a scrubbed environment: PATH, HOME, LANG, PWD and the declared variables only', async () => {
     process.env.ORDO_TEST_HOST_SECRET = 'host-only';
     try {
       const r = await exec({ command: 'env', env: { GREETING: 'hi' } });
       const vars = (r.outputs?.stdout as string).trim().split('\n').sort();
-      expect(vars.map((v) => v.split('=')[0])).toEqual(['GREETING', 'HOME', 'LANG', 'PATH']);
+      expect(vars.map((v) => v.split('=')[0])).toEqual(['GREETING', 'HOME', 'LANG', 'PATH', 'PWD']);
       expect(vars).toContain('PATH=/usr/bin:/bin');
+      expect(vars).toContain('HOME=/work');
       expect(vars).toContain('GREETING=hi');
     } finally {
       delete process.env.ORDO_TEST_HOST_SECRET;
     }
   });
 
-  it('runs in a fresh private working directory that is HOME and is removed afterwards', async () => {
+  it('runs in a fresh private working directory /work (also HOME) that no later step sees', async () => {
     const r = await exec({
       command: '/bin/bash',
-      args: ['-c', 'pwd; echo "$HOME"; ls -A | wc -l; stat -c %a .; touch scratch'],
+      args: ['-c', 'pwd; echo "$HOME"; ls -A | wc -l; stat -c %a .; echo kept > scratch; cat scratch'],
     });
-    const [cwd, home, count, mode] = (r.outputs?.stdout as string).trim().split('\n');
-    expect(cwd).toMatch(/ordo-cli-/);
-    expect(home).toBe(cwd);
-    expect(count).toBe('0');
-    expect(mode).toBe('700');
-    expect(fs.existsSync(cwd)).toBe(false);
-    const again = await exec({ command: 'pwd' });
-    expect((again.outputs?.stdout as string).trim()).not.toBe(cwd);
+    expect((r.outputs?.stdout as string).trim().split('\n')).toEqual(['/work', '/work', '0', '700', 'kept']);
+    const again = await exec({ command: '/bin/bash', args: ['-c', 'ls -A /work /tmp | grep -c scratch || true'] });
+    expect((again.outputs?.stdout as string).trim()).toBe('0');
+  });
+
+  it('bounds the working directory and /tmp by their sizes', async () => {
+    const r = await exec({
+      command: '/bin/bash',
+      args: ['-c', 'head -c 3000000 /dev/zero > /work/big'],
+      workdirMb: 2,
+      maxFileSizeMb: 100,
+    });
+    expect(r).toMatchObject({ status: 'failed', error: { code: 'EXIT_CODE' } });
+    expect(r.outputs?.stderr).toMatch(/No space left on device/);
+    const t = await exec({ command: '/bin/bash', args: ['-c', 'head -c 3000000 /dev/zero > /tmp/big'], tmpMb: 1 });
+    expect(t).toMatchObject({ status: 'failed', error: { code: 'EXIT_CODE' } });
   });
 
   it('kills the whole process tree on timeout, grandchildren included', async () => {
@@ -169,20 +189,18 @@ describe('cli plugin', () => {
   });
 
   it('fails with SANDBOX_UNAVAILABLE instead of running unsandboxed when the sandbox cannot be set up', async () => {
-    cliSandbox.tools = { prlimit: '/nonexistent/prlimit', unshare: '/nonexistent/unshare' };
-    cliSandbox.required = true;
-    const r = await exec({ command: 'echo', args: ['should not run'] });
-    expect(r).toMatchObject({ status: 'failed', error: { code: 'SANDBOX_UNAVAILABLE', retryable: false } });
+    const ctx = pluginContext({ sandbox: testSandbox({ bwrap: '/nonexistent/bwrap' }) });
+    const r = await exec({ command: 'echo', args: ['should not run'] }, ctx);
+    expect(r).toMatchObject({
+      status: 'failed',
+      error: { code: 'SANDBOX_UNAVAILABLE', retryable: false, message: expect.stringContaining('bubblewrap') },
+    });
   });
 
   it('runs unsandboxed with a loud warning on every step when the operator relaxes the requirement', async () => {
-    cliSandbox.tools = { prlimit: '/nonexistent/prlimit', unshare: '/nonexistent/unshare' };
-    cliSandbox.required = false;
-    const ctx = pluginContext();
+    const ctx = pluginContext({ sandbox: testSandbox({ bwrap: '/nonexistent/bwrap', cliRequired: false }) });
     const r = await exec({ command: 'echo', args: ['ran'] }, ctx);
     expect(r).toMatchObject({ status: 'succeeded', outputs: { stdout: 'ran\n' } });
     expect(ctx.lines.some((l) => l.level === 'warn' && /WITHOUT the cli sandbox/.test(l.message))).toBe(true);
-    expect(sandboxRequired({ ORDO_CLI_SANDBOX_REQUIRED: 'false' })).toBe(false);
-    expect(sandboxRequired({})).toBe(true);
   });
 });

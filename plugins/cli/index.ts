@@ -1,21 +1,23 @@
+import os from 'node:os';
 import { z } from 'zod';
 import { definePlugin, type PluginContext, type PluginResult } from '../../src/modules/plugins/plugin';
-import {
-  resolveCommand,
-  runCli,
-  SandboxUnavailableError,
-  type SandboxTools,
-} from '../../src/modules/sandbox/cli-runner';
+import { resolveCommand, SandboxUnavailableError } from '../../src/modules/sandbox/cli-runner';
 
 const MIB = 1024 * 1024;
 const num = (min: number, max: number) => z.union([z.number().int().min(min).max(max), z.string().min(1)]);
 
 const config = z.strictObject({
-  /** An absolute path, or a bare name looked up in /usr/bin:/bin. Never run through a shell. */
+  /**
+   * An absolute path under /usr, /bin, /sbin or /lib* (what the sandbox shows), or a bare name
+   * looked up in /usr/bin:/bin. Never run through a shell.
+   */
   command: z.string().regex(/^(\/[^\0]*|[A-Za-z0-9._+-]+|\$\{\{.*\}\})$/, 'an absolute path or a bare command name'),
   /** Each argument is passed as is (after templating): `;`, `$(…)`, quotes and globs mean nothing. */
   args: z.array(z.string().max(131_072)).max(1000).default([]),
-  /** The only variables the command sees besides PATH=/usr/bin:/bin, HOME=<workdir> and LANG=C. */
+  /**
+   * The only variables the command sees besides PATH=/usr/bin:/bin, HOME=/work, LANG=C and, when
+   * the step declares egress, HTTP_PROXY/HTTPS_PROXY (its only way out).
+   */
   env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/), z.string().max(131_072)).default({}),
   stdin: z
     .string()
@@ -31,8 +33,12 @@ const config = z.strictObject({
   memoryMb: num(16, 1024 * 1024).default(2048),
   /** Largest file the command may write, in MiB (RLIMIT_FSIZE). */
   maxFileSizeMb: num(0, 1024 * 1024).default(100),
-  /** Processes (RLIMIT_NPROC, per user: not enforced for root). */
+  /** Processes and threads of the sandbox's user (RLIMIT_NPROC), the sandbox's own two (a dozen with egress) included. */
   maxProcesses: num(1, 100_000).default(256),
+  /** Size of the private working directory /work (a tmpfs, also HOME), in MiB. */
+  workdirMb: num(1, 64 * 1024).default(256),
+  /** Size of the private /tmp (a tmpfs), in MiB. */
+  tmpMb: num(1, 64 * 1024).default(64),
 });
 
 type CliConfig = z.output<typeof config>;
@@ -47,15 +53,6 @@ function int(v: number | string | undefined, fallback: number, name: string, min
   return n;
 }
 
-/** ORDO_CLI_SANDBOX_REQUIRED (default true): false lets a host without unshare/prlimit run commands unsandboxed. */
-export function sandboxRequired(env: NodeJS.ProcessEnv = process.env): boolean {
-  const v = (env.ORDO_CLI_SANDBOX_REQUIRED ?? '').trim().toLowerCase();
-  return !['false', '0', 'no'].includes(v);
-}
-
-/** Replaced by tests to simulate a host without a working sandbox. */
-export const cliSandbox: { tools?: SandboxTools; required?: boolean } = {};
-
 async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
   const command = resolveCommand(cfg.command);
   if (!command) {
@@ -63,37 +60,34 @@ async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
       status: 'failed',
       error: {
         code: 'COMMAND_NOT_FOUND',
-        message: `no executable ${cfg.command} (bare names are looked up in /usr/bin:/bin)`,
+        message: `no executable ${cfg.command} in the sandbox (it shows /usr, /bin, /sbin and /lib*; bare names are looked up in /usr/bin:/bin)`,
         retryable: false,
       },
     };
   }
   const timeoutMs = int(cfg.timeoutMs, ctx.timeoutMs, 'timeoutMs', 1, 7 * 86_400_000);
   const maxOutputBytes = int(cfg.maxOutputBytes, MIB, 'maxOutputBytes', 0, 64 * MIB);
-  const required = cliSandbox.required ?? sandboxRequired();
-  const network = ctx.egress.length > 0;
-  if (network) ctx.log('info', 'the step declares egress: the command runs with the host network');
-
   let result;
   try {
-    result = await runCli({
+    result = await ctx.sandbox.runCli({
       command,
       args: cfg.args,
       env: cfg.env,
       stdin: cfg.stdin,
       timeoutMs,
       maxOutputBytes,
-      network,
+      egress: ctx.egress,
       limits: {
         cpuSeconds: int(cfg.cpuSeconds, Math.max(1, Math.ceil(timeoutMs / 1000)), 'cpuSeconds', 1, 7 * 86_400),
         memoryBytes: int(cfg.memoryMb, 2048, 'memoryMb', 16, 1024 * 1024) * MIB,
         fileSizeBytes: int(cfg.maxFileSizeMb, 100, 'maxFileSizeMb', 0, 1024 * 1024) * MIB,
         processes: int(cfg.maxProcesses, 256, 'maxProcesses', 1, 100_000),
+        workBytes: int(cfg.workdirMb, 256, 'workdirMb', 1, 64 * 1024) * MIB,
+        tmpBytes: int(cfg.tmpMb, 64, 'tmpMb', 1, 64 * 1024) * MIB,
       },
       signal: ctx.signal,
-      requireSandbox: required,
-      tools: cliSandbox.tools,
       onLine: (stream, line) => ctx.log(stream === 'stdout' ? 'info' : 'warn', ctx.redact(line)),
+      log: (level, message) => ctx.log(level, ctx.redact(message)),
     });
   } catch (e) {
     if (e instanceof SandboxUnavailableError) {
@@ -105,7 +99,7 @@ async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
   if (!result.sandboxed) {
     ctx.log(
       'warn',
-      `WARNING: this command ran WITHOUT the cli sandbox (no network or PID namespace) because ORDO_CLI_SANDBOX_REQUIRED=false: ${result.sandboxProblem ?? ''}`,
+      `WARNING: this command ran WITHOUT the cli sandbox (the host's files, processes and network were in reach) because ORDO_CLI_SANDBOX_REQUIRED=false: ${result.sandboxProblem ?? ''}`,
     );
   }
   if (result.truncated)
@@ -137,7 +131,7 @@ async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
     };
   }
   if (result.exitCode !== 0) {
-    const how = result.exitCode === null ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
+    const how = result.exitCode === null ? `was killed by ${result.signal}` : exitText(result.exitCode);
     const last = outputs.stderr.trim().split('\n').pop() ?? '';
     return {
       status: 'failed',
@@ -152,14 +146,22 @@ async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
   return { status: 'succeeded', outputs };
 }
 
+/** "exited with code 3", or for a status above 128 the signal it stands for (the sandbox reports 128 + n). */
+function exitText(code: number): string {
+  const signal = Object.entries(os.constants.signals).find(([, n]) => n === code - 128)?.[0];
+  return code > 128 && signal ? `was killed by ${signal} (exit code ${code})` : `exited with code ${code}`;
+}
+
 /**
- * Runs a declared executable (no shell) in its own network and PID namespaces with rlimits, a
- * scrubbed environment and a private working directory; exit code 0 succeeds.
+ * Runs a declared executable (no shell) in a bubblewrap sandbox as an unprivileged user: its own
+ * namespaces, a read-only system view with no instance files, rlimits, a scrubbed environment,
+ * private tmpfs /tmp and /work, and egress only through the checking proxy; exit code 0 succeeds.
  * Outputs: {exitCode, stdout, stderr, truncated} (stdout/stderr are tails of at most maxOutputBytes).
  */
 export default definePlugin({
   name: 'cli',
-  description: 'Runs a declared executable without a shell, sandboxed (network namespace, rlimits, private workdir).',
+  description:
+    'Runs a declared executable without a shell in a bubblewrap sandbox (unprivileged, own namespaces, no instance files, rlimits, egress through a checking proxy).',
   configSchema: config,
   async execute(cfg, ctx) {
     try {

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { pluginContext } from '../../src/modules/sandbox/testing/plugin-context';
+import { closeTestSandboxes, pluginContext, testSandbox } from '../../src/modules/sandbox/testing/plugin-context';
 import plugin, { statusMatches } from './index';
 
 describe('http plugin', () => {
@@ -55,6 +55,7 @@ describe('http plugin', () => {
   afterAll(async () => {
     server.closeAllConnections();
     await new Promise((r) => server.close(r));
+    await closeTestSandboxes();
   });
   beforeEach(() => (seen = []));
 
@@ -172,6 +173,18 @@ describe('http plugin', () => {
       await exec({ url: 'http://localhost:' + base.split(':')[2] + '/json' }, pluginContext({ egress: ['localhost'] })),
     ).toMatchObject({
       error: { code: 'EGRESS_DENIED' },
+    });
+    expect(seen).toHaveLength(0);
+  });
+
+  it('denies a loopback address the step names by its literal when the operator lists no private range', async () => {
+    const r = await exec(
+      { url: `${base}/json` },
+      pluginContext({ egress, sandbox: testSandbox({ allowPrivate: [] }) }),
+    );
+    expect(r).toMatchObject({
+      status: 'failed',
+      error: { code: 'EGRESS_DENIED', message: expect.stringContaining('ORDO_EGRESS_ALLOW_PRIVATE') },
     });
     expect(seen).toHaveLength(0);
   });

@@ -98,6 +98,7 @@ async function run(cfg: HttpConfig, ctx: PluginContext): Promise<PluginResult> {
     headers,
     body,
     egress: ctx.egress,
+    policy: ctx.sandbox.egress,
     signal: ctx.signal,
     timeoutMs,
     maxResponseBytes,

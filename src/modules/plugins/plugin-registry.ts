@@ -1,4 +1,4 @@
-import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Plugin } from './plugin';
@@ -8,7 +8,7 @@ import type { Plugin } from './plugin';
  * export is a Plugin. Adding a plugin is adding a directory; nothing else is edited.
  */
 @Injectable()
-export class PluginRegistry implements OnApplicationShutdown {
+export class PluginRegistry {
   private readonly plugins = new Map<string, Plugin>();
 
   constructor() {
@@ -26,10 +26,6 @@ export class PluginRegistry implements OnApplicationShutdown {
 
   names(): string[] {
     return [...this.plugins.keys()].sort();
-  }
-
-  async onApplicationShutdown(): Promise<void> {
-    await Promise.allSettled([...this.plugins.values()].map((p) => (p.close ? p.close() : Promise.resolve())));
   }
 }
 

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import type { Sandbox } from '../sandbox/sandbox';
 
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [k: string]: JsonValue };
 export type JsonObject = { [k: string]: JsonValue };
@@ -32,6 +33,11 @@ export interface PluginContext {
   steps?: Record<string, { outputs: JsonValue }>;
   /** Hosts this step may reach (exact `host`, `host:port` or `*.suffix`); empty = no network. */
   egress: readonly string[];
+  /**
+   * The process's sandboxes and the operator's settings for them: the egress policy, the `cli`
+   * runner, the script sandbox pool. Plugins take their settings from here, never from the environment.
+   */
+  sandbox: Sandbox;
   /** Milliseconds this attempt may run (the step's `timeout`); the engine also enforces it. */
   timeoutMs: number;
   /** Appends to the step log (size-capped by the engine; secrets redacted by the engine). */
@@ -70,8 +76,6 @@ export interface Plugin<C = unknown> {
    * succeeded, before that result commits, and commit both together (a chain).
    */
   sideEffectFree?: boolean;
-  /** Releases pooled resources (sandbox processes) at shutdown. */
-  close?(): Promise<void>;
 }
 
 export function definePlugin<C>(p: Plugin<C>): Plugin<C> {

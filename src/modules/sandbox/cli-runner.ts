@@ -1,43 +1,50 @@
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
+import type { SandboxView } from './bwrap';
+import { startEgressProxy, type EgressProxy } from './egress-proxy';
+import type { Sandbox, SandboxLaunch } from './sandbox';
+import { helperFile, nodeBinary } from './sandbox';
 
 /** Directories a bare command name is looked up in (and the PATH the command sees). */
 export const SAFE_PATH = ['/usr/bin', '/bin'];
+
+/** Where a command may live: the parts of the host the sandbox shows. */
+const VISIBLE = ['/usr/', '/bin/', '/sbin/', '/lib/', '/lib32/', '/lib64/', '/libx32/'];
+
+/** Inside the sandbox: the egress socket, the forwarder and its Node, and the proxy's port. */
+const RUN = '/run/ordo';
+const PROXY_PORT = 3128;
 
 export interface CliLimits {
   cpuSeconds: number;
   memoryBytes: number;
   fileSizeBytes: number;
   processes: number;
-}
-
-export interface SandboxTools {
-  prlimit: string;
-  unshare: string;
+  /** Size of the private /tmp and of the working directory (each a tmpfs). */
+  tmpBytes: number;
+  workBytes: number;
 }
 
 export interface CliRunOptions {
   /** Absolute path of the executable (see resolveCommand). */
   command: string;
   args: readonly string[];
-  /** Declared variables; the command sees only these plus PATH, HOME and LANG. */
+  /** Declared variables; the command sees only these plus PATH, HOME, LANG and the proxy variables. */
   env: Readonly<Record<string, string>>;
   stdin?: string;
   timeoutMs: number;
   /** Bytes of stdout (and of stderr) kept; the rest is counted and dropped. */
   maxOutputBytes: number;
-  /** Whether the command keeps the host's network (the step declares egress). */
-  network: boolean;
+  /** The step's egress list: empty, no network at all; else only through the checking proxy. */
+  egress: readonly string[];
   limits: CliLimits;
   signal: AbortSignal;
-  /** Without a working sandbox: refuse (true) or run unsandboxed (false, the operator's choice). */
-  requireSandbox: boolean;
   /** Each complete output line, as it arrives (at most `maxLogLines`). */
   onLine?(stream: 'stdout' | 'stderr', line: string): void;
+  /** A line of the sandbox's own (egress denials) for the step's log. */
+  log?(level: 'info' | 'warn', message: string): void;
   maxLogLines?: number;
-  tools?: SandboxTools;
 }
 
 export interface CliRunResult {
@@ -73,11 +80,10 @@ function which(name: string): string | undefined {
   return undefined;
 }
 
-export function defaultTools(): SandboxTools {
-  return { prlimit: which('prlimit') ?? '/usr/bin/prlimit', unshare: which('unshare') ?? '/usr/bin/unshare' };
-}
-
-/** Resolves an absolute path or a bare name (looked up in SAFE_PATH) to an executable file. */
+/**
+ * Resolves an absolute path or a bare name (looked up in SAFE_PATH) to an executable file the
+ * sandbox shows (under /usr, /bin, /sbin or /lib*); anything else is not found.
+ */
 export function resolveCommand(command: string): string | undefined {
   const candidates = path.isAbsolute(command)
     ? [path.normalize(command)]
@@ -85,6 +91,7 @@ export function resolveCommand(command: string): string | undefined {
       ? []
       : SAFE_PATH.map((d) => path.join(d, command));
   for (const c of candidates) {
+    if (!VISIBLE.some((dir) => c.startsWith(dir))) continue;
     try {
       fs.accessSync(c, fs.constants.X_OK);
       if (fs.statSync(c).isFile()) return c;
@@ -93,41 +100,6 @@ export function resolveCommand(command: string): string | undefined {
     }
   }
   return undefined;
-}
-
-type Support = { ok: true; unshare: string[] } | { ok: false; reason: string };
-const supportCache = new Map<string, Support>();
-
-/**
- * Finds the unshare flags that work on this host (probed once per tool pair): a new network
- * namespace (unless egress is declared) and a new PID namespace, so every process the command
- * starts, even one that leaves the process group, dies when the command ends. Unprivileged hosts
- * need a user namespace (`-r`) for that.
- */
-export function sandboxSupport(tools: SandboxTools): Support {
-  const key = `${tools.prlimit}\0${tools.unshare}`;
-  const cached = supportCache.get(key);
-  if (cached) return cached;
-  let result: Support = { ok: false, reason: 'unshare and prlimit are missing or not permitted here' };
-  const problems: string[] = [];
-  for (const flags of [
-    ['-n', '-p', '-f', '--kill-child'],
-    ['-r', '-n', '-p', '-f', '--kill-child'],
-  ]) {
-    const r = spawnSync(tools.prlimit, ['--cpu=5', '--nproc=64', '--', tools.unshare, ...flags, '--', '/bin/true'], {
-      timeout: 5000,
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    if (r.status === 0) {
-      result = { ok: true, unshare: flags.filter((f) => f !== '-n') };
-      break;
-    }
-    problems.push(r.error ? r.error.message : String(r.stderr).trim() || `exit ${r.status}`);
-  }
-  if (!result.ok)
-    result = { ok: false, reason: `cannot set up the cli sandbox (unshare -n -p / prlimit): ${problems.join('; ')}` };
-  supportCache.set(key, result);
-  return result;
 }
 
 /** Keeps the last `max` bytes written to it and counts everything. */
@@ -160,44 +132,105 @@ class Tail {
 const MAX_LINE = 8192;
 
 /**
- * Runs one command: no shell, argv as given, a scrubbed environment, a private temporary working
- * directory (removed afterwards), rlimits via prlimit, its own network and PID namespaces via
- * unshare, and its own process group, killed with SIGKILL on timeout, abort and completion.
+ * Runs `cli` steps: each command in a bubblewrap sandbox of its own (see bwrap.ts) as an
+ * unprivileged host uid (see sandbox-ids.ts), with rlimits set by prlimit inside it, a scrubbed
+ * environment, size-bounded tmpfs mounts for /tmp and its working directory (/work, also HOME),
+ * no shell, and every process it starts killed with it. A step without egress has no network at
+ * all (a namespace with only its own loopback); a step with egress reaches the outside only
+ * through the egress proxy, which checks each destination against its list (HTTP_PROXY and
+ * HTTPS_PROXY point there; programs that ignore them reach nothing).
  */
-export async function runCli(o: CliRunOptions): Promise<CliRunResult> {
-  const tools = o.tools ?? defaultTools();
-  const support = sandboxSupport(tools);
-  if (!support.ok && o.requireSandbox) throw new SandboxUnavailableError(support.reason);
+export class CliRunner {
+  constructor(private readonly sandbox: Sandbox) {}
 
-  const workdir = await fs.promises.mkdtemp(path.join(os.tmpdir(), 'ordo-cli-'));
-  await fs.promises.chmod(workdir, 0o700);
-  const env: Record<string, string> = { PATH: SAFE_PATH.join(':'), HOME: workdir, LANG: 'C', ...o.env };
-  const limits = [
-    `--cpu=${o.limits.cpuSeconds}`,
-    `--as=${o.limits.memoryBytes}`,
-    `--fsize=${o.limits.fileSizeBytes}`,
-    `--nproc=${o.limits.processes}`,
-  ];
-  let file: string;
-  let argv: string[];
-  if (support.ok) {
-    file = tools.prlimit;
-    argv = [
-      ...limits,
-      '--',
-      tools.unshare,
-      ...(o.network ? [] : ['-n']),
-      ...support.unshare,
-      '--',
-      o.command,
-      ...o.args,
+  async run(o: CliRunOptions): Promise<CliRunResult> {
+    const support = this.sandbox.available();
+    const prlimit = which('prlimit');
+    if (!support.ok && this.sandbox.settings.cliRequired) throw new SandboxUnavailableError(support.reason);
+    if (support.ok && !prlimit)
+      throw new SandboxUnavailableError("prlimit (util-linux) is missing: the command's limits cannot be set");
+    const limits = [
+      `--cpu=${o.limits.cpuSeconds}`,
+      `--as=${o.limits.memoryBytes}`,
+      `--fsize=${o.limits.fileSizeBytes}`,
+      `--nproc=${o.limits.processes}`,
     ];
-  } else {
-    const prlimitWorks = fs.existsSync(tools.prlimit) && spawnSync(tools.prlimit, ['--', '/bin/true']).status === 0;
-    file = prlimitWorks ? tools.prlimit : o.command;
-    argv = prlimitWorks ? [...limits, '--', o.command, ...o.args] : [...o.args];
+    const id = this.sandbox.ids.acquire();
+    const cleanup: (() => Promise<unknown>)[] = [];
+    try {
+      const env: Record<string, string> = { PATH: SAFE_PATH.join(':'), HOME: '/work', LANG: 'C' };
+      let launch: SandboxLaunch;
+      let cwd = '/';
+      if (support.ok) {
+        const view: SandboxView & { readOnly: [string, string][]; readWrite: [string, string][] } = {
+          tmpfs: [
+            ['/tmp', o.limits.tmpBytes, 0o1777],
+            ['/work', o.limits.workBytes, 0o700],
+          ],
+          cwd: '/work',
+          readOnly: [],
+          readWrite: [],
+        };
+        let command = [prlimit!, ...limits, '--', o.command, ...o.args];
+        if (o.egress.length > 0) {
+          const dir = await fs.promises.mkdtemp(path.join(this.sandbox.runtimeDir(), 'step-'));
+          cleanup.push(() => fs.promises.rm(dir, { recursive: true, force: true }));
+          if (id.uid !== undefined) await fs.promises.chown(dir, id.uid, id.gid!);
+          await fs.promises.chmod(dir, 0o700);
+          const socketPath = path.join(dir, 'egress.sock');
+          const proxy: EgressProxy = await startEgressProxy({
+            socketPath,
+            owner: id.uid === undefined ? undefined : { uid: id.uid, gid: id.gid! },
+            egress: o.egress,
+            policy: this.sandbox.egress,
+            log: (level, message) => o.log?.(level, message),
+          });
+          cleanup.unshift(() => proxy.close());
+          view.readWrite.push([socketPath, `${RUN}/egress.sock`]);
+          view.readOnly.push(
+            [nodeBinary(), `${RUN}/node`],
+            [helperFile('egress-forwarder.js'), `${RUN}/egress-forwarder.js`],
+          );
+          command = [`${RUN}/node`, `${RUN}/egress-forwarder.js`, `${RUN}/egress.sock`, String(PROXY_PORT), ...command];
+          const proxyUrl = `http://127.0.0.1:${PROXY_PORT}`;
+          Object.assign(env, {
+            HTTP_PROXY: proxyUrl,
+            HTTPS_PROXY: proxyUrl,
+            http_proxy: proxyUrl,
+            https_proxy: proxyUrl,
+          });
+        }
+        launch = this.sandbox.launch(id, view, command);
+      } else {
+        // The operator's loud opt-out: no namespaces, the host's network; still an unprivileged
+        // uid when Ordo runs as root, a private directory and the rlimits where prlimit works.
+        const dir = await fs.promises.mkdtemp(path.join(this.sandbox.runtimeDir(), 'step-'));
+        cleanup.push(() => fs.promises.rm(dir, { recursive: true, force: true }));
+        if (id.uid !== undefined) await fs.promises.chown(dir, id.uid, id.gid!);
+        await fs.promises.chmod(dir, 0o700);
+        env.HOME = dir;
+        cwd = dir;
+        launch =
+          prlimit !== undefined && spawnSync(prlimit, ['--', '/bin/true']).status === 0
+            ? { file: prlimit, args: [...limits, '--', o.command, ...o.args], uid: id.uid, gid: id.gid }
+            : { file: o.command, args: [...o.args], uid: id.uid, gid: id.gid };
+      }
+      const result = await execute(launch, cwd, { ...env, ...o.env }, o);
+      return { ...result, sandboxed: support.ok, sandboxProblem: support.ok ? undefined : support.reason };
+    } finally {
+      for (const c of cleanup) await c().catch(() => undefined);
+      id.release();
+    }
   }
+}
 
+/** Runs one launch to its end: output tails and lines, timeout, abort, and the group killed after. */
+async function execute(
+  launch: SandboxLaunch,
+  cwd: string,
+  env: Record<string, string>,
+  o: CliRunOptions,
+): Promise<Omit<CliRunResult, 'sandboxed' | 'sandboxProblem'>> {
   const started = Date.now();
   const out = new Tail(o.maxOutputBytes);
   const err = new Tail(o.maxOutputBytes);
@@ -231,70 +264,66 @@ export async function runCli(o: CliRunOptions): Promise<CliRunResult> {
 
   let timedOut = false;
   let aborted = false;
-  try {
-    const child = spawn(file, argv, {
-      cwd: workdir,
-      env,
-      detached: true,
-      stdio: [o.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-      windowsHide: true,
-    });
-    const killGroup = () => {
-      if (child.pid === undefined) return;
-      try {
-        process.kill(-child.pid, 'SIGKILL');
-      } catch {
-        // the group is gone already
-      }
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      killGroup();
-    }, o.timeoutMs);
-    const onAbort = () => {
-      aborted = true;
-      killGroup();
-    };
-    o.signal.addEventListener('abort', onAbort, { once: true });
-    if (o.signal.aborted) onAbort();
-    const stdout = child.stdout!;
-    const stderr = child.stderr!;
-    const closed = Promise.all([
-      new Promise((r) => stdout.once('close', r)),
-      new Promise((r) => stderr.once('close', r)),
-    ]);
-    stdout.on('data', (c: Buffer) => feed('stdout', c));
-    stderr.on('data', (c: Buffer) => feed('stderr', c));
-    if (o.stdin !== undefined && child.stdin) {
-      child.stdin.on('error', () => undefined);
-      child.stdin.end(o.stdin);
+  const child = spawn(launch.file, launch.args, {
+    cwd,
+    env,
+    uid: launch.uid,
+    gid: launch.gid,
+    detached: true,
+    stdio: [o.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    windowsHide: true,
+  });
+  const killGroup = () => {
+    if (child.pid === undefined) return;
+    try {
+      process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // the group is gone already
     }
-    const [exitCode, sig] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
-      child.once('error', reject);
-      child.once('exit', (code, s) => resolve([code, s]));
-    }).finally(() => {
-      clearTimeout(timer);
-      o.signal.removeEventListener('abort', onAbort);
-      // Whatever the command left running in its group goes with it.
-      killGroup();
-    });
-    // Output pipes close once every writer is gone; a writer outside the group is not waited for long.
-    await Promise.race([closed, new Promise((r) => setTimeout(r, 1000).unref())]);
-    for (const s of ['stdout', 'stderr'] as const) if (partial[s]) emit(s, partial[s]);
-    return {
-      exitCode,
-      signal: sig,
-      stdout: out.text(),
-      stderr: err.text(),
-      truncated: out.total > o.maxOutputBytes || err.total > o.maxOutputBytes,
-      droppedLines,
-      timedOut,
-      aborted,
-      sandboxed: support.ok,
-      sandboxProblem: support.ok ? undefined : support.reason,
-      durationMs: Date.now() - started,
-    };
-  } finally {
-    await fs.promises.rm(workdir, { recursive: true, force: true }).catch(() => undefined);
+  };
+  const timer = setTimeout(() => {
+    timedOut = true;
+    killGroup();
+  }, o.timeoutMs);
+  const onAbort = () => {
+    aborted = true;
+    killGroup();
+  };
+  o.signal.addEventListener('abort', onAbort, { once: true });
+  if (o.signal.aborted) onAbort();
+  const stdout = child.stdout!;
+  const stderr = child.stderr!;
+  const closed = Promise.all([
+    new Promise((r) => stdout.once('close', r)),
+    new Promise((r) => stderr.once('close', r)),
+  ]);
+  stdout.on('data', (c: Buffer) => feed('stdout', c));
+  stderr.on('data', (c: Buffer) => feed('stderr', c));
+  if (o.stdin !== undefined && child.stdin) {
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(o.stdin);
   }
+  const [exitCode, sig] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code, s) => resolve([code, s]));
+  }).finally(() => {
+    clearTimeout(timer);
+    o.signal.removeEventListener('abort', onAbort);
+    // Whatever the command left running in its group goes with it.
+    killGroup();
+  });
+  // Output pipes close once every writer is gone; a writer outside the group is not waited for long.
+  await Promise.race([closed, new Promise((r) => setTimeout(r, 1000).unref())]);
+  for (const s of ['stdout', 'stderr'] as const) if (partial[s]) emit(s, partial[s]);
+  return {
+    exitCode,
+    signal: sig,
+    stdout: out.text(),
+    stderr: err.text(),
+    truncated: out.total > o.maxOutputBytes || err.total > o.maxOutputBytes,
+    droppedLines,
+    timedOut,
+    aborted,
+    durationMs: Date.now() - started,
+  };
 }

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
-import { checkEgress, EgressError, pinnedLookup, type Resolver } from './egress';
+import { checkEgress, EgressError, pinnedLookup, type EgressPolicy } from './egress';
 
 export interface EgressRequest {
   method: string;
@@ -16,7 +16,8 @@ export interface EgressRequest {
   maxResponseBytes: number;
   /** Redirects followed before giving up (0 returns the 3xx response as is). */
   maxRedirects?: number;
-  resolve?: Resolver;
+  /** The operator's rules (which private ranges a literal may reach); strict when absent. */
+  policy?: EgressPolicy;
 }
 
 export interface EgressResponse {
@@ -82,7 +83,7 @@ export async function egressRequest(req: EgressRequest): Promise<EgressResponse>
     let res: EgressResponse;
     try {
       if (signal.aborted) throw signal.reason;
-      const target = await checkEgress(url, req.egress, req.resolve);
+      const target = await checkEgress(url, req.egress, req.policy);
       res = await exchange(
         target.url,
         target.address,

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { checkEgress, isSpecialAddress, pinnedLookup, type Resolver } from './egress';
+import { checkEgress, egressPolicy, isSpecialAddress, pinnedLookup, type Resolver } from './egress';
 import { egressRequest } from './egress-http';
 
 const fixed =
@@ -43,7 +43,7 @@ describe('isSpecialAddress', () => {
 });
 
 describe('checkEgress', () => {
-  const dns = fixed({
+  const answers = fixed({
     'api.example.com': ['93.184.216.34'],
     'a.b.example.com': ['93.184.216.35'],
     'rebind.example.com': ['93.184.216.34', '127.0.0.1'],
@@ -51,6 +51,8 @@ describe('checkEgress', () => {
     'v6.example.com': ['fd00::5'],
     'mapped.example.com': ['::ffff:127.0.0.1'],
   });
+  // The operator lists loopback for IP-literal entries; nothing else special.
+  const dns = egressPolicy(['127.0.0.1', '::1'], answers);
 
   it('denies everything when the step declares no egress', async () => {
     await expect(checkEgress('https://api.example.com/x', [], dns)).rejects.toMatchObject({ code: 'EGRESS_DENIED' });
@@ -88,6 +90,39 @@ describe('checkEgress', () => {
         code: 'EGRESS_DENIED',
       });
     }
+  });
+
+  it('refuses every special literal when the operator lists no range, even one the entry names', async () => {
+    const strict = egressPolicy([], answers);
+    for (const [url, entry] of [
+      ['http://127.0.0.1:5432/', '127.0.0.1:5432'],
+      ['http://10.0.0.5/', '10.0.0.5'],
+      ['http://[::1]:80/', '[::1]'],
+      ['http://169.254.169.254/', '169.254.169.254'],
+    ])
+      await expect(checkEgress(url, [entry], strict)).rejects.toMatchObject({
+        code: 'EGRESS_DENIED',
+        message: expect.stringContaining('ORDO_EGRESS_ALLOW_PRIVATE'),
+      });
+  });
+
+  it('lets an entry naming a literal reach it only inside the ranges the operator lists', async () => {
+    const tenNet = egressPolicy(['10.1.0.0/16'], answers);
+    await expect(checkEgress('http://10.1.2.3/', ['10.1.2.3'], tenNet)).resolves.toMatchObject({ address: '10.1.2.3' });
+    await expect(checkEgress('http://10.2.0.1/', ['10.2.0.1'], tenNet)).rejects.toMatchObject({
+      code: 'EGRESS_DENIED',
+    });
+    await expect(checkEgress('http://127.0.0.1/', ['127.0.0.1'], tenNet)).rejects.toMatchObject({
+      code: 'EGRESS_DENIED',
+    });
+  });
+
+  it('refuses an operator range that covers link-local addresses (cloud metadata)', () => {
+    for (const range of ['169.254.169.254', '169.254.0.0/16', '169.0.0.0/8', '0.0.0.0/0', 'fe80::1', '::/0'])
+      expect(() => egressPolicy([range])).toThrow(/link-local/);
+    for (const range of ['not-an-ip', '10.0.0.0/33', '10.0.0.0/'])
+      expect(() => egressPolicy([range])).toThrow(/not an IP address or a CIDR range/);
+    expect(() => egressPolicy(['10.0.0.0/8', '172.16.0.0/12', 'fd00::/8', '127.0.0.1'])).not.toThrow();
   });
 
   it('refuses private literals unless the entry names that literal', async () => {
@@ -183,6 +218,7 @@ describe('pinned connections and redirects', () => {
       signal: new AbortController().signal,
       timeoutMs: 5000,
       maxResponseBytes: 1024,
+      policy: egressPolicy(['127.0.0.1']),
       ...extra,
     });
 
@@ -190,6 +226,12 @@ describe('pinned connections and redirects', () => {
     const res = await req('/hop/3', [`127.0.0.1:${port}`]);
     expect(res.body.toString()).toBe('landed; auth=Bearer t');
     expect(hits).toHaveLength(4);
+  });
+
+  it('refuses a loopback server the operator did not list', async () => {
+    await expect(req('/hop/0', [`127.0.0.1:${port}`], { policy: egressPolicy([]) })).rejects.toMatchObject({
+      code: 'EGRESS_DENIED',
+    });
   });
 
   it('re-checks every redirect hop: a hop to a host outside the list is denied', async () => {

@@ -1,5 +1,6 @@
 import dns from 'node:dns';
 import net from 'node:net';
+import { parsePrivateAllowList } from '../../core/net/ip-range';
 
 /**
  * Network egress policy for plugins: a step reaches only the hosts in its `egress` list.
@@ -10,10 +11,13 @@ import net from 'node:net';
  *
  * A hostname is resolved here and every resolved address is checked: loopback, private, shared
  * (CGNAT), link-local (cloud metadata), unique-local, multicast, unspecified and reserved addresses
- * are refused, also in their IPv4-mapped IPv6 forms. The only way to reach such an address is an
- * entry that names the IP literal itself (`127.0.0.1:8080`): a hostname never unlocks one, since its
- * DNS answer is not under the operator's control. The checked address is then pinned for the
- * connection (see `pinnedLookup`), so a second DNS answer cannot swap it (DNS rebinding).
+ * are refused, also in their IPv4-mapped IPv6 forms. Such an address is reached only when an entry
+ * names the IP literal itself (`127.0.0.1:8080`) AND the operator's policy lists its range
+ * (`ORDO_EGRESS_ALLOW_PRIVATE`, empty by default): a tenant alone can never point a step at the
+ * instance's own services (its PostgreSQL, Redis, API) or its network, and a hostname never unlocks
+ * one, since its DNS answer is not under the operator's control. Link-local ranges (cloud metadata)
+ * cannot be listed at all. The checked address is then pinned for the connection (see
+ * `pinnedLookup`), so a second DNS answer cannot swap it (DNS rebinding).
  */
 
 export class EgressError extends Error {
@@ -48,6 +52,28 @@ interface EgressRule {
 export type Resolver = (hostname: string) => Promise<{ address: string; family: number }[]>;
 
 const systemResolver: Resolver = (hostname) => dns.promises.lookup(hostname, { all: true, verbatim: true });
+
+/** The operator's part of the egress rules; a step's `egress` list is the tenant's part. */
+export interface EgressPolicy {
+  /** Special (private, loopback, …) addresses an entry naming their IP literal may reach. */
+  allowPrivate: net.BlockList;
+  /** The ranges of `allowPrivate` as configured, for messages. */
+  allowPrivateText: readonly string[];
+  resolve?: Resolver;
+}
+
+/** The default policy: no special address is reachable, whatever a step names. */
+export const STRICT_EGRESS: EgressPolicy = { allowPrivate: new net.BlockList(), allowPrivateText: [] };
+
+/**
+ * The policy for the operator's list of special ranges a step may reach by IP literal
+ * (`10.0.0.0/8`, `127.0.0.1`, `fd00::/8`; see parsePrivateAllowList, which refuses link-local ranges).
+ */
+export function egressPolicy(ranges: readonly string[], resolve?: Resolver): EgressPolicy {
+  const list = new net.BlockList();
+  for (const r of parsePrivateAllowList(ranges)) list.addSubnet(r.ip, r.prefix, r.family);
+  return { allowPrivate: list, allowPrivateText: ranges.map((r) => r.trim()), resolve };
+}
 
 function normalizeHost(h: string): string {
   let host = h.toLowerCase();
@@ -139,14 +165,29 @@ function defaultPort(protocol: string): number {
   return protocol === 'https:' ? 443 : 80;
 }
 
+/** Whether the operator's policy lets an entry naming the literal reach the special address `ip`. */
+function privateAllowed(ip: string, policy: EgressPolicy): boolean {
+  const v4 = net.isIPv4(ip) ? ip : embeddedIpv4(ip);
+  return v4 !== undefined ? policy.allowPrivate.check(v4, 'ipv4') : policy.allowPrivate.check(ip, 'ipv6');
+}
+
+function privateDenied(where: string, policy: EgressPolicy): EgressError {
+  const allowed = policy.allowPrivateText.length > 0 ? policy.allowPrivateText.join(', ') : 'none';
+  return new EgressError(
+    'EGRESS_DENIED',
+    `${where} is a private or reserved address, and the instance lets steps reach only these such ranges: ${allowed} (ORDO_EGRESS_ALLOW_PRIVATE)`,
+  );
+}
+
 /**
- * Checks `rawUrl` against the egress list, resolves its host and returns the address to pin.
- * Throws EgressError (EGRESS_DENIED) when the URL, host, port or any resolved address is not allowed.
+ * Checks `rawUrl` (http or https) against the egress list and the operator's policy, resolves its
+ * host and returns the address to pin. Throws EgressError (EGRESS_DENIED) when the URL, host, port
+ * or any resolved address is not allowed.
  */
 export async function checkEgress(
   rawUrl: string | URL,
   egress: readonly string[],
-  resolve: Resolver = systemResolver,
+  policy: EgressPolicy = STRICT_EGRESS,
 ): Promise<EgressTarget> {
   let url: URL;
   try {
@@ -158,9 +199,24 @@ export async function checkEgress(
     throw new EgressError('EGRESS_DENIED', `only http and https URLs are allowed, not ${url.protocol}`);
   }
   if (url.username || url.password) throw new EgressError('EGRESS_DENIED', 'URLs with credentials are not allowed');
-  const hostname = normalizeHost(url.hostname);
   const port = url.port ? Number(url.port) : defaultPort(url.protocol);
+  return { url, ...(await checkDestination(url.hostname, port, egress, policy)) };
+}
+
+/**
+ * Checks a host and port (a name, an IPv4 literal or an IPv6 literal with or without brackets)
+ * against the egress list and the operator's policy; answers the checked address to connect to.
+ */
+export async function checkDestination(
+  host: string,
+  port: number,
+  egress: readonly string[],
+  policy: EgressPolicy = STRICT_EGRESS,
+): Promise<Omit<EgressTarget, 'url'>> {
+  const hostname = normalizeHost(host);
   const where = `${hostname.includes(':') ? `[${hostname}]` : hostname}:${port}`;
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new EgressError('EGRESS_DENIED', `bad port in ${where}`);
   const rules = egress.map(parseEgressRule).filter((r) => ruleMatches(r, hostname, port));
   if (rules.length === 0) {
     throw new EgressError(
@@ -172,16 +228,14 @@ export async function checkEgress(
   }
 
   if (net.isIP(hostname) !== 0) {
-    // A literal matched only by a wildcard or name cannot happen; a literal rule names it explicitly.
-    const explicit = rules.some((r) => r.ip);
-    if (isSpecialAddress(hostname) && !explicit)
-      throw new EgressError('EGRESS_DENIED', `${where} is a private or reserved address`);
-    return { url, hostname, port, address: canonicalIp(hostname), family: net.isIPv6(hostname) ? 6 : 4 };
+    // A literal is matched only by a rule naming that literal.
+    if (isSpecialAddress(hostname) && !privateAllowed(hostname, policy)) throw privateDenied(where, policy);
+    return { hostname, port, address: canonicalIp(hostname), family: net.isIPv6(hostname) ? 6 : 4 };
   }
 
   let answers: { address: string; family: number }[];
   try {
-    answers = await resolve(hostname);
+    answers = await (policy.resolve ?? systemResolver)(hostname);
   } catch (e) {
     throw new EgressError(
       'EGRESS_DENIED',
@@ -194,7 +248,7 @@ export async function checkEgress(
   if (bad)
     throw new EgressError('EGRESS_DENIED', `${hostname} resolves to ${bad.address}, a private or reserved address`);
   const pick = answers[0];
-  return { url, hostname, port, address: pick.address, family: pick.family === 6 ? 6 : 4 };
+  return { hostname, port, address: pick.address, family: pick.family === 6 ? 6 : 4 };
 }
 
 type LookupCallback = (

@@ -1,8 +1,15 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import fs from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
-import { projectRoot } from '../../core/home/project-root';
-import type { StepLogLine } from '../plugins/plugin';
+import type { SandboxView } from './bwrap';
+import { helperFile, nodeBinary, type Sandbox, type SandboxLaunch } from './sandbox';
+import type { SandboxId } from './sandbox-ids';
+
+/** One console line of a script (the shape of a step log line). */
+export interface ScriptLogLine {
+  ts: string;
+  level: 'debug' | 'info' | 'warn' | 'error';
+  message: string;
+}
 
 /** One script step as the sandbox process receives it. */
 export interface ScriptJob {
@@ -18,8 +25,8 @@ export interface ScriptJob {
 }
 
 export type ScriptOutcome =
-  | { ok: true; json: string; logs: StepLogLine[]; dropped: number }
-  | { ok: false; code: ScriptFailureCode; message: string; logs: StepLogLine[]; dropped: number };
+  | { ok: true; json: string; logs: ScriptLogLine[]; dropped: number }
+  | { ok: false; code: ScriptFailureCode; message: string; logs: ScriptLogLine[]; dropped: number };
 
 export type ScriptFailureCode =
   'SCRIPT_ERROR' | 'SCRIPT_TIMEOUT' | 'SCRIPT_MEMORY' | 'SANDBOX_CRASHED' | 'OUTPUT_TOO_LARGE' | 'ABORTED';
@@ -41,12 +48,13 @@ interface HostMessage {
   code?: ScriptFailureCode;
   message?: string;
   fatal?: boolean;
-  logs?: StepLogLine[];
+  logs?: ScriptLogLine[];
   dropped?: number;
 }
 
 interface Slot {
   child: ChildProcess;
+  id: SandboxId;
   ready: Promise<void>;
   busy: boolean;
   dead: boolean;
@@ -56,53 +64,25 @@ interface Slot {
 export interface ScriptPoolOptions {
   /** Sandbox processes (each runs one step at a time). */
   size: number;
-  /**
-   * Starts each process in its own, empty network namespace when the host allows it (default):
-   * should a script ever escape its isolate, the process still has no network. `fetch` needs none,
-   * it runs in the parent.
-   */
-  isolateNetwork?: boolean;
   /** Extra wall time the parent waits past a step's timeout before killing its process. */
   killGraceMs?: number;
+  /** The process's program instead of script-host.js (tests stand in an isolate escape with it). */
+  entry?: string;
 }
 
-/** The Node binary for sandbox processes: this one when it is Node 24+, else the pinned one in node_modules. */
-function nodeBinary(): string {
-  if (Number(process.versions.node.split('.')[0]) >= 24) return process.execPath;
-  return path.join(projectRoot(), 'node_modules', '.bin', 'node');
-}
-
-let netnsPrefix: string[] | null | undefined;
-
-/** `unshare -n --` (or `unshare -r -n --` without privileges) when it works here; null when neither does. */
-function networkNamespacePrefix(): string[] | undefined {
-  if (netnsPrefix === undefined) {
-    netnsPrefix = null;
-    for (const unshare of ['/usr/bin/unshare', '/bin/unshare']) {
-      if (!fs.existsSync(unshare)) continue;
-      for (const flags of [['-n'], ['-r', '-n']]) {
-        if (spawnSync(unshare, [...flags, '--', '/bin/true'], { stdio: 'ignore', timeout: 5000 }).status === 0) {
-          netnsPrefix = [unshare, ...flags, '--'];
-          break;
-        }
-      }
-      break;
-    }
-  }
-  return netnsPrefix ?? undefined;
-}
-
-/** The host entry next to this module (src/ under ts-jest/swc-jest, dist/ when built). */
-function hostEntry(): string {
-  const here = path.join(__dirname, 'script-host.js');
-  if (fs.existsSync(here)) return here;
-  return path.join(projectRoot(), 'src', 'modules', 'sandbox', 'script-host.js');
-}
+/** Where the script host's files appear inside its sandbox. */
+const ROOT = '/ordo';
 
 /**
  * A pool of sandbox processes for script steps. A process runs one step at a time; a step that
  * times out, exceeds its memory, is aborted or whose process dies ends with its process killed
  * (SIGKILL) and a fresh one started in its place, so only that step fails and the caller never does.
+ *
+ * The isolate is the boundary a script meets; the process around it is a second one, built like a
+ * `cli` step's sandbox (see bwrap.ts): its own unprivileged host uid, every namespace new (so no
+ * network at all: `fetch` runs in the parent), `no_new_privs`, and a view holding only the system's
+ * libraries, the Node binary, isolated-vm and the host script, so a script that escaped its isolate
+ * would land in a process that can read, reach and signal nothing of the instance.
  */
 export class ScriptSandboxPool {
   private readonly slots: Slot[] = [];
@@ -112,7 +92,16 @@ export class ScriptSandboxPool {
   /** Processes started and killed over the pool's life (for tests and metrics). */
   readonly stats = { started: 0, killed: 0 };
 
-  constructor(private readonly opts: ScriptPoolOptions) {}
+  constructor(
+    private readonly sandbox: Sandbox,
+    private readonly opts: ScriptPoolOptions,
+  ) {}
+
+  /** Why the processes run without bubblewrap, when they do (undefined: sandboxed). */
+  get sandboxProblem(): string | undefined {
+    const support = this.sandbox.available();
+    return support.ok ? undefined : support.reason;
+  }
 
   /** Pids of the processes currently running a step. */
   busyPids(): number[] {
@@ -254,17 +243,39 @@ export class ScriptSandboxPool {
     );
   }
 
+  /** The launch of one host process: in its sandbox when bubblewrap works here, else as `id` alone. */
+  private launch(id: SandboxId): SandboxLaunch {
+    const entry = this.opts.entry ?? helperFile('script-host.js');
+    const flags = ['--no-node-snapshot', '--max-old-space-size=256'];
+    if (!this.sandbox.available().ok) return { file: nodeBinary(), args: [...flags, entry], uid: id.uid, gid: id.gid };
+    const ivm = path.dirname(require.resolve('isolated-vm/package.json'));
+    const gypBuild = path.dirname(require.resolve('node-gyp-build/package.json', { paths: [ivm] }));
+    const view: SandboxView = {
+      readOnly: [
+        [nodeBinary(), `${ROOT}/node`],
+        [entry, `${ROOT}/${path.basename(entry)}`],
+        [ivm, `${ROOT}/node_modules/isolated-vm`],
+        [gypBuild, `${ROOT}/node_modules/node-gyp-build`],
+      ],
+      tmpfs: [['/tmp', 16 * 1024 * 1024, 0o1777]],
+      cwd: ROOT,
+    };
+    return this.sandbox.launch(id, view, [`${ROOT}/node`, ...flags, `${ROOT}/${path.basename(entry)}`]);
+  }
+
   private spawn(): Slot {
-    const node = [nodeBinary(), '--no-node-snapshot', '--max-old-space-size=256', hostEntry()];
-    const netns = this.opts.isolateNetwork === false ? undefined : networkNamespacePrefix();
-    const [file, ...args] = netns ? [...netns, ...node] : node;
+    const id = this.sandbox.ids.acquire();
+    const { file, args, uid, gid } = this.launch(id);
     const child = spawn(file, args, {
+      cwd: '/',
+      uid,
+      gid,
       env: { NODE_ENV: 'production' },
       stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
       serialization: 'json',
     });
     this.stats.started++;
-    const slot: Slot = { child, busy: false, dead: false, stderr: '', ready: Promise.resolve() };
+    const slot: Slot = { child, id, busy: false, dead: false, stderr: '', ready: Promise.resolve() };
     slot.ready = new Promise<void>((resolve, reject) => {
       // A process that does not come up in time is killed; its step fails as SANDBOX_CRASHED.
       const startup = setTimeout(() => {
@@ -289,6 +300,7 @@ export class ScriptSandboxPool {
     });
     child.on('exit', () => {
       slot.dead = true;
+      id.release();
       // An idle process that died is dropped; a busy one is handled by its step (see run).
       if (!slot.busy) {
         const i = this.slots.indexOf(slot);
@@ -297,6 +309,7 @@ export class ScriptSandboxPool {
     });
     child.on('error', () => {
       slot.dead = true;
+      id.release();
     });
     this.idle(slot);
     this.slots.push(slot);
