@@ -21,6 +21,12 @@ async function main(): Promise<void> {
   out.write(`\nOrdo is running (roles: ${config.ORDO_ROLES.join(', ')})\n`);
   out.write(`  API:      ${ordo.url}/api/v1   (OpenAPI: ${ordo.url}/api/v1/openapi.json)\n`);
   out.write(`  Database: ${ordo.embedded ? `embedded PostgreSQL, data in ${config.home}/pg` : 'DATABASE_URL'}\n`);
+  if (ordo.sandbox)
+    out.write(
+      ordo.sandbox.ok
+        ? '  Sandbox:  bubblewrap (cli and script steps run unprivileged, with no instance files in view)\n'
+        : `  Sandbox:  UNAVAILABLE, ${config.ORDO_CLI_SANDBOX_REQUIRED ? 'cli steps fail with SANDBOX_UNAVAILABLE' : 'cli steps run UNSANDBOXED'}: ${ordo.sandbox.reason}\n`,
+    );
   if (ordo.firstStart?.created) {
     const f = ordo.firstStart;
     out.write(
@@ -28,6 +34,9 @@ async function main(): Promise<void> {
     );
     out.write(`  Tenant admin token (orchestrator:admin):\n    ${f.adminToken}\n`);
     out.write(`  Platform operator token (platform:admin):\n    ${f.platformToken}\n`);
+    out.write(
+      `Whoever can read ${f.file} owns this instance: keep the tokens in a secret store, then delete it (rm ${f.file}).\n`,
+    );
     out.write(
       `\nTry it:\n  curl -H "Authorization: Bearer ${f.adminToken}" -H "X-Tenant-Id: ${f.tenantId}" ${ordo.url}/api/v1/tokens\n`,
     );

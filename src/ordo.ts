@@ -1,3 +1,5 @@
+import type { BwrapSupport } from './modules/sandbox/bwrap';
+import { SandboxService } from './modules/sandbox/sandbox.module';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -17,6 +19,8 @@ export interface RunningOrdo {
   url: string;
   firstStart?: FirstStart;
   embedded?: EmbeddedPostgresHandle;
+  /** With the worker role: whether `cli` steps get their sandbox here, and why not. */
+  sandbox?: BwrapSupport;
   close(): Promise<void>;
 }
 
@@ -64,6 +68,16 @@ export async function startOrdo(config: OrdoConfig, log: Logger, db?: ResolvedDa
   });
   await app.init();
   const firstStart = config.ORDO_ROLES.includes('api') ? await app.get(BootstrapService).ensureFirstStart() : undefined;
+  const sandbox = config.ORDO_ROLES.includes('worker')
+    ? app.get(SandboxService, { strict: false }).available()
+    : undefined;
+  if (sandbox && !sandbox.ok)
+    log.warn(
+      { reason: sandbox.reason },
+      config.ORDO_CLI_SANDBOX_REQUIRED
+        ? 'cli steps will fail with SANDBOX_UNAVAILABLE: the sandbox cannot be built here'
+        : 'cli steps will run UNSANDBOXED (ORDO_CLI_SANDBOX_REQUIRED=false): the sandbox cannot be built here',
+    );
   await app.listen({ host: config.HOST, port: config.PORT });
   const address = app.getHttpServer().address();
   const port = typeof address === 'object' && address ? address.port : config.PORT;
@@ -75,6 +89,7 @@ export async function startOrdo(config: OrdoConfig, log: Logger, db?: ResolvedDa
     url: `http://${host}:${port}`,
     firstStart,
     embedded: resolved.embedded,
+    sandbox,
     async close() {
       if (closed) return;
       closed = true;

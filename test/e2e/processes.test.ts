@@ -226,7 +226,14 @@ describe('Ordo processes', () => {
       const creds = JSON.parse(fs.readFileSync(file, 'utf8')) as { tenantId: string; adminToken: string };
       expect(first.stdout()).toContain(creds.adminToken);
       expect(first.stdout()).toContain('embedded PostgreSQL');
+      expect(first.stdout()).toContain(`then delete it (rm ${file})`);
+      expect(first.stdout()).toMatch(/Sandbox: {2}bubblewrap/);
       expect(await listening(pgPort)).toBe(true);
+      // Every file holding a secret is the service user's alone, in a directory only it may enter.
+      for (const f of ['admin-credentials.json', 'keys/signing-keys.json', 'pg/credentials.json']) {
+        expect({ f, mode: (fs.statSync(path.join(home, f)).mode & 0o777).toString(8) }).toEqual({ f, mode: '600' });
+      }
+      expect((fs.statSync(path.join(home, 'keys')).mode & 0o777).toString(8)).toBe('700');
 
       // The CLI joins the running embedded server and leaves it running.
       const created = await cli(env, 'tenants', 'create', 'emb-cli');

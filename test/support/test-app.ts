@@ -50,6 +50,8 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     HOST: '127.0.0.1',
     LOG_LEVEL: 'silent',
     ORDO_ROLES: 'api',
+    // Tests serve their own HTTP targets on loopback, as an operator would list a range of its own.
+    ORDO_EGRESS_ALLOW_PRIVATE: '127.0.0.1',
     ...env,
   });
   const log = pino({ level: process.env.ORDO_TEST_LOG ?? 'silent' });
