@@ -81,6 +81,12 @@ describe('cli plugin', () => {
       status: 'succeeded',
       outputs: { stdout: expect.stringContaining('reachable') },
     });
+    // CONNECT (how HTTPS and other protocols go through): the tunnel reaches the listed address.
+    const tunnel = `exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT 127.0.0.1:${port} HTTP/1.1\\r\\n\\r\\nGET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3`;
+    expect(await exec({ command: '/bin/bash', args: ['-c', tunnel] }, ctx())).toMatchObject({
+      status: 'succeeded',
+      outputs: { stdout: expect.stringMatching(/^HTTP\/1\.1 200 Connection Established[\s\S]*reachable$/) },
+    });
     const curl = await exec(
       { command: 'curl', args: ['-sS', '--max-time', '5', `http://127.0.0.1:${port}/`] },
       pluginContext({ egress: [`127.0.0.1:${port}`] }),

@@ -13,9 +13,9 @@ import path from 'node:path';
  *
  * - `/usr` read-only, and `/bin`, `/sbin`, `/lib*` as the host has them (links into /usr, or
  *   read-only binds where /usr is not merged);
- * - from `/etc` only what programs need to start, link and speak TLS (the loader cache, the
- *   alternatives links, CA certificates, time zone, protocol and service names), plus a `passwd`,
- *   `group` and `hosts` written by Ordo: no `shadow`, no host users, no resolver;
+ * - an `/etc` of Ordo's making, with copies of only what programs need to start, link and speak
+ *   TLS (the loader cache, the alternatives links, CA certificates, time zone, protocol and service
+ *   names), plus its own `passwd`, `group` and `hosts`: no `shadow`, no host users, no resolver;
  * - a fresh `/proc` of its own PID namespace, a minimal read-only `/dev` (null, zero, random,
  *   tty…) with a 16 MiB `/dev/shm`, and size-bounded tmpfs mounts for `/tmp` and the working directory;
  * - the binds its caller adds (the egress socket, the script host's files).
@@ -38,7 +38,7 @@ export interface SandboxView {
   cwd?: string;
 }
 
-/** Files of /etc a program may need; each is bound when the host has it. */
+/** Entries of /etc a program may need; each is copied into the sandboxes' /etc when the host has it. */
 const ETC = [
   'alternatives',
   'ca-certificates',
@@ -78,32 +78,33 @@ function systemArgs(etcDir: string): string[] {
       if (st.isSymbolicLink()) args.push('--symlink', fs.readlinkSync(p), p);
       else if (st.isDirectory()) args.push('--ro-bind', p, p);
     }
-    for (const f of ETC) args.push('--ro-bind-try', `/etc/${f}`, `/etc/${f}`);
     systemView = args;
   }
-  return [
-    ...systemView,
-    '--ro-bind',
-    path.join(etcDir, 'passwd'),
-    '/etc/passwd',
-    '--ro-bind',
-    path.join(etcDir, 'group'),
-    '/etc/group',
-    '--ro-bind',
-    path.join(etcDir, 'hosts'),
-    '/etc/hosts',
-  ];
+  return [...systemView, '--ro-bind', etcDir, '/etc'];
 }
 
-/** Writes the sandbox's own passwd, group and hosts under `etcDir` (world-readable, no secrets). */
+/**
+ * Writes the sandboxes' /etc under `etcDir`: copies of the host's entries listed in ETC (links
+ * kept as links: they point into /usr, which the view shows) and a passwd, group and hosts of its
+ * own. World-readable, no secrets; written once per process, so one bind shows all of it.
+ */
 export function writeSandboxEtc(etcDir: string): void {
   fs.mkdirSync(etcDir, { recursive: true, mode: 0o755 });
-  const files: Record<string, string> = {
-    passwd: `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nnobody:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:/work:/usr/sbin/nologin\n`,
-    group: `root:x:0:\nnogroup:x:${SANDBOX_UID}:\n`,
-    hosts: '127.0.0.1\tlocalhost\n::1\tlocalhost\n',
-  };
-  for (const [name, text] of Object.entries(files)) fs.writeFileSync(path.join(etcDir, name), text, { mode: 0o644 });
+  for (const entry of ETC) {
+    const src = path.join('/etc', entry);
+    if (!fs.existsSync(src)) continue;
+    fs.mkdirSync(path.dirname(path.join(etcDir, entry)), { recursive: true, mode: 0o755 });
+    fs.cpSync(src, path.join(etcDir, entry), { recursive: true, verbatimSymlinks: true, errorOnExist: false });
+  }
+  const files: [string, string][] = [
+    [
+      'passwd',
+      `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nnobody:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:/work:/usr/sbin/nologin\n`,
+    ],
+    ['group', `root:x:0:\nnogroup:x:${SANDBOX_UID}:\n`],
+    ['hosts', '127.0.0.1\tlocalhost\n::1\tlocalhost\n'],
+  ];
+  for (const [name, text] of files) fs.writeFileSync(path.join(etcDir, name), text, { mode: 0o644 });
 }
 
 /** The full bwrap argument list (without the command) for one sandbox. */
