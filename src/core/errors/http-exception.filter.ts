@@ -2,6 +2,7 @@ import { Catch, HttpException, Logger, type ArgumentsHost, type ExceptionFilter 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { DomainError } from './domain-error';
 import type { ErrorEnvelope } from './error-envelope';
+import { drainRequest } from '../http/lingering-close';
 import { traceIdOf } from '../http/trace';
 
 interface FastifyLikeError {
@@ -10,26 +11,52 @@ interface FastifyLikeError {
   message?: string;
 }
 
-/** Maps every failure to the one error envelope; unknown errors become a bare 500 with the trace id. */
+export interface EnvelopeOptions {
+  /** ORDO_BODY_LIMIT_BYTES, named in the answer to a body over it. */
+  bodyLimit?: number;
+}
+
+/**
+ * Maps every failure to the one error envelope; unknown errors become a bare 500 with the trace id.
+ * A body refused as too large is read to its end (within bounds) before the 413 goes out with
+ * `Connection: close`: closing while the client still sends would reset the connection, and the
+ * client could lose the answer.
+ */
 @Catch()
 export class HttpExceptionFilter implements ExceptionFilter {
   private readonly logger = new Logger('http');
+
+  constructor(private readonly opts: EnvelopeOptions = {}) {}
 
   catch(exception: unknown, host: ArgumentsHost): void {
     const ctx = host.switchToHttp();
     const req = ctx.getRequest<FastifyRequest>();
     const reply = ctx.getResponse<FastifyReply>();
     const traceId = traceIdOf(req);
-    const { status, body } = toEnvelope(exception, traceId);
+    const { status, body } = toEnvelope(exception, traceId, this.opts);
     if (status >= 500) this.logger.error({ err: exception, traceId, url: req.url }, 'request failed');
-    void reply.status(status).header('content-type', 'application/json; charset=utf-8').send(body);
+    const send = () => void reply.status(status).header('content-type', 'application/json; charset=utf-8').send(body);
+    if (status === 413 && !req.raw.complete) {
+      void reply.header('connection', 'close');
+      void drainRequest(req.raw).then(send);
+    } else {
+      send();
+    }
   }
 }
 
-export function toEnvelope(exception: unknown, traceId: string): { status: number; body: ErrorEnvelope } {
+export function toEnvelope(
+  exception: unknown,
+  traceId: string,
+  opts: EnvelopeOptions = {},
+): { status: number; body: ErrorEnvelope } {
   const env = (code: string, message: string, details?: unknown): ErrorEnvelope => ({
     error: { code, message, traceId, ...(details === undefined ? {} : { details }) },
   });
+  const tooLarge =
+    opts.bodyLimit === undefined
+      ? 'request body exceeds the configured limit'
+      : `request body exceeds the limit of ${opts.bodyLimit} bytes (ORDO_BODY_LIMIT_BYTES)`;
   if (exception instanceof DomainError) {
     return { status: exception.status, body: env(exception.code, exception.message, exception.details) };
   }
@@ -37,7 +64,7 @@ export function toEnvelope(exception: unknown, traceId: string): { status: numbe
     const status = exception.getStatus();
     if (status === 404) return { status, body: env('ROUTE_NOT_FOUND', 'no such route') };
     if (status === 405) return { status, body: env('METHOD_NOT_ALLOWED', 'method not allowed on this route') };
-    if (status === 413) return { status, body: env('PAYLOAD_TOO_LARGE', 'request body exceeds the configured limit') };
+    if (status === 413) return { status, body: env('PAYLOAD_TOO_LARGE', tooLarge) };
     const cause = exception.cause as FastifyLikeError | undefined;
     if (
       status === 400 &&
@@ -59,7 +86,7 @@ export function toEnvelope(exception: unknown, traceId: string): { status: numbe
   if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
     switch (fe.code) {
       case 'FST_ERR_CTP_BODY_TOO_LARGE':
-        return { status: 413, body: env('PAYLOAD_TOO_LARGE', 'request body exceeds the configured limit') };
+        return { status: 413, body: env('PAYLOAD_TOO_LARGE', tooLarge) };
       case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
         return { status: 415, body: env('UNSUPPORTED_MEDIA_TYPE', 'unsupported content type') };
       case 'ROUTE_NOT_FOUND':

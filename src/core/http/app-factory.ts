@@ -2,7 +2,10 @@ import compress from '@fastify/compress';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { DynamicModule, LoggerService } from '@nestjs/common';
+import { answerClientError } from '../errors/client-error';
+import { badRequest } from '../errors/domain-error';
 import { HttpExceptionFilter } from '../errors/http-exception.filter';
+import { jsonSyntaxError } from '../json/json-syntax';
 
 export const YAML_TYPES = ['application/yaml', 'application/x-yaml', 'text/yaml'];
 export const BINARY_TYPES = ['application/gzip', 'application/x-gzip', 'application/x-tar', 'application/octet-stream'];
@@ -10,26 +13,65 @@ export const BINARY_TYPES = ['application/gzip', 'application/x-gzip', 'applicat
 /**
  * Builds the Nest application on Fastify with the platform's HTTP conventions: body limit (413),
  * JSON / YAML / binary bodies, gzip and brotli responses, and the error envelope for every failure,
- * including those raised by Fastify before routing (malformed JSON, unknown routes).
+ * including those raised by Fastify before routing (malformed JSON, unknown routes) and by Node's
+ * HTTP parser before Fastify (oversized headers, malformed requests).
  */
 export async function createHttpApp(
   root: DynamicModule,
   opts: { bodyLimit: number; logger: LoggerService | false },
 ): Promise<NestFastifyApplication> {
-  const adapter = new FastifyAdapter({ bodyLimit: opts.bodyLimit, trustProxy: false, return503OnClosing: true });
+  const adapter = new FastifyAdapter({
+    bodyLimit: opts.bodyLimit,
+    trustProxy: false,
+    return503OnClosing: true,
+    clientErrorHandler: answerClientError,
+  });
   const app = await NestFactory.create<NestFastifyApplication>(root, adapter, {
     logger: opts.logger,
     bufferLogs: false,
     abortOnError: false,
+    // The body parsers are the ones below; no route takes form bodies.
+    bodyParser: false,
   });
   const fastify = app.getHttpAdapter().getInstance();
   await fastify.register(compress, { global: true, encodings: ['br', 'gzip'], threshold: 1024 });
+  // Fastify's own JSON parser (it refuses __proto__ and constructor.prototype keys), with a message
+  // that names where a malformed body breaks.
+  const json = fastify.getDefaultJsonParser('error', 'error');
+  fastify.removeContentTypeParser('application/json');
+  fastify.addContentTypeParser(
+    'application/json',
+    { parseAs: 'string', bodyLimit: opts.bodyLimit },
+    (req, body, done) => {
+      const text = body as string;
+      void json(req, text, (err, value) => {
+        if ((err as { code?: string } | null)?.code !== 'FST_ERR_CTP_INVALID_JSON_BODY') return done(err, value);
+        done(malformedJson(text), undefined);
+      });
+    },
+  );
   fastify.addContentTypeParser(YAML_TYPES, { parseAs: 'string', bodyLimit: opts.bodyLimit }, (_req, body, done) =>
     done(null, body),
   );
   fastify.addContentTypeParser(BINARY_TYPES, { parseAs: 'buffer', bodyLimit: opts.bodyLimit }, (_req, body, done) =>
     done(null, body),
   );
-  app.useGlobalFilters(new HttpExceptionFilter());
+  app.useGlobalFilters(new HttpExceptionFilter({ bodyLimit: opts.bodyLimit }));
   return app;
+}
+
+/** The 400 for a JSON body the parser refused: where its syntax breaks, or the key it may not have. */
+function malformedJson(text: string): Error {
+  const e = jsonSyntaxError(text);
+  if (!e) {
+    return badRequest(
+      'MALFORMED_JSON',
+      'request body has a "__proto__" or "constructor.prototype" key, which is refused',
+    );
+  }
+  return badRequest(
+    'MALFORMED_JSON',
+    `request body is not valid JSON: ${e.reason} at line ${e.line}, column ${e.column}`,
+    { line: e.line, column: e.column },
+  );
 }
