@@ -247,4 +247,158 @@ describe('script plugin', () => {
     const ok = await exec(`return { echoed: inputs.t }`, { inputs: { t: 'hunter2-secret' } }, ctx);
     expect(ok).toEqual({ status: 'succeeded', outputs: { echoed: '[redacted]' } });
   });
+
+  it("fails with the error's name and message when the script replaces Error.prepareStackTrace or the stack", async () => {
+    const codes = [
+      `Error.prepareStackTrace = () => ({}); throw new TypeError('bad ' + inputs.x)`,
+      `Error.prepareStackTrace = () => 42; throw new TypeError('bad ' + inputs.x)`,
+      `Error.prepareStackTrace = () => { throw new Error('no stack'); }; throw new TypeError('bad ' + inputs.x)`,
+      `Error.prepareStackTrace = () => ({ get message() { throw 1; }, toString() { throw 2; } });
+       throw new TypeError('bad ' + inputs.x)`,
+      `const e = new TypeError('bad ' + inputs.x); e.stack = { toString() { throw 3; } }; throw e`,
+    ];
+    for (const code of codes) {
+      expect(await exec(code, { inputs: { x: 7 } })).toEqual({
+        status: 'failed',
+        error: { code: 'SCRIPT_ERROR', message: 'TypeError: bad 7', retryable: false },
+      });
+    }
+  });
+
+  it('fails with a fixed message naming the type when the script throws a value that is not an Error', async () => {
+    const notAnError = 'the script threw a value that is not an Error';
+    const cases: [string, string][] = [
+      [`throw Symbol('s')`, `${notAnError} (symbol)`],
+      ['throw null', `${notAnError} (null)`],
+      ['throw undefined', `${notAnError} (undefined)`],
+      [`throw { toString() { throw new Error('no'); }, get message() { throw 1; } }`, `${notAnError} (object)`],
+      ['throw new Proxy({}, { get() { throw 1; }, getPrototypeOf() { throw 2; } })', `${notAnError} (object)`],
+      ['throw () => 1', `${notAnError} (function)`],
+      [`throw 'plain text'`, `${notAnError} (string): plain text`],
+      ['throw 42', `${notAnError} (number): 42`],
+      [`throw { name: 'Custom', message: 'error-like' }`, 'Custom: error-like'],
+    ];
+    for (const [code, message] of cases) {
+      expect(await exec(code)).toEqual({
+        status: 'failed',
+        error: { code: 'SCRIPT_ERROR', message, retryable: false },
+      });
+    }
+  });
+
+  it('describes a rejected promise, an unserializable result and a throw after a fetch the same way', async () => {
+    const notAnError = 'the script threw a value that is not an Error';
+    const cases: [string, string][] = [
+      [`return Promise.reject(Symbol('r'))`, `${notAnError} (symbol)`],
+      ['await null; throw null', `${notAnError} (null)`],
+      ['await Promise.reject({ get message() { throw 1; } })', `${notAnError} (object)`],
+      [`return { toJSON() { throw Symbol('j'); } }`, `${notAnError} (symbol)`],
+      [
+        `try { await fetch('http://127.0.0.1:${port}/x'); } catch {}
+         Error.prepareStackTrace = () => ({}); throw new RangeError('after fetch')`,
+        'RangeError: after fetch',
+      ],
+    ];
+    for (const [code, message] of cases) {
+      expect(await exec(code)).toEqual({
+        status: 'failed',
+        error: { code: 'SCRIPT_ERROR', message, retryable: false },
+      });
+    }
+  });
+
+  it('stops a getter or Error.prepareStackTrace of a thrown value at the time limit', async () => {
+    await pluginContext().sandbox.scripts().warm();
+    const codes = [
+      'throw { get message() { while (true) {} } }',
+      `Error.prepareStackTrace = () => { while (true) {} }; throw new Error('never described')`,
+    ];
+    for (const code of codes) {
+      const started = Date.now();
+      const r = await exec(code, { timeoutMs: 200 });
+      expect(r).toMatchObject({ status: 'failed', error: { code: 'SCRIPT_TIMEOUT', retryable: false } });
+      // Within the isolate's limit, not only at the parent's kill of a process that stopped answering (1 s later).
+      expect(Date.now() - started).toBeLessThan(1200);
+    }
+    expect(await exec('return 1')).toEqual({ status: 'succeeded', outputs: { result: 1 } });
+  });
+
+  it('does not let an error the script throws pass for a timeout or a memory failure', async () => {
+    for (const message of [
+      'Script execution timed out.',
+      'Isolate was disposed during execution due to memory limit',
+    ]) {
+      expect(await exec(`throw new Error(${JSON.stringify(message)})`)).toMatchObject({
+        status: 'failed',
+        error: { code: 'SCRIPT_ERROR', retryable: false, message: expect.stringContaining(`Error: ${message}`) },
+      });
+    }
+  });
+
+  it('ignores a rejection the script leaves unhandled, whatever its value', async () => {
+    const codes = [
+      `Promise.reject(Symbol('u')); return 'done'`,
+      `Promise.reject(new Error('unhandled')); return 'done'`,
+      `Promise.reject({ get message() { while (true) {} } }); return 'done'`,
+      `try { await fetch('http://127.0.0.1:${port}/x'); } catch {}
+       Promise.reject({ get stack() { while (true) {} } }); return 'done'`,
+    ];
+    for (const code of codes) {
+      expect(await exec(code, { timeoutMs: 2000 })).toEqual({ status: 'succeeded', outputs: { result: 'done' } });
+    }
+  });
+
+  it('runs no code of a step after it ended: a fetch it left unanswered cannot fail the next steps', async () => {
+    const silent = http.createServer(() => undefined);
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const silentPort = (silent.address() as AddressInfo).port;
+    try {
+      const first = await exec(
+        `fetch('http://127.0.0.1:${silentPort}/').catch(() => { Promise.reject(new Error('left behind')); });
+         return 'first'`,
+        { timeoutMs: 1000 },
+        pluginContext({ egress: [`127.0.0.1:${silentPort}`] }),
+      );
+      expect(first).toEqual({ status: 'succeeded', outputs: { result: 'first' } });
+      for (let i = 0; i < 3; i++)
+        expect(await exec('return "next"')).toEqual({ status: 'succeeded', outputs: { result: 'next' } });
+    } finally {
+      silent.closeAllConnections();
+      await new Promise((r) => silent.close(r));
+    }
+  });
+
+  it('refuses code that closes its function early, and reports a syntax error without host details', async () => {
+    const r = await exec(`}); Promise.reject({ get message() { while (true) {} } }); (function () {`, {
+      timeoutMs: 2000,
+    });
+    expect(r).toMatchObject({
+      status: 'failed',
+      error: { code: 'SCRIPT_ERROR', message: expect.stringMatching(/^SyntaxError: /) },
+    });
+    expect(await exec('return (')).toEqual({
+      status: 'failed',
+      error: { code: 'SCRIPT_ERROR', message: "SyntaxError: Unexpected token '}'", retryable: false },
+    });
+  });
+
+  it('prints console values with a replaced Error.prepareStackTrace, hostile objects and replaced builtins', async () => {
+    const ctx = pluginContext();
+    const r = await exec(
+      `Error.prepareStackTrace = () => ({});
+       console.log(new TypeError('logged'));
+       console.log(Symbol('s'), null, { toJSON() { throw 1; }, toString() { throw 2; } }, new Proxy({}, { get() { throw 3; } }));
+       JSON.stringify = () => ({}); Array.prototype.join = () => ({}); String.prototype.slice = () => ({});
+       console.log({ a: 1 }, 'text');
+       return 'printed';`,
+      {},
+      ctx,
+    );
+    expect(r).toEqual({ status: 'succeeded', outputs: { result: 'printed' } });
+    expect(ctx.lines.filter((l) => l.level === 'info').map((l) => l.message)).toEqual([
+      'TypeError: logged',
+      'Symbol(s) null [unprintable] [unprintable]',
+      '{"a":1} text',
+    ]);
+  });
 });
