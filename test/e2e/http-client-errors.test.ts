@@ -233,6 +233,15 @@ describe('answers to requests refused before any route', () => {
     expect(proto.body.error.message).toContain('__proto__');
   });
 
+  it("answers the router's refusals in the envelope: an overlong path parameter (414), bad percent-encoding (400)", async () => {
+    const long = await app.request('GET', `/api/v1/dags/${'a'.repeat(5000)}`, { as });
+    expect(long.status).toBe(414);
+    expectEnvelope(long.body, 'PATH_PARAMETER_TOO_LONG');
+    const bad = await app.request('GET', '/api/v1/dags/%E0%A4%A', { as });
+    expect(bad.status).toBe(400);
+    expectEnvelope(bad.body, 'MALFORMED_URL');
+  });
+
   it('keeps serving ordinary requests after refusing all of the above', async () => {
     const r = await app.request('GET', '/healthz');
     expect(r.status).toBe(200);

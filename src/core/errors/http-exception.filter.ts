@@ -91,6 +91,13 @@ export function toEnvelope(
         return { status: 415, body: env('UNSUPPORTED_MEDIA_TYPE', 'unsupported content type') };
       case 'ROUTE_NOT_FOUND':
         return { status: 404, body: env('ROUTE_NOT_FOUND', 'no such route') };
+      case 'FST_ERR_MAX_PARAM_LENGTH':
+        return {
+          status: 414,
+          body: env('PATH_PARAMETER_TOO_LONG', 'a path parameter is longer than the router accepts'),
+        };
+      case 'FST_ERR_BAD_URL':
+        return { status: 400, body: env('MALFORMED_URL', 'the URL path is not validly percent-encoded') };
       case 'FST_ERR_CTP_EMPTY_JSON_BODY':
         return { status: 400, body: env('MALFORMED_JSON', 'body is empty but content-type is application/json') };
       default:

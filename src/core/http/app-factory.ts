@@ -2,10 +2,12 @@ import compress from '@fastify/compress';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { DynamicModule, LoggerService } from '@nestjs/common';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { answerClientError } from '../errors/client-error';
 import { badRequest } from '../errors/domain-error';
-import { HttpExceptionFilter } from '../errors/http-exception.filter';
+import { HttpExceptionFilter, toEnvelope } from '../errors/http-exception.filter';
 import { jsonSyntaxError } from '../json/json-syntax';
+import { traceIdOf } from './trace';
 
 export const YAML_TYPES = ['application/yaml', 'application/x-yaml', 'text/yaml'];
 export const BINARY_TYPES = ['application/gzip', 'application/x-gzip', 'application/x-tar', 'application/octet-stream'];
@@ -13,8 +15,9 @@ export const BINARY_TYPES = ['application/gzip', 'application/x-gzip', 'applicat
 /**
  * Builds the Nest application on Fastify with the platform's HTTP conventions: body limit (413),
  * JSON / YAML / binary bodies, gzip and brotli responses, and the error envelope for every failure,
- * including those raised by Fastify before routing (malformed JSON, unknown routes) and by Node's
- * HTTP parser before Fastify (oversized headers, malformed requests).
+ * including those raised by Fastify before routing (malformed JSON, unknown routes, overlong path
+ * parameters, bad percent-encoding) and by Node's HTTP parser before Fastify (oversized headers,
+ * malformed requests).
  */
 export async function createHttpApp(
   root: DynamicModule,
@@ -25,6 +28,11 @@ export async function createHttpApp(
     trustProxy: false,
     return503OnClosing: true,
     clientErrorHandler: answerClientError,
+    // The router's refusals (a path parameter over its length limit, a malformed percent-encoding).
+    frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      const { status, body } = toEnvelope(error, traceIdOf(request));
+      void reply.code(status).header('content-type', 'application/json; charset=utf-8').send(body);
+    },
   });
   const app = await NestFactory.create<NestFastifyApplication>(root, adapter, {
     logger: opts.logger,
