@@ -1,15 +1,16 @@
-import fc from 'fast-check';
 import { errorEnvelopeSchema } from '../../src/core/errors/error-envelope';
 import { countDiff, DbSnapshots } from '../support/fixtures/db-snapshot';
-import { hostileDocuments, randomDocument, type DagDocument } from '../support/fuzz/dag-documents';
+import { corpusDocument, hostileDocuments, randomDocument, type DagDocument } from '../support/fuzz/dag-documents';
 import { fuzzRuns, REQUEST_TIMEOUT_MS } from '../support/fuzz/http-fuzz';
+import { runFuzz } from '../support/fuzz/replay';
 import { startTestApp, type TestApp } from '../support/test-app';
 
 /**
  * POST /api/v1/dags under hostile JSON and YAML: deep nesting, alias bombs, duplicate keys, unicode
- * ids, out-of-range numbers, documents of several megabytes, random and truncated text. Every
- * answer is a 2xx for a valid definition or a 4xx envelope (400/413/415) that wrote nothing; never
- * a 5xx, never a hang.
+ * ids, prototype member names, out-of-range numbers, documents of several megabytes, random and
+ * truncated text. Every answer is a 2xx for a valid definition or a 4xx envelope (400/413/415)
+ * that wrote nothing; never a 5xx, never a hang. The random documents follow the regression
+ * corpus; a failure prints ORDO_FUZZ_SEED and ORDO_FUZZ_PATH, which replay it.
  */
 const MB = 1024 * 1024;
 
@@ -100,18 +101,20 @@ describe('POST /api/v1/dags under hostile documents', () => {
   });
 
   it(`answers ${fuzzRuns(150)} random, truncated and noisy documents with a 2xx or a 4xx envelope`, async () => {
-    const result = await fc.check(
-      fc.asyncProperty(randomDocument, async (doc) => {
+    await runFuzz({
+      fuzzer: 'dag-documents',
+      arbitrary: randomDocument,
+      runs: fuzzRuns(150),
+      fromCorpus: corpusDocument,
+      check: async (doc) => {
         const r = await publish(app, as, doc);
         if (r.status >= 500 || (r.status >= 400 && !errorEnvelopeSchema.safeParse(r.body).success)) {
           throw new Error(
             `${doc.type} ${JSON.stringify(doc.text).slice(0, 400)}\n  → ${r.status} ${r.text.slice(0, 300)}`,
           );
         }
-      }),
-      { numRuns: fuzzRuns(150), endOnFailure: true },
-    );
-    if (result.failed) throw new Error(`seed ${result.seed}: ${(result.errorInstance as Error).message}`);
+      },
+    });
   });
 });
 

@@ -1,15 +1,19 @@
 import fc from 'fast-check';
 import { countDiff, DbSnapshots } from '../support/fixtures/db-snapshot';
 import { buildTenantFixtures, resolvePathParams, type TenantFixtures } from '../support/fixtures/tenant-fixtures';
+import { prototypeKey } from '../support/fuzz/arbitrary-from-schema';
 import { checkOutcome, fuzzRuns, sampleBody, send, type Caller, type FuzzRequest } from '../support/fuzz/http-fuzz';
 import { deref, loadOperations, MUTATING, type OpenApiDocument, type Operation } from '../support/fuzz/openapi-doc';
+import { namingFixtures, runFuzz, withFixtures } from '../support/fuzz/replay';
 import { staticApiRoutes } from '../support/fuzz/static-routes';
 import { startTestApp, type TestApp } from '../support/test-app';
 
 /**
  * Raw request bodies against every mutating operation: random bytes, truncated JSON, content types
- * the route does not take, bodies over the limit, and numbers JSON.parse turns into Infinity. Each
- * must be a 4xx in the error envelope that wrote nothing. CI: ORDO_FUZZ_RUNS or 25 per operation.
+ * the route does not take, bodies over the limit, numbers JSON.parse turns into Infinity, and
+ * prototype member names as keys. Each must be a 4xx in the error envelope that wrote
+ * nothing. Each operation replays its regression corpus entries first; then ORDO_FUZZ_RUNS random
+ * cases (CI: 25 per operation). A failure prints ORDO_FUZZ_SEED and ORDO_FUZZ_PATH, which replay it.
  */
 const RUNS = fuzzRuns(25);
 const ROUTES = staticApiRoutes().filter((r) => MUTATING.has(r.method));
@@ -89,6 +93,17 @@ describe(`raw bodies against every mutating operation (${RUNS} per operation)`, 
           }),
       );
     }
+    if (valid.startsWith('{')) {
+      // A prototype member name as a key of the body, written as JSON.parse reads it (an own key).
+      arbs.push(
+        fc
+          .tuple(prototypeKey, fc.constantFrom('1', '"x"', '{"polluted":true}', '{"prototype":{"polluted":true}}'))
+          .map(([name, value]) => ({
+            raw: `{${JSON.stringify(name)}:${value}${valid === '{}' ? '' : ','}${valid.slice(1)}`,
+            type: 'application/json',
+          })),
+      );
+    }
     return fc.oneof(...arbs);
   };
 
@@ -103,8 +118,15 @@ describe(`raw bodies against every mutating operation (${RUNS} per operation)`, 
       const pathValues: Record<string, string> = {};
       for (const p of op.pathParams) pathValues[p.name] = 'placeholder';
       Object.assign(pathValues, resolvePathParams(op.path, fx).values);
-      const result = await fc.check(
-        fc.asyncProperty(rawBodies(op), async (body) => {
+      await runFuzz({
+        fuzzer: 'raw-bodies',
+        test: op.label,
+        arbitrary: rawBodies(op),
+        runs: RUNS,
+        fromCorpus: (input) => withFixtures(input as { raw: string; type: string }, fx.values),
+        // Bytes have no JSON form: such a case is recorded by its seed and path.
+        toCorpus: (body) => (typeof body.raw === 'string' ? namingFixtures(body, fx.values) : undefined),
+        check: async (body) => {
           const req: FuzzRequest = { path: pathValues, query: {}, body, snapshot: true };
           const before = await snaps.counts();
           const out = await send(caller, op, req);
@@ -114,10 +136,8 @@ describe(`raw bodies against every mutating operation (${RUNS} per operation)`, 
               `${body.type} ${String(body.raw).slice(0, 300)}\n  → ${out.status} ${out.text.slice(0, 300)}\n  expected a 4xx`,
             );
           }
-        }),
-        { numRuns: RUNS, endOnFailure: true },
-      );
-      if (result.failed) throw new Error(`seed ${result.seed}: ${(result.errorInstance as Error).message}`);
+        },
+      });
     });
   }
 });

@@ -1,17 +1,22 @@
 import { DbSnapshots } from '../support/fixtures/db-snapshot';
 import { buildTenantFixtures, type TenantFixtures } from '../support/fixtures/tenant-fixtures';
-import { fuzzOperation, fuzzRuns, requestArbitrary, type Caller } from '../support/fuzz/http-fuzz';
+import { fuzzOperation, fuzzRuns, prototypeExamples, requestArbitrary, type Caller } from '../support/fuzz/http-fuzz';
 import { loadOperations, type OpenApiDocument, type Operation } from '../support/fuzz/openapi-doc';
 import { staticApiRoutes } from '../support/fuzz/static-routes';
 import { startTestApp, type TestApp } from '../support/test-app';
 
 /**
  * Hostile-input fuzzing of every operation of the OpenAPI document, generated from its request
- * schemas (valid requests with the tenant's real ids, near-misses and hostile values). CI runs
- * ORDO_FUZZ_RUNS cases per operation (default 60); on demand: ORDO_FUZZ_RUNS=1000.
+ * schemas (valid requests with the tenant's real ids, near-misses and hostile values). Each
+ * operation first replays its entries of the regression corpus (test/support/fuzz/regressions.json)
+ * and requests with `constructor` and `__proto__` in each string slot, then ORDO_FUZZ_RUNS random
+ * cases (default 60; on demand: ORDO_FUZZ_RUNS=1000). A failure prints ORDO_FUZZ_SEED and
+ * ORDO_FUZZ_PATH, which replay it.
  */
 const RUNS = fuzzRuns(60);
-const ROUTES = staticApiRoutes();
+/** Operations that delete, disable or revoke a fixture run last, so the others still find it. */
+const destroys = (label: string) => /^DELETE |\/(disable|revoke)$/.test(label);
+const ROUTES = [...staticApiRoutes()].sort((a, b) => Number(destroys(a.label)) - Number(destroys(b.label)));
 const TENANT = 'fuzz';
 const VICTIM = 'fuzz-victim';
 
@@ -55,7 +60,10 @@ describe(`fuzzing every operation with ${RUNS} generated requests`, () => {
             ? { authorization: `Bearer ${app.platformToken}` }
             : { authorization: `Bearer ${tenantToken}`, 'x-tenant-id': TENANT };
       const caller: Caller = { baseUrl: app.url, headers };
-      await fuzzOperation(caller, op, requestArbitrary(op, doc, fx), snaps, RUNS);
+      await fuzzOperation(caller, op, requestArbitrary(op, doc, fx), snaps, RUNS, {
+        fx,
+        examples: prototypeExamples(op, doc, fx),
+      });
     });
   }
 });

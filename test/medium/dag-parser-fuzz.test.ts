@@ -1,16 +1,18 @@
-import fc from 'fast-check';
 import { DomainError } from '../../src/core/errors/domain-error';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import { validateDagDefinition } from '../../src/modules/dags/dag-validation';
 import { parseDagYaml } from '../../src/modules/dags/dag-yaml';
 import { PluginRegistry } from '../../src/modules/plugins/plugin-registry';
 import { fuzzRuns } from '../support/fuzz/http-fuzz';
-import { hostileDocuments, randomDocument, type DagDocument } from '../support/fuzz/dag-documents';
+import { corpusDocument, hostileDocuments, randomDocument, type DagDocument } from '../support/fuzz/dag-documents';
+import { runFuzz } from '../support/fuzz/replay';
 
 /**
  * The DAG parser and validator called directly, as the publish route does: parse (JSON or YAML),
  * validate, hash. Every input either yields a definition or a 400 DomainError; nothing else
- * escapes (no RangeError from deep input, no TypeError from odd values), in bounded time.
+ * escapes (no RangeError from deep input, no TypeError from odd values), in bounded time. The
+ * random documents follow the regression corpus; a failure prints ORDO_FUZZ_SEED and
+ * ORDO_FUZZ_PATH (of the shrunk case), which replay it.
  */
 const plugins = new PluginRegistry();
 /** A hang detector, far above any real parse: the functions are synchronous, so the bound is checked after. */
@@ -55,12 +57,14 @@ describe('DAG parser and validator under hostile documents', () => {
     });
   }
 
-  it(`answers ${fuzzRuns(300)} random and truncated documents with a definition or a 400`, () => {
-    fc.assert(
-      fc.property(randomDocument, (doc) => {
-        expectCleanOutcome({ ...doc }, false);
-      }),
-      { numRuns: fuzzRuns(300) },
-    );
+  it(`answers ${fuzzRuns(300)} random and truncated documents with a definition or a 400`, async () => {
+    await runFuzz({
+      fuzzer: 'dag-documents',
+      arbitrary: randomDocument,
+      runs: fuzzRuns(300),
+      fromCorpus: corpusDocument,
+      shrink: true,
+      check: (doc) => expectCleanOutcome({ ...doc }, false),
+    });
   });
 });

@@ -36,6 +36,24 @@ export const PROTOTYPE_KEYS: readonly string[] = [
   '__lookupSetter__',
 ];
 
+/** A prototype member name, as it is or in the case and padding variants code may normalize away. */
+export const prototypeKey: fc.Arbitrary<string> = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom(...PROTOTYPE_KEYS) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(
+        fc.constantFrom(...PROTOTYPE_KEYS),
+        fc.constantFrom<(k: string) => string>(
+          (k) => k.toUpperCase(),
+          (k) => ` ${k} `,
+          (k) => `@${k}`,
+        ),
+      )
+      .map(([k, f]) => f(k)),
+  },
+);
+
 /** Strings that break naive code: NUL, lone surrogates, bidi overrides, emoji, BOMs, traversal, templates. */
 export const HOSTILE_STRINGS: readonly string[] = [
   '',
@@ -85,6 +103,7 @@ export const HOSTILE_STRINGS: readonly string[] = [
 
 export const hostileString: fc.Arbitrary<string> = fc.oneof(
   { weight: 4, arbitrary: fc.constantFrom(...HOSTILE_STRINGS) },
+  { weight: 3, arbitrary: prototypeKey },
   { weight: 2, arbitrary: fc.string({ unit: 'binary', maxLength: 40 }) },
   { weight: 1, arbitrary: fc.string({ unit: 'grapheme-composite', maxLength: 40 }) },
   {
@@ -135,7 +154,7 @@ export const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 1, arbitrary: fc.integer({ min: 50, max: 1_000 }).map((d) => deepValue(d, 'object')) },
   {
     weight: 1,
-    arbitrary: fc.constantFrom('__proto__', 'constructor', 'prototype').map((k) => withKey({}, k, { polluted: true })),
+    arbitrary: fc.constantFrom(...PROTOTYPE_KEYS).map((k) => withKey({}, k, { polluted: true })),
   },
 );
 
@@ -164,15 +183,24 @@ function stringArb(s: JsonSchema): fc.Arbitrary<string> {
     default:
   }
   if (s.contentEncoding === 'base64') return fc.base64String({ maxLength: 64 });
+  const fits = (x: string) => x.length >= min && x.length <= (num(s.maxLength) ?? Infinity);
   if (typeof s.pattern === 'string') {
     try {
       const re = new RegExp(s.pattern);
-      return fc.stringMatching(re).filter((x) => x.length >= min && x.length <= (num(s.maxLength) ?? Infinity));
+      return withPrototypeKeys(fc.stringMatching(re).filter(fits), (k) => fits(k) && re.test(k));
     } catch {
       // An expression stringMatching cannot generate from: plain strings of the right length.
     }
   }
-  return fc.string({ minLength: min, maxLength: max });
+  return withPrototypeKeys(fc.string({ minLength: min, maxLength: max }), fits);
+}
+
+/** `arb`, or in one case of four a prototype member name that `accepts` lets through (names, ids, keys, crons). */
+function withPrototypeKeys(arb: fc.Arbitrary<string>, accepts: (k: string) => boolean): fc.Arbitrary<string> {
+  const keys = PROTOTYPE_KEYS.filter(accepts);
+  return keys.length === 0
+    ? arb
+    : fc.oneof({ weight: 3, arbitrary: arb }, { weight: 1, arbitrary: fc.constantFrom(...keys) });
 }
 
 function numberArb(s: JsonSchema, integer: boolean): fc.Arbitrary<number> {
@@ -287,11 +315,7 @@ export function mutated(schema: JsonSchema, ctx: SchemaContext): fc.Arbitrary<un
         .tuple(base, fc.constantFrom(...names), fc.constantFrom(...edgeValuesFor(props, ctx)))
         .map(([v, k, x]) => withKey(asObject(v), k, x)),
       fc
-        .tuple(
-          base,
-          fc.oneof(fc.constantFrom('__proto__', 'constructor', 'prototype', 'toString', 'extra', ''), fc.string()),
-          hostileValue,
-        )
+        .tuple(base, fc.oneof(prototypeKey, fc.constantFrom('extra', ''), fc.string()), hostileValue)
         .map(([v, k, x]) => withKey(asObject(v), k, x)),
     );
   } else {

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
+import { stringify as yamlStringify } from 'yaml';
 import { DAG_ID, STEP_ID } from '../../../src/modules/dags/dag-definition';
-import { HOSTILE_STRINGS } from './arbitrary-from-schema';
+import { HOSTILE_STRINGS, PROTOTYPE_KEYS, prototypeKey } from './arbitrary-from-schema';
 
 /**
  * Hostile DAG documents, as text (JSON or YAML): deep nesting, aliases that expand
@@ -126,6 +127,24 @@ export function hostileDocuments(): DagDocument[] {
       !DAG_ID.test(s),
     );
   }
+  for (const k of PROTOTYPE_KEYS) {
+    if (!HOSTILE_STRINGS.includes(k)) {
+      add(`JSON with step id ${k}`, json([step(k)]), 'application/json', !STEP_ID.test(k));
+      add(`JSON with DAG id ${k}`, `{"id":"${k}","steps":[${step('s1')}]}`, 'application/json', !DAG_ID.test(k));
+    }
+    add(
+      `JSON with a config key ${k}`,
+      json([step('s1', `,"with":{"output":{"${k}":"${k}"}}`)]),
+      'application/json',
+      false,
+    );
+    add(
+      `JSON with an input named ${k}`,
+      `{"id":"a","inputs":{"type":"object","properties":{"${k}":{"type":"string"}},"required":["${k}"]},"steps":[${step('s1')}]}`,
+      'application/json',
+      false,
+    );
+  }
   for (const id of ['стъпка', '步骤', 'ステップ', '😀', 'a\u202eb', 'İ', 'ǅ', 'e\u0301', '\u0660']) {
     add(`JSON with unicode step id ${id}`, json([step(id)]));
     add(`YAML with unicode step id ${id}`, `id: a\nsteps:\n  - id: "${id}"\n    plugin: noop\n`, 'application/yaml');
@@ -133,8 +152,26 @@ export function hostileDocuments(): DagDocument[] {
   return docs;
 }
 
-/** Random text, bytes as text, and truncated or mutated variants of a valid document. */
+/**
+ * Documents whose ids, step ids, input names, config keys and values are prototype member names
+ * (keys are own properties, as JSON.parse makes them, `__proto__` included).
+ */
+const prototypeNamesDocument: fc.Arbitrary<Omit<DagDocument, 'refuse'>> = fc
+  .tuple(prototypeKey, prototypeKey, prototypeKey, prototypeKey, fc.boolean())
+  .map(([dagId, stepId, key, value, yaml]) => {
+    const def = {
+      id: dagId,
+      inputs: { type: 'object', properties: { [key]: { type: 'string' } }, required: [key] },
+      steps: [{ id: stepId, plugin: 'noop', with: { output: { [key]: value, ref: `\${{ inputs.${key} }}` } } }],
+    };
+    return yaml
+      ? { name: 'prototype names', text: yamlStringify(def), type: 'application/yaml' as const }
+      : { name: 'prototype names', text: JSON.stringify(def), type: 'application/json' as const };
+  });
+
+/** Random text, bytes as text, truncated or mutated variants of a valid document, prototype member names. */
 export const randomDocument: fc.Arbitrary<Omit<DagDocument, 'refuse'>> = fc.oneof(
+  prototypeNamesDocument,
   fc
     .string({ unit: 'binary', maxLength: 400 })
     .map((text) => ({ name: 'random text', text, type: 'application/yaml' as const })),
@@ -166,3 +203,14 @@ export const randomDocument: fc.Arbitrary<Omit<DagDocument, 'refuse'>> = fc.oneo
       type: yaml ? ('application/yaml' as const) : ('application/json' as const),
     })),
 );
+
+/** A document recorded in the regression corpus: `{ text, type, name? }`. */
+export function corpusDocument(input: unknown): Omit<DagDocument, 'refuse'> {
+  const d = input as Partial<DagDocument>;
+  if (typeof d.text !== 'string' || (d.type !== 'application/json' && d.type !== 'application/yaml')) {
+    throw new Error(
+      `a dag-documents corpus input is { text, type: application/json | application/yaml }: ${JSON.stringify(input)}`,
+    );
+  }
+  return { name: d.name ?? 'corpus document', text: d.text, type: d.type };
+}

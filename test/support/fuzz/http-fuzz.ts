@@ -1,10 +1,20 @@
 import fc from 'fast-check';
 import { errorEnvelopeSchema } from '../../../src/core/errors/error-envelope';
 import type { TenantFixtures } from '../fixtures/tenant-fixtures';
-import { ID_PROPERTIES, RECIPES, queryFixture, recipeKeysOf } from '../fixtures/tenant-fixtures';
+import { ID_PROPERTIES, RECIPES, queryFixture, recipeKeysOf, resolvePathParams } from '../fixtures/tenant-fixtures';
 import { countDiff, type DbSnapshots } from '../fixtures/db-snapshot';
-import { hostileString, hostileValue, mutated, valid, type SchemaContext } from './arbitrary-from-schema';
+import {
+  PROTOTYPE_KEYS,
+  hostileString,
+  hostileValue,
+  mutated,
+  sample,
+  valid,
+  withKey,
+  type SchemaContext,
+} from './arbitrary-from-schema';
 import { deref, encodeSegment, type JsonSchema, type OpenApiDocument, type Operation } from './openapi-doc';
+import { namingFixtures, runFuzz, withFixtures } from './replay';
 
 /** Cases per operation: ORDO_FUZZ_RUNS (on demand, e.g. 1000), else a CI default. */
 export const fuzzRuns = (ciDefault: number): number => {
@@ -30,6 +40,7 @@ export interface FuzzRequest {
 const idempotencyKey: fc.Arbitrary<string> = fc.oneof(
   fc.uuid(),
   fc.constantFrom('fuzz-key-1', 'fuzz-key-2', 'fuzz-key-3'),
+  fc.constantFrom(...PROTOTYPE_KEYS),
   fc.string({ unit: 'binary-ascii', maxLength: 300 }).filter((k) => /^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$/.test(k)),
   fc.constantFrom('x'.repeat(255), 'x'.repeat(256), 'a b', '"quoted"'),
 );
@@ -49,6 +60,17 @@ const fixtureValues = (op: Operation, name: string, fx: TenantFixtures): string[
 /** Hostile strings that fit in a URL (Node refuses request heads over 16 KiB before the app sees them). */
 const shortHostile = hostileString.map((s) => (s.length > 1500 ? s.slice(0, 1500) : s));
 
+/** Schema context with the tenant's ids and example values as property overrides. */
+function schemaContext(doc: OpenApiDocument, fx: TenantFixtures): SchemaContext {
+  const overrides: Record<string, unknown[]> = { plugin: ['noop'] };
+  for (const [prop, field] of Object.entries(ID_PROPERTIES)) {
+    const v = fx.values[field];
+    if (v !== undefined) overrides[prop] = prop === 'version' ? [Number(v)] : [v];
+  }
+  for (const [k, v] of Object.entries(fx.examples)) overrides[k] = [v];
+  return { deref: (s) => deref(s, doc), overrides };
+}
+
 /** Requests for one operation: valid ones (with the tenant's real ids), near-misses and hostile ones. */
 export function requestArbitrary(
   op: Operation,
@@ -56,13 +78,7 @@ export function requestArbitrary(
   fx: TenantFixtures,
   opts: { snapshotRate?: number } = {},
 ): fc.Arbitrary<FuzzRequest> {
-  const overrides: Record<string, unknown[]> = { plugin: ['noop'] };
-  for (const [prop, field] of Object.entries(ID_PROPERTIES)) {
-    const v = fx.values[field];
-    if (v !== undefined) overrides[prop] = prop === 'version' ? [Number(v)] : [v];
-  }
-  for (const [k, v] of Object.entries(fx.examples)) overrides[k] = [v];
-  const ctx: SchemaContext = { deref: (s) => deref(s, doc), overrides };
+  const ctx = schemaContext(doc, fx);
 
   const path = fc.record(
     Object.fromEntries(
@@ -97,7 +113,7 @@ export function requestArbitrary(
         { weight: 7, arbitrary: fc.constant(undefined) },
         {
           weight: 1,
-          arbitrary: fc.tuple(fc.constantFrom('extra', '__proto__', 'constructor', 'limit[]'), shortHostile),
+          arbitrary: fc.tuple(fc.constantFrom('extra', 'limit[]', ...PROTOTYPE_KEYS), shortHostile),
         },
       ),
     )
@@ -237,8 +253,6 @@ export async function checkOutcome(
       const r = documented.schema.safeParse(out.body);
       if (!r.success) fail(`body does not match the documented ${out.status} schema: ${r.error.message.slice(0, 500)}`);
     }
-  } else if (out.status === 431 || out.status === 414) {
-    // Refused by Node's HTTP parser before any application code runs (no envelope there).
   } else if (out.status >= 400) {
     const r = errorEnvelopeSchema.safeParse(out.body);
     if (!r.success) fail('error body is not the error envelope');
@@ -254,31 +268,76 @@ export async function checkOutcome(
   }
 }
 
-/** Runs `runs` generated requests against one operation and checks each answer. */
+/**
+ * Runs one operation's corpus entries, `examples` and `runs` generated requests, and checks each
+ * answer. Corpus inputs are requests whose strings may name fixtures (`{{fixture.dagId}}`).
+ */
 export async function fuzzOperation(
   caller: Caller,
   op: Operation,
   arb: fc.Arbitrary<FuzzRequest>,
   snaps: DbSnapshots,
   runs: number,
+  opts: { fx: TenantFixtures; examples?: FuzzRequest[] },
 ): Promise<void> {
-  const result = await fc.check(
-    fc.asyncProperty(arb, async (req) => {
+  await runFuzz({
+    fuzzer: 'operations',
+    test: op.label,
+    arbitrary: arb,
+    runs,
+    examples: opts.examples,
+    fromCorpus: (input) => {
+      const r = withFixtures(input, opts.fx.values) as Partial<FuzzRequest>;
+      return { path: r.path ?? {}, query: r.query ?? {}, body: r.body, headers: r.headers ?? {}, snapshot: true };
+    },
+    toCorpus: ({ snapshot: _snapshot, ...req }) => namingFixtures(req, opts.fx.values),
+    check: async (req) => {
       const before = req.snapshot ? await snaps.counts() : undefined;
       const out = await send(caller, op, req);
       await checkOutcome(op, req, out, { before, after: () => snaps.counts() });
-    }),
-    { numRuns: runs, endOnFailure: true, seed: seedFromEnv() },
-  );
-  if (result.failed) {
-    const cause = result.errorInstance instanceof Error ? result.errorInstance.message : String(result.errorInstance);
-    throw new Error(`failed after ${result.numRuns} cases (ORDO_FUZZ_SEED=${result.seed}):\n${cause}`);
-  }
+    },
+  });
 }
 
-function seedFromEnv(): number | undefined {
-  const s = Number(process.env.ORDO_FUZZ_SEED);
-  return Number.isInteger(s) ? s : undefined;
+/**
+ * Requests that put `constructor` (a function on every object) and `__proto__` (an object) into
+ * each string slot of an otherwise valid request, one slot at a time: path and query parameters
+ * and the body's string properties. Code that looks a caller's string up in a plain object finds
+ * something for these two whatever the object, so every such lookup on a reachable path is hit.
+ */
+export function prototypeExamples(op: Operation, doc: OpenApiDocument, fx: TenantFixtures): FuzzRequest[] {
+  const ctx = schemaContext(doc, fx);
+  const path: Record<string, string> = {};
+  for (const p of op.pathParams) path[p.name] = 'x';
+  Object.assign(path, resolvePathParams(op.path, fx).values);
+  const query: Record<string, string> = {};
+  for (const p of op.queryParams) {
+    if (!p.required) continue;
+    const example = fx.examples[p.name];
+    query[p.name] =
+      queryFixture(op.path, p.name, fx) ??
+      (typeof example === 'string' ? example : String(sample(valid(p.schema, ctx))));
+  }
+  const body = sampleBody(op, doc, fx);
+  const base: FuzzRequest = {
+    path,
+    query,
+    body: body === undefined ? undefined : { json: body },
+    headers: {},
+    snapshot: true,
+  };
+  const out: FuzzRequest[] = [];
+  for (const key of ['constructor', '__proto__']) {
+    for (const p of op.pathParams) out.push({ ...base, path: { ...path, [p.name]: key } });
+    for (const p of op.queryParams) out.push({ ...base, query: { ...query, [p.name]: key } });
+    if (body !== null && typeof body === 'object' && !Array.isArray(body)) {
+      for (const [name, v] of Object.entries(body)) {
+        if (typeof v === 'string')
+          out.push({ ...base, body: { json: withKey(body as Record<string, unknown>, name, key) } });
+      }
+    }
+  }
+  return out;
 }
 
 /** A body that passes schema validation where generation allows, with the tenant's ids and example values. */
