@@ -123,7 +123,8 @@ async function run(cfg: HttpConfig, ctx: PluginContext): Promise<PluginResult> {
   }
   const outHeaders: JsonObject = {};
   for (const name of [...DEFAULT_HEADERS, ...cfg.outputHeaders.map((h) => h.toLowerCase())]) {
-    const v = res.headers[name];
+    // Own headers only: a name such as `constructor` must not find Object's members.
+    const v = Object.hasOwn(res.headers, name) ? res.headers[name] : undefined;
     if (v !== undefined) outHeaders[name] = Array.isArray(v) ? v.join(', ') : v;
   }
   const outputs = redactJson<JsonObject>({ status: res.status, headers: outHeaders, body: parsed }, (t) =>

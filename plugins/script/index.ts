@@ -63,7 +63,8 @@ async function bridgeFetch(
   } catch {
     init = {};
   }
-  const headers: Record<string, string> = {};
+  // No prototype: a header the script names `__proto__` is kept like any other.
+  const headers = Object.create(null) as Record<string, string>;
   if (init.headers && typeof init.headers === 'object') {
     for (const [k, v] of Object.entries(init.headers as Record<string, unknown>)) headers[k.toLowerCase()] = String(v);
   }

@@ -63,7 +63,8 @@ export async function egressRequest(req: EgressRequest): Promise<EgressResponse>
   let url = req.url;
   let method = req.method.toUpperCase();
   let body = req.body;
-  const headers: Record<string, string> = {};
+  // No prototype: a header named `__proto__` is kept like any other.
+  const headers = Object.create(null) as Record<string, string>;
   for (const [k, v] of Object.entries(req.headers)) headers[k.toLowerCase()] = v;
 
   const failure = (e: unknown): RequestError => {

@@ -103,7 +103,8 @@ export async function startEgressProxy(o: EgressProxyOptions): Promise<EgressPro
     const port = url.port ? Number(url.port) : 80;
     checkDestination(url.hostname, port, o.egress, o.policy).then(
       (dest) => {
-        const headers: http.OutgoingHttpHeaders = {};
+        // No prototype: a header the command names `toString` or `__proto__` is a header like any other.
+        const headers = Object.create(null) as http.OutgoingHttpHeaders;
         const connectionTokens = new Set(
           String(req.headers.connection ?? '')
             .toLowerCase()
