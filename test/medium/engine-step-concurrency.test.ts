@@ -9,7 +9,7 @@ import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
-/** The claim under a step's `concurrency` limit (migrations/021_step_concurrency.sql), with claims in open transactions. */
+/** The claim under a step's `concurrency` limit (db/functions/ordo_engine_claim.sql), with claims in open transactions. */
 describe('engine: step concurrency gates', () => {
   let t: TestDatabase;
   let owner: pg.Client;

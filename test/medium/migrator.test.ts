@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { APP_ROLE, listMigrations, migrate, pendingMigrations } from '../../src/core/database/migrator';
+import { APP_ROLE, listFunctions, listMigrations, migrate, pendingMigrations } from '../../src/core/database/migrator';
 
 /** An empty database on the test server (no template), dropped by the returned function. */
 async function emptyDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
@@ -37,6 +37,7 @@ async function query<T extends pg.QueryResultRow>(url: string, sql: string, para
 
 describe('migrator', () => {
   const dirs: string[] = [];
+  const all = () => [...listMigrations().map((m) => m.name), ...listFunctions().map((f) => `${f.name}.sql`)];
   const migrationsDir = (files: Record<string, string>) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-migrations-'));
     dirs.push(dir);
@@ -49,7 +50,7 @@ describe('migrator', () => {
     const db = await emptyDatabase();
     try {
       const first = await migrate(db.url);
-      expect(first.applied).toEqual(listMigrations().map((m) => m.name));
+      expect(first.applied).toEqual(all());
       const second = await migrate(db.url);
       expect(second.applied).toEqual([]);
       const c = new pg.Client({ connectionString: db.url });
@@ -77,7 +78,7 @@ describe('migrator', () => {
     try {
       const results = await Promise.all([migrate(db.url), migrate(db.url), migrate(db.url)]);
       const applied = results.flatMap((r) => r.applied).sort();
-      expect(applied).toEqual(listMigrations().map((m) => m.name));
+      expect(applied).toEqual(all().sort());
       const rows = await query<{ name: string }>(db.url, 'select name from ordo_migration order by name');
       expect(rows.map((r) => r.name)).toEqual(listMigrations().map((m) => m.name));
     } finally {
@@ -89,9 +90,10 @@ describe('migrator', () => {
     const db = await emptyDatabase();
     try {
       const dir = migrationsDir({ '001_one.sql': 'create table one (id int);' });
-      await migrate(db.url, { dir });
+      const functionsDir = migrationsDir({});
+      await migrate(db.url, { dir, functionsDir });
       fs.writeFileSync(path.join(dir, '001_one.sql'), 'create table one (id bigint);');
-      await expect(migrate(db.url, { dir })).rejects.toThrow(/001_one\.sql changed after it was applied/);
+      await expect(migrate(db.url, { dir, functionsDir })).rejects.toThrow(/001_one\.sql changed after it was applied/);
     } finally {
       await db.drop();
     }
@@ -105,14 +107,100 @@ describe('migrator', () => {
         '002_bad.sql': 'create table half_table (id int);\nselect no_such_function();',
         '003_later.sql': 'create table later_table (id int);',
       });
-      await expect(migrate(db.url, { dir })).rejects.toThrow(/migration 002_bad\.sql failed/);
+      await expect(migrate(db.url, { dir, functionsDir: migrationsDir({}) })).rejects.toThrow(
+        /migration 002_bad\.sql failed/,
+      );
       const names = await query<{ name: string }>(db.url, 'select name from ordo_migration order by name');
       expect(names.map((r) => r.name)).toEqual(['001_ok.sql']);
       const tables = await query<{ t: string }>(
         db.url,
         `select tablename as t from pg_tables where schemaname = 'public' order by 1`,
       );
-      expect(tables.map((r) => r.t)).toEqual(['ok_table', 'ordo_migration']);
+      expect(tables.map((r) => r.t)).toEqual(['ok_table', 'ordo_function', 'ordo_migration']);
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('applies a function file again when it changes, and drops the function of a file that is gone', async () => {
+    const db = await emptyDatabase();
+    try {
+      const dir = migrationsDir({ '001_t.sql': 'create table t (n int);' });
+      const fn = (body: string) =>
+        `create or replace function answer() returns int language sql as $$ select ${body} $$;`;
+      const functionsDir = migrationsDir({ 'answer.sql': fn('1'), 'other.sql': fn('0').replace('answer', 'other') });
+      expect((await migrate(db.url, { dir, functionsDir })).applied).toEqual(['001_t.sql', 'answer.sql', 'other.sql']);
+      expect((await migrate(db.url, { dir, functionsDir })).applied).toEqual([]);
+      fs.writeFileSync(path.join(functionsDir, 'answer.sql'), fn('42'));
+      fs.rmSync(path.join(functionsDir, 'other.sql'));
+      expect((await migrate(db.url, { dir, functionsDir })).applied).toEqual(['answer.sql']);
+      expect(await query<{ a: number }>(db.url, 'select answer() as a')).toEqual([{ a: 42 }]);
+      const left = await query<{ n: string }>(db.url, `select proname as n from pg_proc where proname = 'other'`);
+      expect(left).toEqual([]);
+      const recorded = await query<{ name: string }>(db.url, 'select name from ordo_function order by name');
+      expect(recorded.map((r) => r.name)).toEqual(['answer']);
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('applies a function file again when the data its checksum-with query reads changes', async () => {
+    const db = await emptyDatabase();
+    try {
+      const dir = migrationsDir({ '001_t.sql': 'create table limits (n int); insert into limits values (1);' });
+      const functionsDir = migrationsDir({
+        'top.sql':
+          '-- ordo:checksum-with select max(n) from limits\n' +
+          `do $$ begin execute format('create or replace function top() returns int language sql as %L', 'select ' || (select max(n) from limits)); end $$;`,
+      });
+      await migrate(db.url, { dir, functionsDir });
+      expect(await query<{ a: number }>(db.url, 'select top() as a')).toEqual([{ a: 1 }]);
+      expect((await migrate(db.url, { dir, functionsDir })).applied).toEqual([]);
+      await query(db.url, 'insert into limits values (7)');
+      expect((await migrate(db.url, { dir, functionsDir })).applied).toEqual(['top.sql']);
+      expect(await query<{ a: number }>(db.url, 'select top() as a')).toEqual([{ a: 7 }]);
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('adopts a database migrated by the series before the baseline, and refuses one that stopped partway', async () => {
+    const before = ['001_foundation.sql', '020_notify_after_commit.sql', '033_notify_collect_linear.sql'];
+    for (const [names, adopted] of [
+      [before, true],
+      [before.slice(0, 2), false],
+    ] as const) {
+      const db = await emptyDatabase();
+      try {
+        // A database as the earlier series left it: the baseline's schema under the older names.
+        await migrate(db.url);
+        await query(db.url, 'delete from ordo_migration');
+        for (const n of names)
+          await query(db.url, 'insert into ordo_migration (name, checksum) values ($1, $2)', [n, 'x']);
+        if (adopted) {
+          expect((await migrate(db.url)).applied).toEqual([]);
+          const rows = await query<{ name: string }>(db.url, 'select name from ordo_migration order by name');
+          expect(rows.map((r) => r.name)).toEqual(listMigrations().map((m) => m.name));
+        } else {
+          await expect(migrate(db.url)).rejects.toThrow(
+            /migrated by an earlier Ordo, up to 020_notify_after_commit\.sql.*033_notify_collect_linear\.sql/,
+          );
+        }
+      } finally {
+        await db.drop();
+      }
+    }
+  });
+
+  it('reports a function file that differs from the one applied as pending', async () => {
+    const db = await emptyDatabase();
+    try {
+      await migrate(db.url);
+      await query(db.url, `update ordo_function set checksum = 'stale' where name = 'ordo_notify'`);
+      const c = new pg.Client({ connectionString: db.url });
+      await c.connect();
+      expect(await pendingMigrations((q) => c.query(q))).toEqual(['ordo_notify.sql']);
+      await c.end();
     } finally {
       await db.drop();
     }

@@ -23,7 +23,7 @@ const BUSY_USES = 5;
  * CHECK_INTERVAL_MS one query compares the committed rows of the watched tables (the statistics
  * collector's live tuples) with the row counts their statistics give the planner (reltuples); a
  * table that holds twice what its statistics say (at least twice FLOOR_ROWS, or was never analyzed)
- * is analyzed (ordo_analyze_hot, migration 016: without statistics a new plan would still guess a
+ * is analyzed (db/functions/ordo_analyze_hot.sql: without statistics a new plan would still guess a
  * tenant's share of the table small), the generation moves on, and each prepared connection runs
  * DISCARD PLANS before its next use. A table growing from empty to a million rows is analyzed and
  * re-planned about a dozen times; an idle process (a few polls) issues no query.

@@ -129,7 +129,7 @@ export interface ClaimInput {
 /**
  * A row of ordo_engine_advance, ordo_engine_chain and ordo_engine_claim: a dispatched step ('d'), a
  * committed run or retry event ('e'), or a notification to send once the statement has committed
- * ('n': [channel, payload], migrations/020_notify_after_commit.sql).
+ * ('n': [channel, payload], db/functions/ordo_notify.sql).
  */
 export type AdvanceRow =
   | {
@@ -412,11 +412,11 @@ export class EngineRepository {
   }
 
   /**
-   * The one-statement hop (migrations/011_engine_advance.sql), committed on its own: applies
+   * The one-statement hop (db/functions/ordo_engine_advance.sql), committed on its own: applies
    * successful results, makes their successors ready and dispatches up to `capacity` of them to
    * `worker`, appending the chained events. Raises SQLSTATE OR001 (nothing written) when the
    * batch needs the general engine transaction. A batch of one goes to ordo_engine_chain with no
-   * link (migrations/027_in_flight_from_leases.sql): the same hop, with statements that look up its
+   * link (db/functions/ordo_engine_chain.sql): the same hop, with statements that look up its
    * one run by key.
    */
   async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
@@ -435,8 +435,8 @@ export class EngineRepository {
   }
 
   /**
-   * A chain of results in one statement, committed on its own (migrations/025_engine_chain.sql,
-   * 027): a result and the links a worker ran after it; with no link, the hop for one result.
+   * A chain of results in one statement, committed on its own (db/functions/ordo_engine_chain.sql):
+   * a result and the links a worker ran after it; with no link, the hop for one result.
    * Raises SQLSTATE OR001 (nothing written) when the chain does not hold or needs the general transaction.
    */
   async chain(db: SystemDb, p: AdvanceInput | ChainInput): Promise<AdvanceRow[]> {
@@ -445,8 +445,8 @@ export class EngineRepository {
   }
 
   /**
-   * The claim from the queue (migrations/011_engine_advance.sql: ordo_engine_claim): fair rounds
-   * across tenants, dispatch, events and bookkeeping in one statement. On the engine's handle it
+   * The claim from the queue (db/functions/ordo_engine_claim.sql): fair rounds across tenants,
+   * dispatch, events and bookkeeping in one statement. On the engine's handle it
    * commits on its own; in a transaction it is part of it.
    */
   async claim(db: SystemDb | SystemTx, p: ClaimInput): Promise<AdvanceRow[]> {

@@ -16,7 +16,7 @@ export interface StepSpec {
 /**
  * A ready step put into the queue. A step with a concurrency limit waits there under its gate (its
  * DAG and step id, so every version of the DAG shares it) with its limit: the claim takes it only
- * while fewer of the gate's steps run (migrations/021_step_concurrency.sql).
+ * while fewer of the gate's steps run (db/functions/ordo_engine_claim.sql).
  */
 export interface QueuedStep {
   runId: string;

@@ -169,7 +169,7 @@ export class RunsRepository {
   }
 
   /**
-   * Writes created runs in one statement (ordo_create_runs, migrations/029_create_runs.sql): the
+   * Writes created runs in one statement (db/functions/ordo_create_runs.sql): the
    * runs (skipping (tenant, dag, runToken) duplicates), and only for those inserted their steps,
    * chained events and ready queue items (in the given order), the tenant's queue row and the
    * workers' wake-up (ordo_ready). On a TenantStatement the statement is its own transaction; in a

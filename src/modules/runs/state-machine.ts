@@ -21,7 +21,7 @@ export type Entity = 'run' | 'step' | 'attempt';
 
 /**
  * The allowed state transitions: the one table every status write is checked against. The
- * database holds the same table (state_transition, migration 003) and its triggers refuse any
+ * database holds the same table (state_transition, db/migrations/001_baseline.sql) and its triggers refuse any
  * other change, whoever writes it.
  */
 export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, readonly string[]>> } = {

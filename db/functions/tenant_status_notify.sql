@@ -1,6 +1,7 @@
 -- A tenant's status change (disabled, enabled again) reaches every api replica at once, like a token
 -- revocation: replicas that keep the status of presented tokens drop what they know of the tenant.
-create function tenant_status_notify() returns trigger
+
+create or replace function tenant_status_notify() returns trigger
   language plpgsql
   as $$
 begin
@@ -8,5 +9,6 @@ begin
   return null;
 end
 $$;
-create trigger tenant_status_notify after update of status on tenant
+
+create or replace trigger tenant_status_notify after update of status on tenant
   for each row when (old.status is distinct from new.status) execute function tenant_status_notify();

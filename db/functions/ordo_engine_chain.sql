@@ -1,42 +1,18 @@
--- A chain of steps in one commit (ordo_engine_chain). A worker whose step succeeded may run the
--- step after it before that result commits, when nothing but its result can come of it: the next
--- step is the only dependent of the one before it and depends on it alone, its plugin has no
--- effect outside its result and it reaches no host, and it has no constraint and no concurrency
--- limit. It then reports the first step's result and the results of the steps it ran after it
--- (the links) together, and this function writes what one hop per result would have written: the
--- same rows, transitions, events in the same order and hashes, dispatch numbers and in-flight
--- counts. Each link is queued, dispatched to the worker, started and finished as a claimed step
--- would be, with the worker's times. Refused with OR001, writing nothing, when a link is not the
--- next step of its chain in this run (the worker then reports the first result alone, and the
--- links' steps run again from the queue), or in the cases the hop refuses.
+-- A chain of steps in one commit. A worker whose step succeeded may run the step after it before
+-- that result commits, when nothing but its result can come of it: the next step is the only
+-- dependent of the one before it and depends on it alone, its plugin has no effect outside its
+-- result and it reaches no host, and it has no constraint and no concurrency limit. It then reports
+-- the first step's result and the results of the steps it ran after it (the links) together, and
+-- this function writes what one hop per result would have written: the same rows, transitions,
+-- events in the same order and hashes, dispatch numbers and in-flight counts. Each link's attempt
+-- is inserted once, succeeded (its whole life is inside the commit). Refused with OR001, writing
+-- nothing, when a link is not the next step of its chain in this run (the worker then reports the
+-- first result alone, and the links' steps run again from the queue), or in the cases the hop refuses.
 --
 -- The step the worker is still running after the last link (`ahead`: it did not finish within the
 -- chain's time, or did not succeed) is dispatched to the worker like any successor, with the
 -- traceparent its attempt already runs under; the worker then reports its result as that attempt's.
 -- With no link, the function is the hop for one result with that step ahead.
-
--- The hash of an event chained after `p_prev`: SHA-256 of p_prev and the event's canonical JSON
--- body (the body of ordo_event_body, migration 011). Declared stable, as its body is (to_json), so
--- that PostgreSQL inlines it into the expression that calls it: ordo_event_body, declared
--- immutable, is called as a function of its own for every event, which a chain of ten steps and
--- thirty-one events paid for each of them.
-create function ordo_event_hash(
-  p_prev text, p_run uuid, p_seq integer, p_created text, p_type text, p_step text, p_attempt integer, p_actor text,
-  p_data text
-) returns text
-  language sql stable parallel safe
-  as $$
-    select encode(sha256(convert_to(p_prev
-      || '{"actor":' || to_json(p_actor)::text
-      || ',"attempt":' || coalesce(p_attempt::text, 'null')
-      || ',"createdAt":' || to_json(p_created)::text
-      || ',"data":' || p_data
-      || ',"runId":' || to_json(p_run::text)::text
-      || ',"seq":' || p_seq::text
-      || ',"stepId":' || coalesce(to_json(p_step)::text, 'null')
-      || ',"type":' || to_json(p_type)::text
-      || '}', 'UTF8')), 'hex')
-  $$;
 
 create or replace function ordo_engine_chain(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
@@ -61,8 +37,8 @@ declare
   v_o jsonb := nullif(v_c->'o', 'null'::jsonb);
   v_oh text := v_c->>'oh';
   v_lh text := v_c->>'lh';
-  v_links jsonb := p->'links';
-  v_n integer := coalesce(jsonb_array_length(p->'links'), 0);
+  v_links jsonb := coalesce(p->'links', '[]');
+  v_n integer := jsonb_array_length(coalesce(p->'links', '[]'));
   v_last text;
   v_status text;
   v_remaining integer;
@@ -113,28 +89,33 @@ begin
 
   -- Each link, in the order it ran: its step is pending on the step before it (the first result's
   -- for the first link) alone, never attempted, the only dependent of that step, not disabled and
-  -- not limited, with the plugin and config the worker ran. Locked, as the hop locks what it writes.
-  select count(*)::integer into v_ok
-  from (
-    select s.step_id
-    from jsonb_array_elements(v_links) with ordinality as l(x, k)
-    join step s on s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s'
-    where s.status = 'pending' and s.pending_deps = 1 and s.attempts = 0
-      and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'s' end]
-      and s.plugin = l.x->>'pl' and s.config = l.x->'cf'
-      and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
-      and not exists (
-        select 1 from step o
-        where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
-      )
-    for update of s
-  ) ok;
-  if v_ok <> v_n then
-    raise exception using errcode = 'OR001', message = 'a chained step is not the next step of its chain';
+  -- not limited, with the plugin and config the worker ran. (Not locked: a step is written only by
+  -- a transaction that holds its run, as this one does.)
+  if v_n > 0 then
+    select count(*)::integer into v_ok
+    from (
+      select s.step_id
+      from jsonb_array_elements(v_links) with ordinality as l(x, k)
+      join step s on s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s'
+      where s.status = 'pending' and s.pending_deps = 1 and s.attempts = 0
+        and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'s' end]
+        and s.plugin = l.x->>'pl' and s.config = l.x->'cf'
+        and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
+        and not exists (
+          select 1 from step o
+          where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
+        )
+    ) ok;
+    if v_ok <> v_n then
+      raise exception using errcode = 'OR001', message = 'a chained step is not the next step of its chain';
+    end if;
   end if;
 
-  -- The first result's rows (as the hop writes them), and the links queued: ready when the step
-  -- before them finished.
+  -- One statement for the rows of the first result, which are all different rows: the step (it
+  -- must still be running at the reported epoch), its attempt, its artifacts, its queue item (its
+  -- slot is free), and the links queued (ready when the step before them finished); with no link,
+  -- its dependents counted down (the ones left with no pending dependency become ready, in
+  -- topological order, ties by step id).
   with res as (
     update step s set status = 'succeeded', outputs = coalesce(v_o, s.outputs), outputs_hash = v_oh,
       logs_hash = coalesce(v_lh, s.logs_hash), finished_at = now()
@@ -164,9 +145,21 @@ begin
     from jsonb_array_elements(v_links) with ordinality as l(x, k)
     where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'pending'
     returning 1
+  ),
+  deps as (
+    update step s set pending_deps = s.pending_deps - 1,
+      status = case when s.pending_deps = 1 and not coalesce((s.spec->>'disabled')::boolean, false)
+        then 'queued' else s.status end,
+      queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
+    where v_n = 0 and s.tenant_id = v_t and s.run_id = v_r and v_s = any(s.depends_on) and s.status = 'pending'
+    returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
   )
-  select (select count(*) from res)::integer, (select count(*) from item)::integer, (select count(*) from q)::integer
-  into v_done, v_rel, v_ok;
+  select (select count(*) from res)::integer, (select count(*) from item)::integer, (select count(*) from q)::integer,
+    coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
+      filter (where d.pending_deps = 0), '{}'),
+    coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
+  into v_done, v_rel, v_ok, v_ready, v_disabled
+  from deps d;
   if v_done <> 1 then
     raise exception using errcode = 'OR001', message = 'a result of the batch is not current';
   end if;
@@ -174,61 +167,59 @@ begin
     raise exception using errcode = 'OR001', message = 'a chained step could not be queued';
   end if;
 
-  -- The links dispatched to this worker, in their order, with attempts as the claim makes them.
-  with d as (
-    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
-      dispatch_seq = coalesce(s.dispatch_seq, v_dispatched + l.k::integer), started_at = coalesce(s.started_at, (l.x->>'sa')::timestamptz, now())
-    from jsonb_array_elements(v_links) with ordinality as l(x, k)
-    where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'queued'
-    returning s.step_id, s.epoch, s.attempts, s.queued_at, v_dispatched + l.k::integer as dispatch_seq, l.k, l.x
-  ),
-  a as (
-    insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
-      claimed_at, constraint_checked_at)
-    select v_t, v_r, d.step_id, d.attempts, d.epoch, v_worker, now() + v_lease, d.x->>'tp', d.queued_at,
-      coalesce((d.x->>'sa')::timestamptz, now()), coalesce((d.x->>'sa')::timestamptz, now())
-    from d
-    returning 1
-  )
-  select array_agg(jsonb_build_object('step_id', d.step_id, 'epoch', d.epoch, 'attempts', d.attempts,
-      'dispatch_seq', d.dispatch_seq, 'x', d.x) order by d.k)
-  into v_l
-  from d;
-  if coalesce(cardinality(v_l), 0) <> v_n then
-    raise exception using errcode = 'OR001', message = 'a chained step could not be dispatched';
-  end if;
+  if v_n > 0 then
+    -- The links dispatched to this worker, in their order, each with its attempt as the claim makes
+    -- it and its result applies it: written once, succeeded (its whole life is in this transaction).
+    with d as (
+      update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+        dispatch_seq = coalesce(s.dispatch_seq, v_dispatched + l.k::integer), started_at = coalesce(s.started_at, (l.x->>'sa')::timestamptz, now())
+      from jsonb_array_elements(v_links) with ordinality as l(x, k)
+      where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'queued'
+      returning s.step_id, s.epoch, s.attempts, s.queued_at, v_dispatched + l.k::integer as dispatch_seq, l.k, l.x
+    ),
+    a as (
+      insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, status, lease_expires_at, traceparent,
+        queued_at, claimed_at, constraint_checked_at, started_at, finished_at, terminated_at, outputs_hash, logs_hash)
+      select v_t, v_r, d.step_id, d.attempts, d.epoch, v_worker, 'succeeded', now() + v_lease, d.x->>'tp', d.queued_at,
+        coalesce((d.x->>'sa')::timestamptz, now()), coalesce((d.x->>'sa')::timestamptz, now()),
+        (d.x->>'sa')::timestamptz, (d.x->>'fa')::timestamptz, now(), d.x->>'oh', d.x->>'lh'
+      from d
+      returning 1
+    )
+    select array_agg(jsonb_build_object('step_id', d.step_id, 'epoch', d.epoch, 'attempts', d.attempts,
+        'dispatch_seq', d.dispatch_seq, 'x', d.x) order by d.k)
+    into v_l
+    from d;
+    if coalesce(cardinality(v_l), 0) <> v_n then
+      raise exception using errcode = 'OR001', message = 'a chained step could not be dispatched';
+    end if;
 
-  -- The links' results, and the dependents of the last link counted down (the ones left with no
-  -- pending dependency become ready, in topological order, ties by step id).
-  with res as (
-    update step s set status = 'succeeded', outputs = nullif(l.x->'o', 'null'::jsonb), outputs_hash = l.x->>'oh',
-      logs_hash = l.x->>'lh', finished_at = now()
-    from jsonb_array_elements(v_links) as l(x)
-    where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'running'
-    returning 1
-  ),
-  att as (
-    update attempt a set status = 'succeeded', outputs_hash = l.x->>'oh', logs_hash = l.x->>'lh',
-      started_at = (l.x->>'sa')::timestamptz, finished_at = (l.x->>'fa')::timestamptz, terminated_at = now()
-    from jsonb_array_elements(v_links) as l(x)
-    where a.tenant_id = v_t and a.run_id = v_r and a.step_id = l.x->>'s' and a.attempt = 1 and a.status = 'running'
-  ),
-  deps as (
-    update step s set pending_deps = s.pending_deps - 1,
-      status = case when s.pending_deps = 1 and not coalesce((s.spec->>'disabled')::boolean, false)
-        then 'queued' else s.status end,
-      queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
-    where s.tenant_id = v_t and s.run_id = v_r and v_last = any(s.depends_on) and s.status = 'pending'
-    returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
-  )
-  select (select count(*) from res)::integer,
-    coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
-      filter (where d.pending_deps = 0), '{}'),
-    coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
-  into v_done, v_ready, v_disabled
-  from deps d;
-  if v_done <> v_n then
-    raise exception using errcode = 'OR001', message = 'a chained step could not be finished';
+    -- The links' results, and the dependents of the last link counted down (the ones left with no
+    -- pending dependency become ready, in topological order, ties by step id).
+    with res as (
+      update step s set status = 'succeeded', outputs = nullif(l.x->'o', 'null'::jsonb), outputs_hash = l.x->>'oh',
+        logs_hash = l.x->>'lh', finished_at = now()
+      from jsonb_array_elements(v_links) as l(x)
+      where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'running'
+      returning 1
+    ),
+    deps as (
+      update step s set pending_deps = s.pending_deps - 1,
+        status = case when s.pending_deps = 1 and not coalesce((s.spec->>'disabled')::boolean, false)
+          then 'queued' else s.status end,
+        queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
+      where s.tenant_id = v_t and s.run_id = v_r and v_last = any(s.depends_on) and s.status = 'pending'
+      returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
+    )
+    select (select count(*) from res)::integer,
+      coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
+        filter (where d.pending_deps = 0), '{}'),
+      coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
+    into v_done, v_ready, v_disabled
+    from deps d;
+    if v_done <> v_n then
+      raise exception using errcode = 'OR001', message = 'a chained step could not be finished';
+    end if;
   end if;
   if v_disabled then
     raise exception using errcode = 'OR001', message = 'a disabled or concurrency-limited step became ready';
@@ -236,15 +227,14 @@ begin
   v_dispatched := v_dispatched + v_n;
   v_want := cardinality(v_ready);
 
-  -- The last link's successors, as the hop dispatches a result's successors.
+  -- The last link's successors: as many go to this worker as it has room for and the tenant's cap
+  -- allows: the slot the first result freed (the links ran in it), more only under the cap (the
+  -- tenant's leased items, the first result's released, counted up to the cap).
   if v_want > 0 then
-    if v_want > v_rel then
-      select t.in_flight into v_in_flight from tenant_queue t where t.tenant_id = v_t for update of t;
-    else
-      select t.in_flight into v_in_flight from tenant_queue t where t.tenant_id = v_t;
-    end if;
+    select count(*)::integer into v_in_flight
+    from (select 1 from queue_item l where l.tenant_id = v_t and l.state = 'leased' limit v_cap) l;
     v_claim := least(v_want, v_capacity,
-      case when v_want <= v_rel and v_in_flight <= v_cap then v_want else greatest(0, v_cap - v_in_flight + v_rel) end);
+      case when v_want <= v_rel and v_in_flight + v_rel <= v_cap then v_want else greatest(0, v_cap - v_in_flight) end);
 
     if v_claim > 0 then
       with c as (
@@ -295,9 +285,10 @@ begin
     end if;
   end if;
 
-  -- The tenant's in-flight counter: the links ran in the first result's slot.
-  if v_claim <> v_rel then
-    update tenant_queue t set in_flight = greatest(0, t.in_flight + v_claim - v_rel) where t.tenant_id = v_t;
+  -- A slot freed and not taken again: a tenant with ready steps wakes the workers (a claim may have
+  -- passed it over at its cap).
+  if v_rel > v_claim and exists (select 1 from queue_item q where q.tenant_id = v_t and q.state = 'ready') then
+    perform ordo_notify('ordo_ready', v_t);
   end if;
 
   -- A run with no step left ends here (as in the hop).
@@ -379,3 +370,6 @@ begin
     select 'n'::text, x from ordo_take_notifications() x;
 end
 $$;
+
+revoke all on function ordo_engine_chain(jsonb) from public;
+grant all on function ordo_engine_chain(jsonb) to ordo_system;

@@ -1,15 +1,9 @@
--- The claim in time linear in the steps it claims. With no hash joins in the engine's functions,
--- three of the claim's statements joined two arrays of the claimed steps, comparing each step with
--- every other: the runs it had locked with the items (and again to drop the items of ended runs),
--- the run.running events with each run's first dispatch, the runs' bookkeeping with their last
--- dispatch. A claim of 128 steps took 30 ms of server time, a third of it in those joins. Now the
--- locked runs are a set of keys (a JSON object) tested per item, the items of ended runs leave the
--- queue in the dispatching statement, each dispatch says whether it starts its run, and each run's
--- last dispatch number is looked up by key. And it returns no events: the worker observes the
--- events that end runs or retry steps, and a claim does neither. The rest of the function is that
--- of migration 027.
+-- The claim from the queue: fair rounds over the tenants with ready items (weighted round-robin),
+-- each under its cap of steps in flight and its steps' concurrency gates, in time linear in the
+-- steps it claims (the locked runs are a set of keys tested per item). Dispatches the claimed steps
+-- to the worker with a lease and a fencing epoch, starts their runs on their first dispatch, and
+-- drops the items of runs that ended. It returns no events: a claim neither ends a run nor retries a step.
 
--- The claim from the queue (migration 027), in time linear in the steps it claims.
 create or replace function ordo_engine_claim(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
   set jit = off
@@ -326,3 +320,5 @@ begin
 end
 $$;
 
+revoke all on function ordo_engine_claim(p jsonb) from public;
+grant all on function ordo_engine_claim(p jsonb) to ordo_system;

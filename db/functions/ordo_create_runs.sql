@@ -1,17 +1,15 @@
--- Run creation in one statement (ordo_create_runs). Creating a run took four round trips: the
--- transaction's start with its tenant binding, the DAG version's lookup, the insert, the commit;
--- on an idle system each costs the wake-up of both processes, and under load each waits for a
--- core. Now the process keeps the DAG versions it resolved (their content never changes), and one
--- statement, committed on its own, binds the tenant, checks that each version it planned with is
--- still the one to use (active, and the latest active one when the request named none; else it
--- writes nothing and says which DAG to look up again), and writes the runs, their steps, events and
--- ready queue items. Inside a transaction already bound to the same tenant (replay, rerun, a DAG
--- with a maxConcurrentRuns limit, whose slots are counted first) it is the insert of that
--- transaction. A run token already used is not written again: its run is returned instead.
+-- Run creation in one statement, committed on its own: binds the tenant named in the input, checks
+-- that each DAG version the caller planned with is still the one to use (active, and the latest
+-- active one when the request named none; else it writes nothing and says which DAG to look up
+-- again), and writes the runs, their steps, events and ready queue items. Inside a transaction
+-- already bound to the same tenant (replay, rerun, a DAG with a maxConcurrentRuns limit, whose
+-- slots are counted first) it is that transaction's insert. A run token already used is not written
+-- again: its run is returned instead.
 --
 -- Called by the application role: row-level security applies to every statement, bound to the
 -- tenant named in the input (a transaction bound to another tenant is refused).
-create function ordo_create_runs(p jsonb) returns table (kind text, item jsonb)
+
+create or replace function ordo_create_runs(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
   set jit = off
   as $$
@@ -116,5 +114,6 @@ begin
   select 'existing'::text, x.item from x;
 end
 $$;
-revoke all on function ordo_create_runs(jsonb) from public;
-grant execute on function ordo_create_runs(jsonb) to ordo_app;
+
+revoke all on function ordo_create_runs(p jsonb) from public;
+grant all on function ordo_create_runs(p jsonb) to ordo_app;

@@ -1,68 +1,16 @@
--- The hop (ordo_engine_advance, migration 011) with fewer statements per call: its cost for one
--- result is mostly the fixed cost of each statement, not the rows. Same rows, same transitions, same
--- events and hashes, same OR001 cases; what changed:
---   - the runs are locked and checked in one statement;
---   - a hop that makes no successor ready (a run's last step) skips the dispatch statements;
---   - runs that end are handled as a set (one statement for the waiting-run check, one for their
---     outputs hashes) instead of three statements per run;
---   - the steps left for the queue are inserted and announced in one statement;
---   - the events are built in one statement, and the run events reported back only when there are some;
---   - the event body is built inline where the events are chained (no SQL function call per event).
--- And a tenant's freed in-flight slots are announced when it still has ready steps (trigger below).
-
--- A run the hop ends: its DAG (for the waiting-run check) and its end event's type.
-create type ordo_adv_ending as (tenant_id text, run_id uuid, dag_id text, type text);
-
-create or replace function ordo_append_events(p_events ordo_adv_event[], p_at timestamptz) returns ordo_adv_chained[]
-  language plpgsql
-  set plan_cache_mode = force_generic_plan
-  set enable_seqscan = off
-  set enable_hashjoin = off
-  set enable_mergejoin = off
-  as $$
-declare
-  v_created text := to_char(p_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
-  v_ch ordo_adv_chained[] := '{}';
-  v_key text := '';
-  v_seq integer;
-  v_prev text;
-  v_hash text;
-  rec record;
-begin
-  for rec in
-    select e.*, x.event_seq, x.event_hash
-    from unnest(p_events) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
-    order by e.tenant_id, e.run_id, e.ord
-  loop
-    if rec.tenant_id || '/' || rec.run_id::text <> v_key then
-      v_key := rec.tenant_id || '/' || rec.run_id::text;
-      v_seq := rec.event_seq;
-      v_prev := rec.event_hash;
-    end if;
-    v_seq := v_seq + 1;
-    -- The body of ordo_event_body, inline (keys in RFC 8785 order).
-    v_hash := encode(sha256(convert_to(v_prev
-      || '{"actor":' || to_json(rec.actor)::text
-      || ',"attempt":' || coalesce(rec.attempt::text, 'null')
-      || ',"createdAt":' || to_json(v_created)::text
-      || ',"data":' || rec.data
-      || ',"runId":' || to_json(rec.run_id::text)::text
-      || ',"seq":' || v_seq::text
-      || ',"stepId":' || coalesce(to_json(rec.step_id)::text, 'null')
-      || ',"type":' || to_json(rec.type)::text
-      || '}', 'UTF8')), 'hex');
-    v_ch := v_ch || row(rec.tenant_id, rec.run_id, v_seq, rec.type, rec.step_id, rec.attempt, rec.actor, rec.data, v_prev, v_hash)::ordo_adv_chained;
-    v_prev := v_hash;
-  end loop;
-  insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
-  select e.tenant_id, e.run_id, e.seq, p_at, e.type, e.step_id, e.attempt, e.actor, e.data::jsonb, e.prev_hash, e.hash
-  from unnest(v_ch) e order by e.tenant_id, e.run_id, e.seq;
-  return v_ch;
-end
-$$;
+-- The engine's hop in one statement and one commit: applies a batch of successful results, makes
+-- their successors ready and dispatches them to the reporting worker (up to its capacity, under the
+-- tenant cap), queues the rest, ends the runs with no step left, with the same rows, transitions (the
+-- triggers check them again) and hash-chained events as the general engine transaction.
+--
+-- Anything out of the common case raises SQLSTATE OR001 before it is committed (the whole statement
+-- rolls back) and the caller applies the batch through the general transaction: a result that is not
+-- current (fenced out, cancelled run), a successor that is disabled, a run that ends while runs of
+-- its DAG wait for a maxConcurrentRuns slot.
 
 create or replace function ordo_engine_advance(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
+  set jit = off
   set plan_cache_mode = force_generic_plan
   set enable_seqscan = off
   set enable_hashjoin = off
@@ -91,6 +39,7 @@ declare
   v_wanted integer;
   v_claim integer := 0;
 begin
+  perform set_config('ordo.notify_after_commit', 'on', true);
   v_c := array(
     select row(c.t, c.r, c.s, c.a, c.e, c.o, c.oh, c.lh, c.sa, c.fa, c.ord)::ordo_adv_result
     from jsonb_to_recordset(p->'completions')
@@ -133,17 +82,20 @@ begin
   from jsonb_to_recordset(p->'artifacts') as a(t text, h text, m text, b text)
   on conflict do nothing;
 
-  -- The results' queue items leave the queue (counted per tenant: their in-flight slots are free).
+  -- The results' queue items leave the queue (counted per tenant: their slots are free).
   with rl as (
     delete from queue_item q using unnest(v_c) c
-    where q.tenant_id = c.tenant_id and q.run_id = c.run_id and q.step_id = c.step_id and q.state = 'leased' and q.epoch = c.epoch
+    -- (An item with an epoch is leased: ready items have none. Not naming the state keeps the
+    -- partial index of leases, which has no key columns, out of this plan.)
+    where q.tenant_id = c.tenant_id and q.run_id = c.run_id and q.step_id = c.step_id and q.epoch = c.epoch
     returning q.tenant_id
   )
   select coalesce(jsonb_object_agg(x.tenant_id, x.n), '{}') into v_rel
   from (select rl.tenant_id, count(*)::integer as n from rl group by rl.tenant_id) x;
 
   -- Dependents counted down; the ones left with no pending dependency become ready. A ready step
-  -- that is disabled (skipped, and counted as done for its own dependents) needs the general transaction.
+  -- that is disabled (skipped, and counted as done for its own dependents) or has a concurrency
+  -- limit (claimed from the queue only) needs the general transaction.
   with d as (
     select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n
     from unnest(v_c) c
@@ -157,33 +109,26 @@ begin
         then 'queued' else s.status end,
       queued_at = case when s.pending_deps - d.n = 0 then now() else s.queued_at end
     from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
-    returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status
+    returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status,
+      s.spec->>'concurrency' is not null as gated
   )
   select array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, false)::ordo_adv_ready
       order by u.tenant_id, u.run_id, u.topo_index, u.step_id),
-    bool_or(u.status <> 'queued')
+    bool_or(u.status <> 'queued' or u.gated)
   into v_ready, v_disabled
   from u where u.pending_deps = 0;
   v_ready := coalesce(v_ready, '{}');
   if v_disabled then
-    raise exception using errcode = 'OR001', message = 'a disabled step became ready';
+    raise exception using errcode = 'OR001', message = 'a disabled or concurrency-limited step became ready';
   end if;
 
   if cardinality(v_ready) > 0 then
     -- Which ready successors go to this worker: while it has room (topological order, ties by step
     -- id), and per tenant as many as its results freed, more only under the tenant's in-flight cap
-    -- (the counters of those tenants are locked to be read). A local successor taking the slot its
-    -- predecessor freed leaves the tenant's counter (a row every worker of the tenant writes) alone.
-    perform 1 from tenant_queue t
-    where t.tenant_id in (
-      select x.tenant_id from unnest(v_ready) x group by x.tenant_id
-      having count(*) > coalesce((v_rel->>x.tenant_id)::integer, 0)
-    )
-    order by t.tenant_id
-    for update of t;
+    -- (its leased items, these results' released, counted up to the cap).
     v_ready := array(
       select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
-        x.n_all <= v_capacity and x.n_tenant <= case when x.want <= x.rel and t.in_flight <= v_cap then x.want else greatest(0, v_cap - t.in_flight + x.rel) end
+        x.n_all <= v_capacity and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= v_cap then x.want else greatest(0, v_cap - f.used) end
       )::ordo_adv_ready
       from (
         select x.*,
@@ -193,7 +138,12 @@ begin
           coalesce((v_rel->>x.tenant_id)::integer, 0) as rel
         from unnest(v_ready) x
       ) x
-      left join tenant_queue t on t.tenant_id = x.tenant_id
+      left join (
+        select w.tenant_id, (
+          select count(*)::integer from (select 1 from queue_item l where l.tenant_id = w.tenant_id and l.state = 'leased' limit v_cap) l
+        ) as used
+        from (select distinct x.tenant_id from unnest(v_ready) x) w
+      ) f on f.tenant_id = x.tenant_id
       order by x.tenant_id, x.run_id, x.topo_index, x.step_id
     );
 
@@ -246,21 +196,15 @@ begin
       order by x.tenant_id, x.run_id, x.topo_index, x.step_id
       returning tenant_id
     )
-    select count(*) into v_woken from (select pg_notify('ordo_ready', n.tenant_id) from (select distinct q.tenant_id from q) n) z;
+    select count(*) into v_woken from (select ordo_notify('ordo_ready', n.tenant_id) from (select distinct q.tenant_id from q) n) z;
   end if;
 
-  -- In-flight counters: what this worker took less what its results freed, where that changes them.
-  update tenant_queue t set in_flight = greatest(0, t.in_flight + c.delta)
-  from (
-    select z.tenant_id, sum(z.n)::integer as delta from (
-      select x.tenant_id, count(*) filter (where x.claim) as n from unnest(v_ready) x group by x.tenant_id
-      union all
-      select f.key, -(f.value::integer) from jsonb_each_text(v_rel) f
-    ) z
-    group by z.tenant_id
-    having sum(z.n) <> 0
-  ) c
-  where t.tenant_id = c.tenant_id;
+  -- Slots these results freed and no successor took: a tenant with ready steps wakes the workers
+  -- (a claim may have passed it over at its cap).
+  perform ordo_notify('ordo_ready', f.key)
+  from jsonb_each_text(v_rel) f
+  where f.value::integer > (select count(*) from unnest(v_ready) x where x.tenant_id = f.key and x.claim)
+    and exists (select 1 from queue_item q where q.tenant_id = f.key and q.state = 'ready');
 
   -- Runs with no step left end here, each with the hash of its steps' outputs; a waiting run of the
   -- same DAG (possible only for a DAG with a maxConcurrentRuns limit in one of its versions) needs
@@ -344,29 +288,20 @@ begin
   select array_agg(upd.run_id) into v_ended from upd where upd.ended;
 
   if v_ended is null then
-    return query select 'd'::text, x - 'k' from unnest(v_d) x;
+    return query select 'd'::text, x - 'k' from unnest(v_d) x
+    union all
+    select 'n'::text, x from ordo_take_notifications() x;
     return;
   end if;
-  perform pg_notify('ordo_run_finished', id::text) from unnest(v_ended) id;
+  perform ordo_notify('ordo_run_finished', id::text) from unnest(v_ended) id;
   return query
     select 'd'::text, x - 'k' from unnest(v_d) x
     union all
-    select 'e'::text, x from ordo_events_out(v_ch, v_now) x;
+    select 'e'::text, x from ordo_events_out(v_ch, v_now) x
+    union all
+    select 'n'::text, x from ordo_take_notifications() x;
 end
 $$;
 
--- Slots freed for a tenant that still has ready steps are announced: a claim may have left those
--- steps for the tenant's in-flight cap, and nothing else would announce them until a worker's slow
--- safety poll. (At most one notification per tenant per transaction: PostgreSQL folds repeats.)
-create function ordo_tenant_slots_freed() returns trigger
-  language plpgsql
-  as $$
-begin
-  if exists (select 1 from queue_item q where q.tenant_id = new.tenant_id and q.state = 'ready') then
-    perform pg_notify('ordo_ready', new.tenant_id);
-  end if;
-  return null;
-end
-$$;
-create trigger tenant_queue_slots_freed after update of in_flight on tenant_queue
-  for each row when (new.in_flight < old.in_flight) execute function ordo_tenant_slots_freed();
+revoke all on function ordo_engine_advance(p jsonb) from public;
+grant all on function ordo_engine_advance(p jsonb) to ordo_system;
