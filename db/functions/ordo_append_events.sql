@@ -43,4 +43,4 @@ $$;
 alter function ordo_append_events(ordo_adv_event[], timestamptz) set jit = off;
 
 revoke all on function ordo_append_events(p_events ordo_adv_event[], p_at timestamp with time zone) from public;
-grant all on function ordo_append_events(p_events ordo_adv_event[], p_at timestamp with time zone) to ordo_system;
+grant all on function ordo_append_events(p_events ordo_adv_event[], p_at timestamp with time zone) to ordo_system, ordo_app;

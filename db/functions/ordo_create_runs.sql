@@ -57,7 +57,7 @@ begin
       replay_of uuid, rerun_of uuid, rerun_from_step text, admitted boolean, steps_total integer, steps_remaining integer,
       event_seq integer, event_hash text, finished boolean)
     on conflict (tenant_id, dag_id, run_token) do nothing
-    returning run.run_id
+    returning run.run_id, run.dag_id
   ),
   s as (
     insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
@@ -70,7 +70,7 @@ begin
       config jsonb, spec jsonb, deps jsonb, topo_index integer, pending_deps integer, from_rerun boolean, outputs jsonb,
       outputs_hash text)
     where u.run_id in (select r.run_id from r)
-    returning 1
+    returning step.run_id, step.step_id, step.spec
   ),
   e as (
     insert into run_event (tenant_id, run_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash)
@@ -92,10 +92,10 @@ begin
   ),
   q as (
     insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-    select v_t, u.run_id, u.step_id, u.gate, u.gate_limit
-    from rows from (jsonb_to_recordset(p->'queue') as (run_id uuid, step_id text, gate text, gate_limit integer))
-      with ordinality as u(run_id, step_id, gate, gate_limit, n)
-    where u.run_id in (select r.run_id from r)
+    select v_t, u.run_id, u.step_id, ordo_step_gate(r.dag_id, u.step_id, s.spec), (s.spec->>'concurrency')::integer
+    from rows from (jsonb_to_recordset(p->'queue') as (run_id uuid, step_id text)) with ordinality as u(run_id, step_id, n)
+    join r on r.run_id = u.run_id
+    join s on s.run_id = u.run_id and s.step_id = u.step_id
     order by u.n
     returning 1
   ),

@@ -1,12 +1,25 @@
--- The engine's hop in one statement and one commit: applies a batch of successful results, makes
--- their successors ready and dispatches them to the reporting worker (up to its capacity, under the
--- tenant cap), queues the rest, ends the runs with no step left, with the same rows, transitions (the
--- triggers check them again) and hash-chained events as the general engine transaction.
---
--- Anything out of the common case raises SQLSTATE OR001 before it is committed (the whole statement
--- rolls back) and the caller applies the batch through the general transaction: a result that is not
--- current (fenced out, cancelled run), a successor that is disabled, a run that ends while runs of
--- its DAG wait for a maxConcurrentRuns slot.
+-- What every result of a step attempt does, in one statement and one commit: the only home of
+-- these rules. A worker reports its results here (the reaper its expired leases, as `orphaned`);
+-- this function
+--   - locks the results' runs (in key order, as every engine transaction does) and sorts each result
+--     into its outcome: applied when its step still runs at the reported epoch; otherwise recorded
+--     on its attempt and refused (`step.result_rejected`, never applied), or, for a stopped attempt
+--     of a cancelled run, only recorded; a reaper's report whose lease was renewed meanwhile is dropped;
+--   - applies each outcome: success (outputs kept), or failure (a stopped attempt of a running run is a
+--     retryable ABORTED, an expired lease a retryable LEASE_EXPIRED after `step.orphaned`): retried
+--     after its backoff (`step.retrying`, a retry job) while the step's policy allows and the error is
+--     retryable, else failed, with every pending step downstream skipped (upstream_failed);
+--   - releases the results' leases, counts successes down on their dependents in waves (a disabled
+--     step that becomes ready is skipped and counts as done for its own dependents), dispatches ready
+--     successors to the reporting worker while it has room and their tenant is under its in-flight cap
+--     (topological order, ties by step id; a step under a concurrency gate always goes through the
+--     queue), queues the rest and wakes the workers;
+--   - ends the runs with no step left (failed if any step failed), with the hash of their steps'
+--     outputs, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
+--   - appends the hash-chained events of all this to each run, in the order it happened.
+-- Returns the steps dispatched to the worker ('dispatch'), the events that start or end runs or
+-- retry steps ('event', for metrics and spans) and the notifications to send after the commit
+-- ('notify').
 
 create or replace function ordo_engine_advance(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
@@ -23,63 +36,108 @@ declare
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
   v_cap integer := (p->>'cap')::integer;
   v_c ordo_adv_result[];
-  v_e ordo_adv_event[];
-  v_ready ordo_adv_ready[];
+  v_e ordo_adv_event[] := '{}';
+  v_ready ordo_adv_ready[] := '{}';
+  v_wave_ready ordo_adv_ready[];
+  v_done ordo_step_key[];
+  v_ok ordo_step_key[];
+  v_failed ordo_step_key[];
+  v_skipped ordo_step_key[] := '{}';
   v_ch ordo_adv_chained[];
+  v_admitted ordo_adv_chained[] := '{}';
   v_d jsonb[] := '{}';
   v_ended uuid[];
   v_ending ordo_adv_ending[] := '{}';
-  v_disabled boolean;
-  v_woken integer;
   v_rel jsonb;
-  v_n integer;
-  v_done integer;
-  v_runs integer;
-  v_running integer;
-  v_wanted integer;
+  v_wave integer := 0;
+  v_all_succeeded boolean;
   v_claim integer := 0;
+  v_woken integer;
 begin
   perform set_config('ordo.notify_after_commit', 'on', true);
   v_c := array(
-    select row(c.t, c.r, c.s, c.a, c.e, c.o, c.oh, c.lh, c.sa, c.fa, c.ord)::ordo_adv_result
-    from jsonb_to_recordset(p->'completions')
-      as c(t text, r uuid, s text, a integer, e integer, o jsonb, oh text, lh text, sa timestamptz, fa timestamptz, ord integer)
+    select row(c.tenant_id, c.run_id, c.step_id, c.attempt, c.epoch, c.outputs, c.outputs_hash, c.logs_hash, c.started_at,
+      c.finished_at, c.ord, c.status, case when c.status = 'succeeded' then 'succeeded' end, c.error,
+      coalesce(c.actor, v_worker))::ordo_adv_result
+    from jsonb_to_recordset(p->'results')
+      as c(tenant_id text, run_id uuid, step_id text, attempt integer, epoch integer, status text, outputs jsonb,
+        outputs_hash text, logs_hash text, error jsonb, started_at timestamptz, finished_at timestamptz, actor text, ord integer)
   );
-  v_n := cardinality(v_c);
 
-  -- The runs, locked in key order (as every engine transaction locks them): all must be running.
-  select count(*)::integer, (count(*) filter (where x.status = 'running'))::integer,
-    (select count(*) from (select distinct c.tenant_id, c.run_id from unnest(v_c) c) c)::integer
-  into v_runs, v_running, v_wanted
-  from (
-    select x.status from run x
-    where (x.tenant_id, x.run_id) in (select c.tenant_id, c.run_id from unnest(v_c) c)
-    order by x.tenant_id, x.run_id
-    for update of x
-  ) x;
-  if v_running <> v_wanted or v_runs <> v_wanted then
-    raise exception using errcode = 'OR001', message = 'a run of the batch is not running';
+  -- The runs, locked in key order.
+  perform 1 from run x
+  where (x.tenant_id, x.run_id) in (select c.tenant_id, c.run_id from unnest(v_c) c)
+  order by x.tenant_id, x.run_id
+  for update of x;
+
+  -- Successes whose step still runs at the reported epoch: the common case, applied at once.
+  with u as (
+    update step s set status = 'succeeded', outputs = coalesce(c.outputs, s.outputs), outputs_hash = c.outputs_hash,
+      logs_hash = coalesce(c.logs_hash, s.logs_hash), finished_at = now()
+    from unnest(v_c) c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.status = 'succeeded'
+      and s.status = 'running' and s.epoch = c.epoch
+    returning s.tenant_id, s.run_id, s.step_id
+  )
+  select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key), '{}') into v_ok from u;
+  v_all_succeeded := cardinality(v_ok) = cardinality(v_c);
+
+  if not v_all_succeeded then
+    -- Each other result's outcome. A result is current while its step runs at the reported epoch.
+    v_c := array(
+      select row(c.tenant_id, c.run_id, c.step_id, c.attempt, c.epoch, c.outputs, c.outputs_hash, c.logs_hash, c.started_at,
+        c.finished_at, c.ord, c.status,
+        case
+          when c.status = 'succeeded' and exists (
+            select 1 from unnest(v_ok) o where o.tenant_id = c.tenant_id and o.run_id = c.run_id and o.step_id = c.step_id
+          ) then 'succeeded'
+          when s.step_id is null then 'dropped'
+          when c.status = 'orphaned' then
+            case when cur and exists (
+              select 1 from queue_item q
+              where q.tenant_id = c.tenant_id and q.run_id = c.run_id and q.step_id = c.step_id and q.epoch = c.epoch
+                and q.lease_expires_at < now()
+            ) then 'orphaned' else 'dropped' end
+          when cur and c.status = 'failed' then 'failed'
+          when cur and c.status = 'aborted' and x.status in ('queued', 'running') then 'failed'
+          when cur and c.status = 'aborted' then 'cancelled'
+          when s.status = 'cancelled' then 'cancelled'
+          else 'rejected'
+        end,
+        case
+          when c.status = 'orphaned' then '{"code":"LEASE_EXPIRED","message":"the worker stopped heartbeating","retryable":true}'::jsonb
+          when c.status = 'aborted' and cur and x.status in ('queued', 'running') then
+            '{"code":"ABORTED","message":"the attempt was stopped before it finished","retryable":true}'::jsonb
+          else c.error
+        end,
+        c.actor)::ordo_adv_result
+      from unnest(v_c) c
+      join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
+      left join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+      cross join lateral (select s.status = 'running' and s.epoch = c.epoch as cur) k
+      order by c.ord
+    );
   end if;
 
-  -- The results: each step must still be running at the reported epoch.
-  update step s set status = 'succeeded', outputs = coalesce(c.outputs, s.outputs), outputs_hash = c.outputs_hash,
-    logs_hash = coalesce(c.logs_hash, s.logs_hash), finished_at = now()
-  from unnest(v_c) c
-  where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
-    and s.status = 'running' and s.epoch = c.epoch;
-  get diagnostics v_done = row_count;
-  if v_done <> v_n then
-    raise exception using errcode = 'OR001', message = 'a result of the batch is not current';
-  end if;
-  update attempt a set status = 'succeeded', outputs_hash = c.outputs_hash, logs_hash = c.logs_hash,
+  update attempt a set status = case c.outcome when 'succeeded' then 'succeeded' when 'orphaned' then 'orphaned'
+      when 'failed' then 'failed' else 'cancelled' end,
+    error = case when c.outcome = 'succeeded' then null else c.error end,
+    outputs_hash = case when c.outcome = 'succeeded' then c.outputs_hash end,
+    logs_hash = case when c.outcome in ('succeeded', 'failed', 'orphaned') then c.logs_hash end,
     started_at = coalesce(c.started_at, a.started_at), finished_at = coalesce(c.finished_at, a.finished_at), terminated_at = now()
   from unnest(v_c) c
   where a.tenant_id = c.tenant_id and a.run_id = c.run_id and a.step_id = c.step_id and a.attempt = c.attempt
-    and a.epoch = c.epoch and a.status = 'running';
+    and a.epoch = c.epoch and a.status = 'running' and c.outcome <> 'dropped';
 
   insert into artifact (tenant_id, sha256, media_type, size, body_json)
-  select a.t, a.h, a.m, octet_length(a.b), a.b::jsonb
-  from jsonb_to_recordset(p->'artifacts') as a(t text, h text, m text, b text)
+  select a.tenant_id, a.sha256, a.media_type, octet_length(a.body), a.body::jsonb
+  from jsonb_to_recordset(p->'artifacts') as a(tenant_id text, sha256 text, media_type text, body text)
+  where exists (
+    select 1 from unnest(v_c) c
+    where c.tenant_id = a.tenant_id and (
+      (c.outcome = 'succeeded' and a.sha256 in (c.outputs_hash, c.logs_hash))
+      or (c.outcome in ('failed', 'orphaned') and a.sha256 = c.logs_hash))
+  )
   on conflict do nothing;
 
   -- The results' queue items leave the queue (counted per tenant: their slots are free).
@@ -88,53 +146,138 @@ begin
     -- (An item with an epoch is leased: ready items have none. Not naming the state keeps the
     -- partial index of leases, which has no key columns, out of this plan.)
     where q.tenant_id = c.tenant_id and q.run_id = c.run_id and q.step_id = c.step_id and q.epoch = c.epoch
+      and (c.status <> 'orphaned' or q.lease_expires_at < now())
     returning q.tenant_id
   )
   select coalesce(jsonb_object_agg(x.tenant_id, x.n), '{}') into v_rel
   from (select rl.tenant_id, count(*)::integer as n from rl group by rl.tenant_id) x;
 
-  -- Dependents counted down; the ones left with no pending dependency become ready. A ready step
-  -- that is disabled (skipped, and counted as done for its own dependents) or has a concurrency
-  -- limit (claimed from the queue only) needs the general transaction.
-  with d as (
-    select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n
+  if not v_all_succeeded then
+    -- Failures: an expired lease first orphans its step; then each is retried or fails.
+    update step s set status = 'orphaned', error = c.error
     from unnest(v_c) c
-    join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and c.step_id = any(s.depends_on)
-    where s.status = 'pending'
-    group by s.tenant_id, s.run_id, s.step_id
-  ),
-  u as (
-    update step s set pending_deps = s.pending_deps - d.n,
-      status = case when s.pending_deps - d.n = 0 and not coalesce((s.spec->>'disabled')::boolean, false)
-        then 'queued' else s.status end,
-      queued_at = case when s.pending_deps - d.n = 0 then now() else s.queued_at end
-    from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
-    returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status,
-      s.spec->>'concurrency' is not null as gated
-  )
-  select array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, false)::ordo_adv_ready
-      order by u.tenant_id, u.run_id, u.topo_index, u.step_id),
-    bool_or(u.status <> 'queued' or u.gated)
-  into v_ready, v_disabled
-  from u where u.pending_deps = 0;
-  v_ready := coalesce(v_ready, '{}');
-  if v_disabled then
-    raise exception using errcode = 'OR001', message = 'a disabled or concurrency-limited step became ready';
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'orphaned'
+      and s.status = 'running' and s.epoch = c.epoch;
+    v_c := array(
+      select row(c.tenant_id, c.run_id, c.step_id, c.attempt, c.epoch, c.outputs, c.outputs_hash, c.logs_hash, c.started_at,
+        c.finished_at, c.ord, c.status,
+        case
+          when c.outcome not in ('failed', 'orphaned') then c.outcome
+          when coalesce((c.error->>'retryable')::boolean, false) and jsonb_typeof(s.spec->'retry') = 'object'
+            and c.attempt - 1 < (s.spec->'retry'->>'maxRetries')::integer and x.status in ('queued', 'running')
+            then c.outcome || '>retrying'
+          else c.outcome || '>failed'
+        end,
+        c.error, c.actor)::ordo_adv_result
+      from unnest(v_c) c
+      join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
+      left join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+      order by c.ord
+    );
+    update step s set status = split_part(c.outcome, '>', 2), error = c.error,
+      reason = case when c.outcome like '%>failed' then c.error->>'code' else s.reason end,
+      finished_at = case when c.outcome like '%>failed' then now() else s.finished_at end
+    from unnest(v_c) c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome like '%>%'
+      and s.status in ('running', 'orphaned') and s.epoch = c.epoch;
+    perform graphile_worker.add_job('ordo.engine.retry_step',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'attempt', c.attempt),
+      run_at => now() + make_interval(secs => ordo_backoff_ms(s.spec->'retry', c.attempt)::numeric / 1000),
+      job_key => 'retry:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.attempt,
+      max_attempts => 25)
+    from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+    where c.outcome like '%>retrying';
+
+    -- Every pending step downstream of a failed one is skipped: it can never run.
+    v_failed := array(
+      select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome like '%>failed'
+    );
+    if cardinality(v_failed) > 0 then
+      with recursive down(tenant_id, run_id, step_id) as (
+        select f.tenant_id, f.run_id, f.step_id from unnest(v_failed) f
+        union
+        select s.tenant_id, s.run_id, s.step_id from down
+        join step s on s.tenant_id = down.tenant_id and s.run_id = down.run_id and down.step_id = any(s.depends_on)
+      ),
+      u as (
+        update step s set status = 'skipped', reason = 'upstream_failed', finished_at = now()
+        from (select distinct tenant_id, run_id, step_id from down) d
+        where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id and s.status = 'pending'
+        returning s.tenant_id, s.run_id, s.step_id, s.topo_index
+      )
+      select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key
+        order by u.tenant_id, u.run_id, u.topo_index, u.step_id), '{}')
+      into v_skipped
+      from u;
+      v_e := v_e || array(
+        select row(k.tenant_id, k.run_id, 900000 + n::integer, 'step.skipped', k.step_id, null, 'engine',
+          '{"reason":"upstream_failed"}')::ordo_adv_event
+        from unnest(v_skipped) with ordinality as k(tenant_id, run_id, step_id, n)
+      );
+    end if;
   end if;
+
+  -- Dependents counted down, in waves: the steps left with no pending dependency are queued, or,
+  -- when disabled, skipped, and counted as done for their own dependents in the next wave.
+  v_done := array(
+    select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome = 'succeeded'
+  );
+  while cardinality(v_done) > 0 loop
+    with d as (
+      select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n
+      from unnest(v_done) c
+      join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and c.step_id = any(s.depends_on)
+      where s.status = 'pending'
+      group by s.tenant_id, s.run_id, s.step_id
+    ),
+    u as (
+      update step s set pending_deps = s.pending_deps - d.n,
+        status = case when s.pending_deps - d.n > 0 then s.status
+          when coalesce((s.spec->>'disabled')::boolean, false) then 'skipped' else 'queued' end,
+        reason = case when s.pending_deps - d.n = 0 and coalesce((s.spec->>'disabled')::boolean, false) then 'disabled'
+          else s.reason end,
+        finished_at = case when s.pending_deps - d.n = 0 and coalesce((s.spec->>'disabled')::boolean, false) then now()
+          else s.finished_at end,
+        queued_at = case when s.pending_deps - d.n = 0 then now() else s.queued_at end
+      from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
+      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status,
+        s.spec->>'concurrency' is null as claimable
+    )
+    select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, u.claimable)::ordo_adv_ready
+        order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'queued'), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key
+        order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'skipped'), '{}')
+    into v_wave_ready, v_done
+    from u where u.pending_deps = 0;
+    v_e := v_e || array(
+      select row(k.tenant_id, k.run_id, 1000000 + v_wave * 100000 + n::integer, 'step.skipped', k.step_id, null, 'engine',
+        '{"reason":"disabled"}')::ordo_adv_event
+      from unnest(v_done) with ordinality as k(tenant_id, run_id, step_id, n)
+    ) || array(
+      select row(x.tenant_id, x.run_id, 1050000 + v_wave * 100000 + n::integer, 'step.queued', x.step_id, null, 'engine',
+        '{}')::ordo_adv_event
+      from unnest(v_wave_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, n)
+    );
+    v_skipped := v_skipped || v_done;
+    v_ready := v_ready || v_wave_ready;
+    v_wave := v_wave + 1;
+  end loop;
 
   if cardinality(v_ready) > 0 then
     -- Which ready successors go to this worker: while it has room (topological order, ties by step
     -- id), and per tenant as many as its results freed, more only under the tenant's in-flight cap
-    -- (its leased items, these results' released, counted up to the cap).
+    -- (its leased items, these results' released, counted up to the cap). A gated step (claim false
+    -- here) goes to the queue, where the claim takes it under its gate.
     v_ready := array(
       select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
-        x.n_all <= v_capacity and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= v_cap then x.want else greatest(0, v_cap - f.used) end
+        x.claim and x.n_all <= v_capacity
+          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= v_cap then x.want else greatest(0, v_cap - f.used) end
       )::ordo_adv_ready
       from (
         select x.*,
-          row_number() over (order by x.tenant_id, x.run_id, x.topo_index, x.step_id) as n_all,
-          row_number() over (partition by x.tenant_id order by x.run_id, x.topo_index, x.step_id) as n_tenant,
-          count(*) over (partition by x.tenant_id) as want,
+          count(*) filter (where x.claim) over (order by x.tenant_id, x.run_id, x.topo_index, x.step_id) as n_all,
+          count(*) filter (where x.claim) over (partition by x.tenant_id order by x.run_id, x.topo_index, x.step_id) as n_tenant,
+          count(*) filter (where x.claim) over (partition by x.tenant_id) as want,
           coalesce((v_rel->>x.tenant_id)::integer, 0) as rel
         from unnest(v_ready) x
       ) x
@@ -147,8 +290,8 @@ begin
       order by x.tenant_id, x.run_id, x.topo_index, x.step_id
     );
 
-    -- Ready successors go to this worker while it has room and the tenant is under its in-flight cap
-    -- (topological order, ties by step id); the rest wait in the queue.
+    -- Ready successors go to this worker while it has room and the tenant is under its in-flight cap;
+    -- the rest wait in the queue.
     with c as (
       select x.tenant_id, x.run_id, x.step_id,
         r.dispatch_count + row_number() over (partition by x.tenant_id, x.run_id order by x.topo_index, x.step_id) as seq,
@@ -186,13 +329,18 @@ begin
     into v_d, v_claim
     from t;
     if cardinality(v_d) <> v_claim then
-      raise exception using errcode = 'OR001', message = 'a ready step could not be dispatched';
+      raise exception 'a ready step could not be dispatched';
     end if;
 
-    -- Steps left for the queue, and the workers woken for them.
+    -- Steps left for the queue (a gated one under its gate), and the workers woken for them.
     with q as (
-      insert into queue_item (tenant_id, run_id, step_id)
-      select x.tenant_id, x.run_id, x.step_id from unnest(v_ready) x where not x.claim
+      insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+      select x.tenant_id, x.run_id, x.step_id,
+        ordo_step_gate(r.dag_id, x.step_id, s.spec), (s.spec->>'concurrency')::integer
+      from unnest(v_ready) x
+      join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
+      join run r on r.tenant_id = x.tenant_id and r.run_id = x.run_id
+      where not x.claim
       order by x.tenant_id, x.run_id, x.topo_index, x.step_id
       returning tenant_id
     )
@@ -206,39 +354,53 @@ begin
   where f.value::integer > (select count(*) from unnest(v_ready) x where x.tenant_id = f.key and x.claim)
     and exists (select 1 from queue_item q where q.tenant_id = f.key and q.state = 'ready');
 
-  -- Runs with no step left end here, each with the hash of its steps' outputs; a waiting run of the
-  -- same DAG (possible only for a DAG with a maxConcurrentRuns limit in one of its versions) needs
-  -- the general transaction.
+  -- Runs with no step left end here (failed if any of their steps failed), each with the hash of
+  -- its steps' outputs; runs waiting for a slot of their DAGs are admitted.
   v_ending := array(
-    select row(x.tenant_id, x.run_id, x.dag_id, case when x.steps_failed > 0 then 'run.failed' else 'run.succeeded' end)::ordo_adv_ending
-    from run x join (select c.tenant_id, c.run_id, count(*)::integer as n from unnest(v_c) c group by c.tenant_id, c.run_id) c
-      on c.tenant_id = x.tenant_id and c.run_id = x.run_id
-    where x.steps_remaining - c.n <= 0
+    select row(x.tenant_id, x.run_id, x.dag_id,
+      case when x.steps_failed + k.failed > 0 then 'run.failed' else 'run.succeeded' end)::ordo_adv_ending
+    from run x join (
+      select k.tenant_id, k.run_id, sum(k.done)::integer as done, sum(k.failed)::integer as failed
+      from (
+        select c.tenant_id, c.run_id, 1 as done, (c.outcome like '%>failed')::integer as failed
+        from unnest(v_c) c where c.outcome = 'succeeded' or c.outcome like '%>failed'
+        union all
+        select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
+      ) k group by k.tenant_id, k.run_id
+    ) k on k.tenant_id = x.tenant_id and x.run_id = k.run_id
+    where x.steps_remaining - k.done <= 0 and x.status in ('queued', 'running')
     order by x.tenant_id, x.run_id
   );
   if cardinality(v_ending) > 0 then
-    if exists (
-      select 1 from (select distinct r.tenant_id, r.dag_id from unnest(v_ending) r) r
-      where exists (
-        select 1 from dag_version dv
-        where dv.tenant_id = r.tenant_id and dv.dag_id = r.dag_id and dv.definition->'constraints' ? 'maxConcurrentRuns'
-      ) and exists (
-        select 1 from run w
-        where w.tenant_id = r.tenant_id and w.dag_id = r.dag_id and w.status = 'queued' and not w.admitted
-      )
-    ) then
-      raise exception using errcode = 'OR001', message = 'a run waits for a maxConcurrentRuns slot';
-    end if;
+    v_admitted := ordo_admit_waiting(v_ending, v_now);
   end if;
 
-  -- The events, in the order they happened: results, successors queued, successors dispatched, run ends.
-  v_e := array(
-    select row(c.tenant_id, c.run_id, c.ord, 'step.succeeded', c.step_id, c.attempt, v_worker,
-      '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
-    from unnest(v_c) c
+  -- The events, in the order they happened: each result's, the steps skipped (collected above),
+  -- successors queued, successors dispatched, run ends.
+  v_e := v_e || array(
+    select row(c.tenant_id, c.run_id, c.ord * 4, 'step.result_rejected', c.step_id, c.attempt, c.actor,
+      '{"currentEpoch":' || s.epoch || ',"epoch":' || c.epoch || ',"reported":' || to_json(c.status)::text
+        || ',"stepStatus":' || to_json(s.status)::text || '}')::ordo_adv_event
+    from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+    where c.outcome = 'rejected'
     union all
-    select row(x.tenant_id, x.run_id, 1000000 + n, 'step.queued', x.step_id, null, 'engine', '{}')::ordo_adv_event
-    from unnest(v_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, n)
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.succeeded', c.step_id, c.attempt, c.actor,
+      '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
+    from unnest(v_c) c where c.outcome = 'succeeded'
+    union all
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.orphaned', c.step_id, c.attempt, c.actor,
+      '{"epoch":' || c.epoch || '}')::ordo_adv_event
+    from unnest(v_c) c where c.outcome like 'orphaned>%'
+    union all
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 2, 'step.retrying', c.step_id, c.attempt, 'engine',
+      '{"error":' || ordo_error_json(c.error) || ',"nextAttempt":' || (c.attempt + 1)
+        || ',"retryInMs":' || ordo_backoff_ms(s.spec->'retry', c.attempt) || '}')::ordo_adv_event
+    from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+    where c.outcome like '%>retrying'
+    union all
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 2, 'step.failed', c.step_id, c.attempt, 'engine',
+      '{"error":' || ordo_error_json(c.error) || '}')::ordo_adv_event
+    from unnest(v_c) c where c.outcome like '%>failed'
     union all
     select row((x->>'tenant_id'), (x->>'run_id')::uuid, 2000000 + (x->>'k')::integer, 'step.running', x->>'step_id',
       (x->>'attempts')::integer, v_worker,
@@ -246,11 +408,7 @@ begin
     from unnest(v_d) x
     union all
     select row(r.tenant_id, r.run_id, 3000000, r.type, null, null, 'engine',
-      '{"outputsHash":' || to_json(encode(sha256(convert_to('{' || coalesce((
-        select string_agg(to_json(s.step_id)::text || ':' || coalesce(to_json(s.outputs_hash)::text, 'null'), ','
-          order by s.step_id collate "C")
-        from step s where s.tenant_id = r.tenant_id and s.run_id = r.run_id and s.status = 'succeeded'
-      ), '') || '}', 'UTF8')), 'hex'))::text || '}')::ordo_adv_event
+      '{"outputsHash":' || to_json(ordo_run_outputs_hash(r.tenant_id, r.run_id))::text || '}')::ordo_adv_event
     from unnest(v_ending) r
   );
 
@@ -269,12 +427,19 @@ begin
     select x.tenant_id, x.run_id, count(*)::integer as n from unnest(v_ready) x where x.claim group by x.tenant_id, x.run_id
   ),
   res as (
-    select c.tenant_id, c.run_id, count(*)::integer as n from unnest(v_c) c group by c.tenant_id, c.run_id
+    select k.tenant_id, k.run_id, sum(k.done)::integer as done, sum(k.failed)::integer as failed
+    from (
+      select c.tenant_id, c.run_id, 1 as done, (c.outcome like '%>failed')::integer as failed
+      from unnest(v_c) c where c.outcome = 'succeeded' or c.outcome like '%>failed'
+      union all
+      select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
+    ) k group by k.tenant_id, k.run_id
   ),
   upd as (
     update run x set event_seq = last.seq, event_hash = last.hash,
       dispatch_count = x.dispatch_count + coalesce(disp.n, 0),
-      steps_remaining = x.steps_remaining - coalesce(res.n, 0),
+      steps_remaining = x.steps_remaining - coalesce(res.done, 0),
+      steps_failed = x.steps_failed + coalesce(res.failed, 0),
       status = case when fin.type is null then x.status else substr(fin.type, 5) end,
       finished_at = case when fin.type is null then x.finished_at else coalesce(x.finished_at, now()) end,
       outputs_hash = case when fin.type is null then x.outputs_hash else (fin.data::jsonb)->>'outputsHash' end
@@ -287,19 +452,21 @@ begin
   )
   select array_agg(upd.run_id) into v_ended from upd where upd.ended;
 
-  if v_ended is null then
-    return query select 'd'::text, x - 'k' from unnest(v_d) x
-    union all
-    select 'n'::text, x from ordo_take_notifications() x;
+  if v_ended is null and cardinality(v_admitted) = 0
+    and not exists (select 1 from unnest(v_c) c where c.outcome like '%>retrying') then
+    return query
+      select 'dispatch'::text, x - 'k' from unnest(v_d) x
+      union all
+      select 'notify'::text, x from ordo_take_notifications() x;
     return;
   end if;
   perform ordo_notify('ordo_run_finished', id::text) from unnest(v_ended) id;
   return query
-    select 'd'::text, x - 'k' from unnest(v_d) x
+    select 'dispatch'::text, x - 'k' from unnest(v_d) x
     union all
-    select 'e'::text, x from ordo_events_out(v_ch, v_now) x
+    select 'event'::text, x from ordo_events_out(v_ch || v_admitted, v_now) x
     union all
-    select 'n'::text, x from ordo_take_notifications() x;
+    select 'notify'::text, x from ordo_take_notifications() x;
 end
 $$;
 

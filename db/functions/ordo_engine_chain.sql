@@ -28,15 +28,15 @@ declare
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
   v_cap integer := (p->>'cap')::integer;
-  v_c jsonb := p->'completions'->0;
-  v_t text := v_c->>'t';
-  v_r uuid := (v_c->>'r')::uuid;
-  v_s text := v_c->>'s';
-  v_a integer := (v_c->>'a')::integer;
-  v_ep integer := (v_c->>'e')::integer;
-  v_o jsonb := nullif(v_c->'o', 'null'::jsonb);
-  v_oh text := v_c->>'oh';
-  v_lh text := v_c->>'lh';
+  v_c jsonb := p->'head';
+  v_t text := v_c->>'tenant_id';
+  v_r uuid := (v_c->>'run_id')::uuid;
+  v_s text := v_c->>'step_id';
+  v_a integer := (v_c->>'attempt')::integer;
+  v_ep integer := (v_c->>'epoch')::integer;
+  v_o jsonb := nullif(v_c->'outputs', 'null'::jsonb);
+  v_oh text := v_c->>'outputs_hash';
+  v_lh text := v_c->>'logs_hash';
   v_links jsonb := coalesce(p->'links', '[]');
   v_n integer := jsonb_array_length(coalesce(p->'links', '[]'));
   v_last text;
@@ -67,13 +67,13 @@ declare
   v_created text := to_char(v_now at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
   v_done integer;
   v_ok integer;
-  v_ahead text := p->'ahead'->>'s';
-  v_ahead_tp text := p->'ahead'->>'tp';
+  v_ahead text := p->'ahead'->>'step_id';
+  v_ahead_tp text := p->'ahead'->>'traceparent';
 begin
-  if jsonb_array_length(p->'completions') <> 1 then
+  if p->'head' is null then
     raise exception using errcode = 'OR001', message = 'a chain starts from one result';
   end if;
-  v_last := coalesce(v_links->(v_n - 1)->>'s', v_s);
+  v_last := coalesce(v_links->(v_n - 1)->>'step_id', v_s);
   perform set_config('ordo.notify_after_commit', 'on', true);
 
   -- The run, locked first (as every engine transaction locks it): it must be running.
@@ -96,10 +96,10 @@ begin
     from (
       select s.step_id
       from jsonb_array_elements(v_links) with ordinality as l(x, k)
-      join step s on s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s'
+      join step s on s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'step_id'
       where s.status = 'pending' and s.pending_deps = 1 and s.attempts = 0
-        and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'s' end]
-        and s.plugin = l.x->>'pl' and s.config = l.x->'cf'
+        and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'step_id' end]
+        and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
         and not exists (
           select 1 from step o
@@ -124,14 +124,14 @@ begin
   ),
   att as (
     update attempt a set status = 'succeeded', outputs_hash = v_oh, logs_hash = v_lh,
-      started_at = coalesce((v_c->>'sa')::timestamptz, a.started_at), finished_at = coalesce((v_c->>'fa')::timestamptz, a.finished_at),
+      started_at = coalesce((v_c->>'started_at')::timestamptz, a.started_at), finished_at = coalesce((v_c->>'finished_at')::timestamptz, a.finished_at),
       terminated_at = now()
     where a.tenant_id = v_t and a.run_id = v_r and a.step_id = v_s and a.attempt = v_a and a.epoch = v_ep and a.status = 'running'
   ),
   art as (
     insert into artifact (tenant_id, sha256, media_type, size, body_json)
-    select a.t, a.h, a.m, octet_length(a.b), a.b::jsonb
-    from jsonb_to_recordset(p->'artifacts') as a(t text, h text, m text, b text)
+    select a.tenant_id, a.sha256, a.media_type, octet_length(a.body), a.body::jsonb
+    from jsonb_to_recordset(p->'artifacts') as a(tenant_id text, sha256 text, media_type text, body text)
     on conflict do nothing
   ),
   item as (
@@ -141,9 +141,9 @@ begin
   ),
   q as (
     update step s set status = 'queued', pending_deps = 0,
-      queued_at = coalesce(((case when l.k = 1 then v_c else v_links->(l.k::integer - 2) end)->>'fa')::timestamptz, now())
+      queued_at = coalesce(((case when l.k = 1 then v_c else v_links->(l.k::integer - 2) end)->>'finished_at')::timestamptz, now())
     from jsonb_array_elements(v_links) with ordinality as l(x, k)
-    where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'pending'
+    where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'step_id' and s.status = 'pending'
     returning 1
   ),
   deps as (
@@ -172,17 +172,17 @@ begin
     -- it and its result applies it: written once, succeeded (its whole life is in this transaction).
     with d as (
       update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
-        dispatch_seq = coalesce(s.dispatch_seq, v_dispatched + l.k::integer), started_at = coalesce(s.started_at, (l.x->>'sa')::timestamptz, now())
+        dispatch_seq = coalesce(s.dispatch_seq, v_dispatched + l.k::integer), started_at = coalesce(s.started_at, (l.x->>'started_at')::timestamptz, now())
       from jsonb_array_elements(v_links) with ordinality as l(x, k)
-      where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'queued'
+      where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'step_id' and s.status = 'queued'
       returning s.step_id, s.epoch, s.attempts, s.queued_at, v_dispatched + l.k::integer as dispatch_seq, l.k, l.x
     ),
     a as (
       insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, status, lease_expires_at, traceparent,
         queued_at, claimed_at, constraint_checked_at, started_at, finished_at, terminated_at, outputs_hash, logs_hash)
-      select v_t, v_r, d.step_id, d.attempts, d.epoch, v_worker, 'succeeded', now() + v_lease, d.x->>'tp', d.queued_at,
-        coalesce((d.x->>'sa')::timestamptz, now()), coalesce((d.x->>'sa')::timestamptz, now()),
-        (d.x->>'sa')::timestamptz, (d.x->>'fa')::timestamptz, now(), d.x->>'oh', d.x->>'lh'
+      select v_t, v_r, d.step_id, d.attempts, d.epoch, v_worker, 'succeeded', now() + v_lease, d.x->>'traceparent', d.queued_at,
+        coalesce((d.x->>'started_at')::timestamptz, now()), coalesce((d.x->>'started_at')::timestamptz, now()),
+        (d.x->>'started_at')::timestamptz, (d.x->>'finished_at')::timestamptz, now(), d.x->>'outputs_hash', d.x->>'logs_hash'
       from d
       returning 1
     )
@@ -197,10 +197,10 @@ begin
     -- The links' results, and the dependents of the last link counted down (the ones left with no
     -- pending dependency become ready, in topological order, ties by step id).
     with res as (
-      update step s set status = 'succeeded', outputs = nullif(l.x->'o', 'null'::jsonb), outputs_hash = l.x->>'oh',
-        logs_hash = l.x->>'lh', finished_at = now()
+      update step s set status = 'succeeded', outputs = nullif(l.x->'outputs', 'null'::jsonb), outputs_hash = l.x->>'outputs_hash',
+        logs_hash = l.x->>'logs_hash', finished_at = now()
       from jsonb_array_elements(v_links) as l(x)
-      where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'s' and s.status = 'running'
+      where s.tenant_id = v_t and s.run_id = v_r and s.step_id = l.x->>'step_id' and s.status = 'running'
       returning 1
     ),
     deps as (
@@ -302,11 +302,7 @@ begin
       raise exception using errcode = 'OR001', message = 'a run waits for a maxConcurrentRuns slot';
     end if;
     v_end := case when v_failed > 0 then 'run.failed' else 'run.succeeded' end;
-    select encode(sha256(convert_to('{' || coalesce(string_agg(
-        to_json(s.step_id)::text || ':' || coalesce(to_json(s.outputs_hash)::text, 'null'), ',' order by s.step_id collate "C"),
-      '') || '}', 'UTF8')), 'hex')
-    into v_end_hash
-    from step s where s.tenant_id = v_t and s.run_id = v_r and s.status = 'succeeded';
+    v_end_hash := ordo_run_outputs_hash(v_t, v_r);
   end if;
 
   -- The events, in the order one hop per result writes them: the first result; for each link, it
@@ -319,7 +315,7 @@ begin
       || row(v_t, v_r, 0, 'step.running', v_x->>'step_id', (v_x->>'attempts')::integer, v_worker,
         '{"dispatchSeq":' || (v_x->>'dispatch_seq') || ',"epoch":' || (v_x->>'epoch') || '}')::ordo_adv_event
       || row(v_t, v_r, 0, 'step.succeeded', v_x->>'step_id', (v_x->>'attempts')::integer, v_worker,
-        '{"outputsHash":' || to_json(v_x->'x'->>'oh')::text || '}')::ordo_adv_event;
+        '{"outputsHash":' || to_json(v_x->'x'->>'outputs_hash')::text || '}')::ordo_adv_event;
   end loop;
   v_events := v_events || array(
     select u.e from (
@@ -356,18 +352,18 @@ begin
   where x.tenant_id = v_t and x.run_id = v_r;
 
   if v_end is null then
-    return query select 'd'::text, x - 'k' from unnest(v_d) x
+    return query select 'dispatch'::text, x - 'k' from unnest(v_d) x
     union all
-    select 'n'::text, x from ordo_take_notifications() x;
+    select 'notify'::text, x from ordo_take_notifications() x;
     return;
   end if;
   perform ordo_notify('ordo_run_finished', v_r::text);
   return query
-    select 'd'::text, x - 'k' from unnest(v_d) x
+    select 'dispatch'::text, x - 'k' from unnest(v_d) x
     union all
-    select 'e'::text, x from ordo_events_out(v_ch, v_now) x
+    select 'event'::text, x from ordo_events_out(v_ch, v_now) x
     union all
-    select 'n'::text, x from ordo_take_notifications() x;
+    select 'notify'::text, x from ordo_take_notifications() x;
 end
 $$;
 

@@ -314,9 +314,9 @@ begin
 
   -- (No 'e' rows: a claim ends no run and retries no step, the events observed after a commit.)
   return query
-    select 'd'::text, x - 'rk' - 'item_id' - 'starts_run' from unnest(v_d) x
+    select 'dispatch'::text, x - 'rk' - 'item_id' - 'starts_run' from unnest(v_d) x
     union all
-    select 'n'::text, x from ordo_take_notifications() x;
+    select 'notify'::text, x from ordo_take_notifications() x;
 end
 $$;
 

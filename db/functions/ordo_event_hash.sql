@@ -24,4 +24,4 @@ create or replace function ordo_event_hash(
   $$;
 
 revoke all on function ordo_event_hash(text, uuid, integer, text, text, text, integer, text, text) from public;
-grant all on function ordo_event_hash(text, uuid, integer, text, text, text, integer, text, text) to ordo_system;
+grant all on function ordo_event_hash(text, uuid, integer, text, text, text, integer, text, text) to ordo_system, ordo_app;

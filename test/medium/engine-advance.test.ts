@@ -1,16 +1,14 @@
-import { sql } from 'kysely';
 import pg from 'pg';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
 import type { DagDefinitionInput } from '../../src/modules/dags/dag-definition';
 import type { JsonObject } from '../../src/modules/plugins/plugin';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
-import { EngineRepository, type AdvanceInput, type AdvanceRow } from '../../src/modules/engine/engine.repository';
+import { EngineRepository, type AdvanceRow } from '../../src/modules/engine/engine.repository';
 import { EngineStore, type ClaimedWork, type Completion } from '../../src/modules/engine/engine.store';
 import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
-import type { SystemDb } from '../../src/core/database/handles';
 import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -28,17 +26,16 @@ const fan: DagDefinitionInput = {
 };
 
 /** The engine's statements with every hop, even of one result, applied by the batch function. */
+/** Every result through ordo_engine_advance: a single success's chain is refused, as a chain that does not hold is. */
 class BatchHops extends EngineRepository {
-  override async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
-    return (await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(db))
-      .rows;
+  override async chain(): Promise<AdvanceRow[]> {
+    throw Object.assign(new Error('the batch function only'), { code: 'OR001' });
   }
 }
 
 /**
- * The one-statement hop (ordo_engine_advance) against the general engine transaction: the same
- * rows, the same events (chained in SQL, verified here by the code's verifier), and a refusal that
- * writes nothing whenever the batch is not the common case.
+ * What results do (ordo_engine_advance, and ordo_engine_chain for a single success): rows, events
+ * (chained in SQL, verified here by the code's verifier) and outcomes of every kind.
  */
 /** A step another worker runs for `$1`, holding one of its in-flight slots (a leased queue item). */
 const holdSlot = `insert into queue_item (tenant_id, run_id, step_id, state, worker_id, epoch, lease_expires_at)
@@ -98,7 +95,7 @@ describe('engine: the one-statement hop', () => {
     owner = new pg.Client({ connectionString: t.ownerUrl });
     await owner.connect();
     await owner.query(`insert into tenant (id, name) values ('a', 'A'), ('b', 'B')`);
-    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    store = new EngineStore(t.db, new EngineRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     const chain = {
       id: 'chain',
@@ -134,7 +131,7 @@ describe('engine: the one-statement hop', () => {
       expect(got?.map((w) => [w.stepId, w.attempt, w.epoch, w.dispatchSeq])).toEqual([
         [next, 1, 1, Number(next.slice(1))],
       ]);
-      expect(got![0].traceparent).toMatch(new RegExp(`^00-${got![0].traceId}-[0-9a-f]{16}-01$`));
+      expect(got[0].traceparent).toMatch(new RegExp(`^00-${got[0].traceId}-[0-9a-f]{16}-01$`));
       work = got!;
     }
     expect(await store.advance([ok(work[0])], opts(4))).toEqual([]);
@@ -215,7 +212,7 @@ describe('engine: the one-statement hop', () => {
     // Two results in one hop; the third branch comes from the queue.
     expect(
       await store.advance(
-        got!.map((w) => ok(w)),
+        got.map((w) => ok(w)),
         opts(4),
       ),
     ).toEqual([]);
@@ -223,7 +220,7 @@ describe('engine: the one-statement hop', () => {
     expect(b3.stepId).toBe('b3');
     const joined = await store.advance([ok(b3)], opts(4));
     expect(joined?.map((w) => w.stepId)).toEqual(['join']);
-    expect(await store.advance([ok(joined![0])], opts(4))).toEqual([]);
+    expect(await store.advance([ok(joined[0])], opts(4))).toEqual([]);
     expect((await owner.query(`select status from run where run_id = $1`, [run.runId])).rows[0].status).toBe(
       'succeeded',
     );
@@ -246,28 +243,41 @@ describe('engine: the one-statement hop', () => {
     expect(s2.stepId).toBe('s2');
   });
 
-  it('refuses, writing nothing, a result that is not current, a failure and a disabled successor; the general transaction then applies them', async () => {
+  it('applies in its one statement a fenced-out result (recorded, never applied), a failure (dependents skipped, the run failed) and a disabled successor (skipped, its dependent dispatched)', async () => {
     const run = await runs.createRun('a', { dagId: 'chain', inputs: {}, runToken: 'stale', requestedBy: 'me' });
     const [s1] = await store.cycle([], opts(4));
-    const before = (await owner.query(`select event_seq from run where run_id = $1`, [run.runId])).rows[0].event_seq;
-    expect(await store.advance([{ ...ok(s1), epoch: s1.epoch + 1 }], opts(4))).toBeNull();
+    expect(await store.advance([{ ...ok(s1), epoch: s1.epoch + 1 }], opts(4))).toEqual([]);
+    expect(await stepStates(run.runId)).toEqual({ s1: 'running', s2: 'pending', s3: 'pending' });
+    const rejected = (await events('a', run.runId)).at(-1)!;
+    expect(rejected).toMatchObject({
+      type: 'step.result_rejected',
+      stepId: 's1',
+      data: { epoch: s1.epoch + 1, currentEpoch: s1.epoch, stepStatus: 'running', reported: 'succeeded' },
+    });
     expect(
       await store.advance(
         [{ ...ok(s1), outcome: { status: 'failed', error: { code: 'X', message: 'x', retryable: false }, logs: [] } }],
         opts(4),
       ),
-    ).toBeNull();
-    expect((await owner.query(`select event_seq from run where run_id = $1`, [run.runId])).rows[0].event_seq).toBe(
-      before,
-    );
-    expect(await stepStates(run.runId)).toEqual({ s1: 'running', s2: 'pending', s3: 'pending' });
+    ).toEqual([]);
+    expect(await stepStates(run.runId)).toEqual({ s1: 'failed', s2: 'skipped', s3: 'skipped' });
+    const evs = await events('a', run.runId);
+    expect(evs.slice(-4).map((e) => [e.type, e.stepId])).toEqual([
+      ['step.failed', 's1'],
+      ['step.skipped', 's2'],
+      ['step.skipped', 's3'],
+      ['run.failed', null],
+    ]);
+    expect(evs.at(-4)!.data).toEqual({ error: { code: 'X', message: 'x', retryable: false } });
+    expect(verifyChain(evs)).toEqual({ ok: true });
+    const ended = (await owner.query(`select status, steps_remaining, steps_failed from run where run_id = $1`, [run.runId]))
+      .rows[0];
+    expect(ended).toEqual({ status: 'failed', steps_remaining: 0, steps_failed: 1 });
 
     const gap = await runs.createRun('a', { dagId: 'gap', inputs: {}, runToken: 'gap', requestedBy: 'me' });
     const [g1] = await store.cycle([], opts(4));
     expect(g1.runId).toBe(gap.runId);
-    expect(await store.advance([ok(g1)], opts(4))).toBeNull();
-    expect(await stepStates(gap.runId)).toEqual({ s1: 'running', s2: 'pending', s3: 'pending' });
-    const next = await store.cycle([ok(g1)], opts(4));
+    const next = await store.advance([ok(g1)], opts(4));
     expect(next.map((w) => w.stepId)).toEqual(['s3']);
     expect(await stepStates(gap.runId)).toEqual({ s1: 'succeeded', s2: 'skipped', s3: 'running' });
     expect(verifyChain(await events('a', gap.runId))).toEqual({ ok: true });
@@ -286,12 +296,12 @@ describe('engine: the one-statement hop', () => {
       await publish(tenant, fan);
       await publish(tenant, chain);
     }
-    const batchStore = new EngineStore(t.db, new BatchHops(), new RunsRepository(), new ArtifactsRepository());
+    const batchStore = new EngineStore(t.db, new BatchHops(), new ArtifactsRepository());
 
     /** A fan-out with room for two, its branches reported one by one, the join; then a chain over the tenant's cap. */
     async function play(s: EngineStore, tenant: string): Promise<string[]> {
       const one = async (w: ClaimedWork, capacity: number, cap = 64) =>
-        (await s.advance([ok(w)], opts(capacity, cap)))!;
+        (await s.advance([ok(w)], opts(capacity, cap)));
       const f = await runs.createRun(tenant, { dagId: 'fan', inputs: {}, runToken: 'eq', requestedBy: 'me' });
       const [start] = await s.cycle([], opts(1));
       const [b1, b2] = await one(start, 2);
@@ -387,18 +397,20 @@ describe('engine: the one-statement hop', () => {
           leaseMs: 60_000,
           capacity: 4,
           cap: 64,
-          completions: [
+          results: [
             {
-              t: 'b',
-              r: work.runId,
-              s: work.stepId,
-              a: work.attempt,
-              e: work.epoch,
-              o: {},
-              oh: 'f'.repeat(64),
-              lh: null,
-              sa: null,
-              fa: null,
+              tenant_id: 'b',
+              run_id: work.runId,
+              step_id: work.stepId,
+              attempt: work.attempt,
+              epoch: work.epoch,
+              status: 'succeeded',
+              outputs: {},
+              outputs_hash: 'f'.repeat(64),
+              logs_hash: null,
+              error: null,
+              started_at: null,
+              finished_at: null,
               ord: 1,
             },
           ],
@@ -407,7 +419,7 @@ describe('engine: the one-statement hop', () => {
       await settle();
       heard.length = 0;
       const rows = await hop(w);
-      const notes = rows.flatMap((r) => (r.kind === 'n' ? [r.item] : []));
+      const notes = rows.flatMap((r) => (r.kind === 'notify' ? [r.item] : []));
       expect(notes.map(([channel, payload]) => [channel, payload.split(' ')[0]])).toEqual([['ordo_run_event', 'b']]);
       await settle();
       expect(heard).toEqual([]);
@@ -418,10 +430,10 @@ describe('engine: the one-statement hop', () => {
       // Through the store: the run's end is announced once its hop has committed.
       heard.length = 0;
       [w] = rows
-        .flatMap((r) => (r.kind === 'd' ? [r.item] : []))
+        .flatMap((r) => (r.kind === 'dispatch' ? [r.item] : []))
         .map((d) => ({ ...w, stepId: d.step_id, attempt: d.attempts, epoch: d.epoch }));
       expect(w.stepId).toBe('s2');
-      const [s3] = (await store.advance([ok(w)], opts(4)))!;
+      const [s3] = (await store.advance([ok(w)], opts(4)));
       expect(await store.advance([ok(s3)], opts(4))).toEqual([]);
       for (let i = 0; i < 40 && !heard.includes(`ordo_run_finished ${run.runId}`); i++) await settle();
       expect(heard).toContain(`ordo_run_finished ${run.runId}`);
@@ -452,7 +464,7 @@ describe('engine: the one-statement hop', () => {
   it('mixes with the general transaction in one chain: events written by either verify together', async () => {
     const run = await runs.createRun('b', { dagId: 'chain', inputs: {}, runToken: 'mix', requestedBy: 'me' });
     const [s1] = await store.cycle([], opts(4));
-    const [s2] = (await store.advance([ok(s1, { text: 'ünïcödé "quoted" \\ \n' })], opts(4)))!;
+    const [s2] = (await store.advance([ok(s1, { text: 'ünïcödé "quoted" \\ \n' })], opts(4)));
     const [s3] = await store.cycle([ok(s2)], opts(4));
     expect(await store.advance([ok(s3)], opts(4))).toEqual([]);
     const ev = await events('b', run.runId);

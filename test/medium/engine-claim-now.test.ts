@@ -28,7 +28,7 @@ describe('engine: a claim that does not wait for a running cycle', () => {
     holder = new pg.Client({ connectionString: t.ownerUrl });
     await holder.connect();
     await owner.query(`insert into tenant (id, name) values ('busy', 'B'), ('quiet', 'Q'), ('capped', 'C')`);
-    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    store = new EngineStore(t.db, new EngineRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
     await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });

@@ -35,20 +35,19 @@ describe('engine: steps in flight counted from the leases', () => {
       leaseMs: 60_000,
       capacity: 4,
       cap,
-      completions: [
-        {
-          t: w.tenantId,
-          r: w.runId,
-          s: w.stepId,
-          a: w.attempt,
-          e: w.epoch,
-          o: outputs,
-          oh: out.sha256,
-          lh: null,
-          ord: 1,
-        },
-      ],
-      artifacts: [{ t: w.tenantId, h: out.sha256, m: out.mediaType, b: out.json }],
+      head: {
+        tenant_id: w.tenantId,
+        run_id: w.runId,
+        step_id: w.stepId,
+        attempt: w.attempt,
+        epoch: w.epoch,
+        status: 'succeeded',
+        outputs,
+        outputs_hash: out.sha256,
+        logs_hash: null,
+        ord: 1,
+      },
+      artifacts: [{ tenant_id: w.tenantId, sha256: out.sha256, media_type: out.mediaType, body: out.json }],
     });
   }
 
@@ -65,7 +64,7 @@ describe('engine: steps in flight counted from the leases', () => {
     second = new pg.Client({ connectionString: t.systemUrl });
     await Promise.all([owner.connect(), first.connect(), second.connect()]);
     await owner.query(`insert into tenant (id, name) values ('busy', 'B'), ('quiet', 'Q'), ('capped', 'C')`);
-    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    store = new EngineStore(t.db, new EngineRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     for (const tenant of ['busy', 'quiet', 'capped']) {
       await publishDagVersion(t.db, tenant, { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
@@ -98,7 +97,7 @@ describe('engine: steps in flight counted from the leases', () => {
     await openTransaction(first, 'select kind, item from ordo_engine_chain($1::jsonb)', [hopInput(w1)]);
     const r = await openTransaction(second, 'select kind, item from ordo_engine_chain($1::jsonb)', [hopInput(w2)]);
     expect(
-      r.rows.filter((x: { kind: string }) => x.kind === 'e').map((x: { item: { type: string } }) => x.item.type),
+      r.rows.filter((x: { kind: string }) => x.kind === 'event').map((x: { item: { type: string } }) => x.item.type),
     ).toEqual(['run.succeeded']);
     await Promise.all([first.query('commit'), second.query('commit')]);
     const done = await owner.query(`select status from run where run_id = any($1) order by status`, [
@@ -119,10 +118,10 @@ describe('engine: steps in flight counted from the leases', () => {
     const busy = await openTransaction(first, 'select kind, item from ordo_engine_claim($1::jsonb)', [
       claim(1, ['busy']),
     ]);
-    expect(busy.rows.filter((x: { kind: string }) => x.kind === 'd')).toHaveLength(1);
+    expect(busy.rows.filter((x: { kind: string }) => x.kind === 'dispatch')).toHaveLength(1);
     const both = await openTransaction(second, 'select kind, item from ordo_engine_claim($1::jsonb)', [claim(8)]);
     const got = both.rows
-      .filter((x: { kind: string }) => x.kind === 'd')
+      .filter((x: { kind: string }) => x.kind === 'dispatch')
       .map((x: { item: { tenant_id: string; run_id: string } }) => x.item.tenant_id)
       .sort();
     expect(got).toEqual(['busy', 'quiet']);
@@ -142,7 +141,7 @@ describe('engine: steps in flight counted from the leases', () => {
          values ('capped', gen_random_uuid(), 'elsewhere', 'leased', 'w2', 1, now() + interval '1 hour')`,
       );
     const r = await first.query('select kind, item from ordo_engine_chain($1::jsonb)', [hopInput(a, 2)]);
-    expect(r.rows.filter((x: { kind: string }) => x.kind === 'd')).toEqual([]);
+    expect(r.rows.filter((x: { kind: string }) => x.kind === 'dispatch')).toEqual([]);
     const q = await owner.query(`select step_id, state from queue_item where run_id = $1`, [run.runId]);
     expect(q.rows).toEqual([{ step_id: 'b', state: 'ready' }]);
   });

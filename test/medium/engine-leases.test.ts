@@ -27,7 +27,7 @@ describe('engine: leases, fencing, reaper, fairness', () => {
     owner = new pg.Client({ connectionString: t.ownerUrl });
     await owner.connect();
     await owner.query(`insert into tenant (id, name) values ('ta', 'A'), ('tb', 'B')`);
-    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    store = new EngineStore(t.db, new EngineRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     await publish('ta', {
       id: 'one',

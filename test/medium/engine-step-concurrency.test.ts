@@ -23,7 +23,7 @@ describe('engine: step concurrency gates', () => {
       'select kind, item from ordo_engine_claim($1::jsonb)',
       [JSON.stringify({ worker: 'w', leaseMs: 60_000, capacity, cap: 64, skipLocked })],
     );
-    return r.rows.filter((x) => x.kind === 'd').map((x) => x.item);
+    return r.rows.filter((x) => x.kind === 'dispatch').map((x) => x.item);
   };
   const leased = async (gate: string) =>
     (
@@ -40,7 +40,7 @@ describe('engine: step concurrency gates', () => {
     other = new pg.Client({ connectionString: t.ownerUrl });
     await Promise.all([owner.connect(), holder.connect(), other.connect()]);
     await owner.query(`insert into tenant (id, name) values ('gt', 'G'), ('gu', 'U')`);
-    store = new EngineStore(t.db, new EngineRepository(), new RunsRepository(), new ArtifactsRepository());
+    store = new EngineStore(t.db, new EngineRepository(), new ArtifactsRepository());
     runs = new RunsService(t.db, new RunsRepository(), new DagsRepository());
     await publishDagVersion(t.db, 'gt', { id: 'lim', steps: [{ id: 'x', plugin: 'noop', concurrency: 2 }] });
     await publishDagVersion(t.db, 'gt', { id: 'free', steps: [{ id: 'y', plugin: 'noop' }] });
@@ -156,7 +156,7 @@ describe('engine: step concurrency gates', () => {
         'select kind, item from ordo_engine_claim($1::jsonb)',
         [JSON.stringify({ worker: 'w', leaseMs: 60_000, capacity: 8, cap: 64, only: ['gv'] })],
       );
-      const taken = r.rows.filter((x) => x.kind === 'd').map((x) => [x.item.run_id, x.item.step_id]);
+      const taken = r.rows.filter((x) => x.kind === 'dispatch').map((x) => [x.item.run_id, x.item.step_id]);
       expect(taken).toEqual([
         [v2.runId, 'x'],
         [free.runId, 'y'],

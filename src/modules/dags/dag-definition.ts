@@ -84,11 +84,3 @@ export type DagDefinitionInput = z.input<typeof dagDefinition>;
 export type StepDefinition = z.output<typeof stepDefinition>;
 export type RetryPolicy = z.output<typeof retryPolicy>;
 export type ConstraintAction = z.output<typeof constraintAction>;
-
-/** Backoff before retry number `retry` (1-based): initialDelay * multiplier^(retry-1), capped at maxDelay. */
-export function backoffMs(policy: RetryPolicy, retry: number): number {
-  return Math.min(
-    policy.maxDelay,
-    Math.round(policy.initialDelay * Math.pow(policy.multiplier, Math.max(0, retry - 1))),
-  );
-}

@@ -1,30 +1,25 @@
 import { Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
+import { sql } from 'kysely';
 import { Database } from '../../core/database/database';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
-import { canonicalHash } from '../../core/json/canonical-json';
 import { recordDispatch } from '../../core/telemetry/metrics';
 import { observeCommittedEvents } from '../../core/telemetry/run-observer';
 import { jsonArtifact, type NewArtifact, ArtifactsRepository } from '../artifacts/artifacts.repository';
-import { backoffMs } from '../dags/dag-definition';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
-import { admitWaitingRuns } from '../runs/run-admission';
-import { RunBooks, runKey } from '../runs/run-book';
+import { runKey } from '../runs/run-book';
 import type { StepSpec } from '../runs/run-plan';
-import { RunsRepository } from '../runs/runs.repository';
 import {
   EngineRepository,
   type AdvanceInput,
-  type ChainInput,
   type AdvanceRow,
+  type ArtifactInput,
+  type ChainInput,
   type ClaimInput,
-  type FinishAttempt,
-  type ReadyStep,
-  type SetStep,
+  type ResultInput,
   type StepKey,
-  type StepState,
 } from './engine.repository';
-import { JOBS, type JobPayload } from './jobs';
+import type { JobPayload } from './jobs';
 import { NotifyOutbox } from './notify-outbox';
 
 /** Outputs up to this size (canonical JSON bytes) also stay inline on the step row. */
@@ -96,27 +91,15 @@ export interface ChainLink {
   traceparent: string;
 }
 
-interface Outcome extends StepKey {
-  attempt: number;
-  epoch: number;
-  kind: 'succeeded' | 'failed' | 'orphaned';
-  outputs?: JsonObject;
-  logs?: StepLogLine[];
-  error?: PluginError;
-  startedAt?: Date | null;
-  finishedAt?: Date | null;
-  actor: string;
-}
-
-const key3 = (k: StepKey) => `${k.tenantId}/${k.runId}/${k.stepId}`;
 const isTemplated = (v: unknown): boolean => JSON.stringify(v).includes('${{');
 
 /**
- * The engine's transactions. One worker cycle applies a batch of results (group commit), makes
- * the successors ready, enqueues them and claims the next batch, in ONE transaction: a crash at
- * any point loses nothing and applies nothing twice. Every step change goes through the
- * transition table (each UPDATE names its allowed source states; the database trigger checks
- * again) and appends chained events to its run.
+ * The engine's statements. What results do (a batch of them: group commit), what a claim takes,
+ * what a chain writes and what a retry's end queues are each one SQL function committed on its own
+ * (db/functions/ordo_engine_*.sql), the only home of those rules: a crash at any point loses
+ * nothing and applies nothing twice. This class encodes their inputs, hands the dispatched steps
+ * to the worker with the data they template from, observes the committed events, and sends the
+ * notifications after the commit.
  */
 @Injectable()
 export class EngineStore implements OnApplicationShutdown {
@@ -129,7 +112,6 @@ export class EngineStore implements OnApplicationShutdown {
   constructor(
     private readonly db: Database,
     private readonly engine: EngineRepository,
-    private readonly runs: RunsRepository,
     private readonly artifacts: ArtifactsRepository,
   ) {
     // Plans follow the tables as they grow: custom plans for the statements sent from here, and the
@@ -151,32 +133,13 @@ export class EngineStore implements OnApplicationShutdown {
   }
 
   /**
-   * The general turn: applies `completions` and claims up to `opts.capacity` steps from the queue,
-   * in one transaction. With no completions it is the claim alone: one statement.
+   * Applies `completions` (ordo_engine_advance), then claims from the queue for the room their
+   * successors left (ordo_engine_claim): with no completions, the claim alone.
    */
   async cycle(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
-    if (completions.length === 0) return opts.capacity > 0 ? this.claimFromQueue(opts) : [];
-    const committed: { books?: RunBooks; claimed?: AdvanceRow[] } = {};
-    const claimedWork = await this.withSystem(async (tx) => {
-      // The completions' runs and steps, locked in one statement.
-      const locked = await this.engine.lockRunsAndSteps(tx, completions);
-      const books = (committed.books = new RunBooks(locked.runs));
-      const ctx = new CycleContext(books);
-      await this.applyCompletions(tx, ctx, completions, locked.states);
-      await this.flush(tx, ctx, books);
-      // Released slots count before this turn claims: the successors of these results can start now.
-      if (opts.capacity <= 0) return [];
-      // This transaction already holds the results' runs: the claim never waits for another
-      // transaction's runs or tenants (waiting while holding locks could deadlock); what it leaves
-      // is claimed by the next turn.
-      const rows = (committed.claimed = await this.engine.claim(tx, { ...claimInput(opts), skipLocked: true }));
-      const work = this.dispatched(rows, opts);
-      await this.fillTemplateScope(tx, work);
-      return work;
-    });
-    if (committed.books) observe(committed.books);
-    if (committed.claimed) this.committed(committed.claimed);
-    return claimedWork;
+    const advanced = completions.length > 0 ? await this.advance(completions, opts) : [];
+    const room = opts.capacity - advanced.length;
+    return room > 0 ? [...advanced, ...(await this.claimFromQueue({ ...opts, capacity: room }))] : advanced;
   }
 
   /** A claim from the queue in one statement (ordo_engine_claim), committed on its own. */
@@ -204,7 +167,7 @@ export class EngineStore implements OnApplicationShutdown {
    * to a crash at this point delays a wake-up until the workers' safety poll and the stream's next pull.
    */
   private committed(rows: AdvanceRow[]): void {
-    this.outbox.add(rows.flatMap((r) => (r.kind === 'n' ? [r.item] : [])));
+    this.outbox.add(rows.flatMap((r) => (r.kind === 'notify' ? [r.item] : [])));
     observeRows(rows);
   }
 
@@ -218,7 +181,7 @@ export class EngineStore implements OnApplicationShutdown {
     const now = new Date();
     const work: ClaimedWork[] = [];
     for (const r of rows) {
-      if (r.kind !== 'd') continue;
+      if (r.kind !== 'dispatch') continue;
       const d = r.item;
       recordDispatch(d.tenant_id, d.queued_at ? new Date(d.queued_at) : now, now);
       const config = d.config as JsonObject;
@@ -246,25 +209,27 @@ export class EngineStore implements OnApplicationShutdown {
   }
 
   /**
-   * The common hop in one statement and one commit (ordo_engine_advance): every completion
-   * succeeded; their successors that become ready are dispatched to this worker (up to
-   * `opts.capacity`, under the tenant cap) and the rest queued. Returns null, having written
-   * nothing, when the batch needs the general transaction (`cycle`): a failure or an aborted
-   * attempt, a result that is no longer current, a disabled successor, a run whose end admits
-   * waiting runs.
+   * What `completions` do, in one statement and one commit (ordo_engine_advance): applied,
+   * retried, failed or refused as fenced out; their successors that become ready dispatched to this
+   * worker (up to `opts.capacity`, under the tenant cap) or queued; runs with no step left ended.
+   * A single success goes through ordo_engine_chain with no link, which looks its one run up by key.
    */
-  async advance(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[] | null> {
-    if (completions.length === 0 || completions.some((c) => c.outcome.status !== 'succeeded')) return null;
+  async advance(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
+    if (completions.length === 0) return [];
+    if (completions.length === 1 && completions[0].outcome.status === 'succeeded') {
+      const single = await this.chain(completions[0], [], opts);
+      if (single) return single;
+    }
+    const artifacts: ArtifactInput[] = [];
     const input: AdvanceInput = {
       worker: opts.workerId,
       leaseMs: opts.leaseMs,
       capacity: Math.max(0, opts.capacity),
       cap: opts.tenantCap,
-      completions: [],
-      artifacts: [],
+      results: completions.map((c, n) => resultInput(c, artifacts, n + 1)),
+      artifacts,
     };
-    completions.forEach((c, n) => input.completions.push({ ...successInput(c, input.artifacts), ord: n + 1 }));
-    return this.unlessRefused(() => this.engine.advance(this.sys, input), opts);
+    return this.committedWork(await this.engine.advance(this.sys, input), opts);
   }
 
   /** The work of an engine statement that commits on its own, or null when it refused (OR001), having written nothing. */
@@ -298,22 +263,32 @@ export class EngineStore implements OnApplicationShutdown {
     opts: ClaimOptions,
     ahead?: { stepId: string; traceparent: string },
   ): Promise<ClaimedWork[] | null> {
-    if (head.outcome.status !== 'succeeded' || (links.length === 0 && !ahead)) return null;
-    const artifacts: AdvanceInput['artifacts'] = [];
+    if (head.outcome.status !== 'succeeded') return null;
+    const artifacts: ArtifactInput[] = [];
     const input: ChainInput = {
       worker: opts.workerId,
       leaseMs: opts.leaseMs,
       capacity: Math.max(0, opts.capacity),
       cap: opts.tenantCap,
-      completions: [{ ...successInput(head, artifacts), ord: 1 }],
+      head: resultInput(head, artifacts, 1),
       links: [],
       artifacts,
-      ...(ahead ? { ahead: { s: ahead.stepId, tp: ahead.traceparent } } : {}),
+      ...(ahead ? { ahead: { step_id: ahead.stepId, traceparent: ahead.traceparent } } : {}),
     };
     for (const l of links) {
       if (l.completion.outcome.status !== 'succeeded') return null;
-      const { s, o, oh, lh, sa, fa } = successInput(l.completion, artifacts);
-      input.links.push({ s, o, oh, lh, sa, fa, pl: l.plugin, cf: l.config, tp: l.traceparent });
+      const r = resultInput(l.completion, artifacts, 0);
+      input.links.push({
+        step_id: r.step_id,
+        outputs: r.outputs,
+        outputs_hash: r.outputs_hash!,
+        logs_hash: r.logs_hash,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        plugin: l.plugin,
+        config: l.config,
+        traceparent: l.traceparent,
+      });
     }
     return this.unlessRefused(() => this.engine.chain(this.sys, input), opts);
   }
@@ -321,289 +296,6 @@ export class EngineStore implements OnApplicationShutdown {
   /** The definition of a DAG version, as published (for the worker's chains; versions never change). */
   dagDefinition(tenantId: string, dagId: string, version: number): Promise<unknown> {
     return this.engine.dagDefinition(this.sys, tenantId, dagId, version);
-  }
-
-  private async applyCompletions(
-    tx: SystemTx,
-    ctx: CycleContext,
-    completions: Completion[],
-    stepStates: StepState[],
-  ): Promise<void> {
-    const states = new Map(stepStates.map((s) => [`${s.tenant_id}/${s.run_id}/${s.step_id}`, s]));
-    const outcomes: Outcome[] = [];
-    const released: (StepKey & { epoch: number })[] = [];
-    const aborted: Parameters<EngineRepository['finishAttempts']>[1] = [];
-    for (const c of completions) {
-      const b = ctx.books.get(c.tenantId, c.runId);
-      const st = states.get(key3(c));
-      released.push({ tenantId: c.tenantId, runId: c.runId, stepId: c.stepId, epoch: c.epoch });
-      ctx.freed.add(c.tenantId);
-      if (!b || !st) continue;
-      const current = st.status === 'running' && st.epoch === c.epoch;
-      if (c.outcome.status === 'aborted' && current && ctx.books.isActive(b)) {
-        // Stopped without its run being cancelled (e.g. the process is shutting down): a retryable failure.
-        outcomes.push({
-          ...pick(c),
-          attempt: c.attempt,
-          epoch: c.epoch,
-          kind: 'failed',
-          error: { code: 'ABORTED', message: 'the attempt was stopped before it finished', retryable: true },
-          logs: c.outcome.logs,
-          startedAt: c.startedAt,
-          finishedAt: c.finishedAt,
-          actor: c.workerId,
-        });
-        continue;
-      }
-      if (c.outcome.status === 'aborted' || !current) {
-        aborted.push({
-          ...pick(c),
-          attempt: c.attempt,
-          epoch: c.epoch,
-          status: 'cancelled',
-          error: c.outcome.status === 'failed' ? c.outcome.error : null,
-          outputsHash: null,
-          logsHash: null,
-          startedAt: c.startedAt,
-          finishedAt: c.finishedAt,
-        });
-        if (!current && st.status !== 'cancelled') {
-          // A fenced-out result (its lease expired and the step moved on): recorded, never applied.
-          ctx.books.event(b, {
-            type: 'step.result_rejected',
-            stepId: c.stepId,
-            attempt: c.attempt,
-            actor: c.workerId,
-            data: { epoch: c.epoch, currentEpoch: st.epoch, stepStatus: st.status, reported: c.outcome.status },
-          });
-        }
-        continue;
-      }
-      outcomes.push({
-        ...pick(c),
-        attempt: c.attempt,
-        epoch: c.epoch,
-        kind: c.outcome.status,
-        outputs: c.outcome.status === 'succeeded' ? c.outcome.outputs : undefined,
-        logs: c.outcome.logs,
-        error: c.outcome.status === 'failed' ? c.outcome.error : undefined,
-        startedAt: c.startedAt,
-        finishedAt: c.finishedAt,
-        actor: c.workerId,
-      });
-    }
-    await this.applyOutcomes(tx, ctx, outcomes, new Map([...states].map(([k, s]) => [k, s.spec as StepSpec])), {
-      aborted,
-      released,
-    });
-  }
-
-  /** Applies current (not fenced-out) outcomes of running attempts. */
-  private async applyOutcomes(
-    tx: SystemTx,
-    ctx: CycleContext,
-    outcomes: Outcome[],
-    specs: Map<string, StepSpec>,
-    extra: { aborted: FinishAttempt[]; released: (StepKey & { epoch: number })[] } = { aborted: [], released: [] },
-  ): Promise<void> {
-    const attempts: Parameters<EngineRepository['finishAttempts']>[1] = [];
-    const stepWrites: Parameters<EngineRepository['setSteps']>[1] = [];
-    const failed: StepKey[] = [];
-    const done: StepKey[] = [];
-    for (const o of outcomes) {
-      const b = ctx.books.get(o.tenantId, o.runId)!;
-      const spec = specs.get(key3(o));
-      const logsHash =
-        o.logs && o.logs.length > 0
-          ? ctx.artifact(jsonArtifact(o.tenantId, o.logs, 'application/x-ordo-log+json'))
-          : null;
-      if (o.kind === 'succeeded') {
-        const art = jsonArtifact(o.tenantId, o.outputs ?? {});
-        ctx.artifact(art);
-        attempts.push({
-          ...pick(o),
-          attempt: o.attempt,
-          epoch: o.epoch,
-          status: 'succeeded',
-          error: null,
-          outputsHash: art.sha256,
-          logsHash,
-          startedAt: o.startedAt ?? null,
-          finishedAt: o.finishedAt ?? null,
-        });
-        stepWrites.push({
-          ...pick(o),
-          from: ['running'],
-          to: 'succeeded',
-          outputs: Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (o.outputs ?? {}) : null,
-          outputsHash: art.sha256,
-          logsHash,
-          terminal: true,
-        });
-        ctx.books.event(b, {
-          type: 'step.succeeded',
-          stepId: o.stepId,
-          attempt: o.attempt,
-          actor: o.actor,
-          data: { outputsHash: art.sha256 },
-        });
-        b.stepsRemaining -= 1;
-        b.dirty = true;
-        done.push(pick(o));
-        continue;
-      }
-      const error: PluginError = o.error ?? {
-        code: 'LEASE_EXPIRED',
-        message: 'the worker stopped heartbeating',
-        retryable: true,
-      };
-      attempts.push({
-        ...pick(o),
-        attempt: o.attempt,
-        epoch: o.epoch,
-        status: o.kind === 'orphaned' ? 'orphaned' : 'failed',
-        error,
-        outputsHash: null,
-        logsHash,
-        startedAt: o.startedAt ?? null,
-        finishedAt: o.finishedAt ?? null,
-      });
-      let from = 'running';
-      if (o.kind === 'orphaned') {
-        stepWrites.push({ ...pick(o), from: ['running'], to: 'orphaned', error, terminal: false });
-        ctx.books.event(b, {
-          type: 'step.orphaned',
-          stepId: o.stepId,
-          attempt: o.attempt,
-          actor: o.actor,
-          data: { epoch: o.epoch },
-        });
-        from = 'orphaned';
-      }
-      const policy = spec?.retry ?? null;
-      const retriesUsed = o.attempt - 1;
-      if (error.retryable && policy && retriesUsed < policy.maxRetries && ctx.books.isActive(b)) {
-        const delay = backoffMs(policy, retriesUsed + 1);
-        stepWrites.push({ ...pick(o), from: [from], to: 'retrying', error, terminal: false });
-        ctx.books.event(b, {
-          type: 'step.retrying',
-          stepId: o.stepId,
-          attempt: o.attempt,
-          actor: 'engine',
-          data: { error: { ...error }, retryInMs: delay, nextAttempt: o.attempt + 1 },
-        });
-        ctx.jobs.push({
-          payload: { tenantId: o.tenantId, runId: o.runId, stepId: o.stepId, attempt: o.attempt },
-          runAt: new Date(Date.now() + delay),
-        });
-      } else {
-        stepWrites.push({ ...pick(o), from: [from], to: 'failed', reason: error.code, error, terminal: true });
-        ctx.books.event(b, {
-          type: 'step.failed',
-          stepId: o.stepId,
-          attempt: o.attempt,
-          actor: 'engine',
-          data: { error: { ...error } },
-        });
-        b.stepsRemaining -= 1;
-        b.stepsFailed += 1;
-        b.dirty = true;
-        failed.push(pick(o));
-      }
-    }
-    // Orphaned steps take two transitions (running → orphaned → retrying | failed): the first goes ahead alone.
-    await this.expectWritten(
-      tx,
-      stepWrites.filter((w) => w.to === 'orphaned'),
-    );
-    const rest = stepWrites.filter((w) => w.to !== 'orphaned');
-    // Results and the first wave of their successors' readiness go in one statement.
-    const { written, ready } = await this.engine.completeBatch(tx, {
-      attempts: [...extra.aborted, ...attempts],
-      steps: rest,
-      released: extra.released,
-      artifacts: ctx.artifacts.splice(0),
-      done,
-    });
-    this.checkWritten(rest, written);
-    await this.skipDownstreamOf(tx, ctx, failed);
-    await this.release(tx, ctx, ready);
-  }
-
-  /** Writes step transitions; a refused one (not in an allowed source state) is logged and aborts the transaction. */
-  private async expectWritten(tx: SystemTx, writes: SetStep[]): Promise<void> {
-    if (writes.length === 0) return;
-    this.checkWritten(writes, await this.engine.setSteps(tx, writes));
-  }
-
-  private checkWritten(
-    writes: { tenantId: string; runId: string; stepId: string; to?: string; from?: string[] }[],
-    done: StepKey[],
-  ): void {
-    const ok = new Set(done.map(key3));
-    const refused = writes.filter((w) => !ok.has(key3(w)));
-    if (refused.length > 0) {
-      this.log.error(
-        { refused: refused.map((w) => ({ ...pick(w), to: w.to, from: w.from })) },
-        'illegal step transition refused',
-      );
-      throw new Error(`illegal step transition refused for ${refused.map(key3).join(', ')}`);
-    }
-  }
-
-  /** Dependents of failed steps will never run: skip them (upstream_failed). */
-  private async skipDownstreamOf(tx: SystemTx, ctx: CycleContext, failed: StepKey[]): Promise<void> {
-    const down = await this.engine.pendingDescendants(tx, failed);
-    if (down.length === 0) return;
-    await this.expectWritten(
-      tx,
-      down.map((d) => ({ ...d, from: ['pending'], to: 'skipped', reason: 'upstream_failed', terminal: true })),
-    );
-    for (const d of down) {
-      const b = ctx.books.get(d.tenantId, d.runId)!;
-      ctx.books.event(b, {
-        type: 'step.skipped',
-        stepId: d.stepId,
-        actor: 'engine',
-        data: { reason: 'upstream_failed' },
-      });
-      b.stepsRemaining -= 1;
-      b.dirty = true;
-    }
-  }
-
-  /** Counts finished steps off their dependents; queues the ones now ready (skipping disabled ones, which count as done). */
-  private async release(tx: SystemTx, ctx: CycleContext, firstWave: ReadyStep[]): Promise<void> {
-    let ready = firstWave;
-    while (ready.length > 0) {
-      ready.sort((a, b) =>
-        a.tenant_id + a.run_id < b.tenant_id + b.run_id
-          ? -1
-          : a.tenant_id + a.run_id > b.tenant_id + b.run_id
-            ? 1
-            : a.topo_index - b.topo_index,
-      );
-      const skip = ready
-        .filter((r) => r.disabled)
-        .map((r) => ({ tenantId: r.tenant_id, runId: r.run_id, stepId: r.step_id }));
-      await this.expectWritten(
-        tx,
-        skip.map((k) => ({ ...k, from: ['pending'], to: 'skipped', reason: 'disabled', terminal: true })),
-      );
-      for (const k of skip) {
-        const b = ctx.books.get(k.tenantId, k.runId)!;
-        ctx.books.event(b, { type: 'step.skipped', stepId: k.stepId, actor: 'engine', data: { reason: 'disabled' } });
-        b.stepsRemaining -= 1;
-      }
-      for (const r of ready.filter((x) => x.queued))
-        ctx.books.event(ctx.books.get(r.tenant_id, r.run_id)!, {
-          type: 'step.queued',
-          stepId: r.step_id,
-          actor: 'engine',
-        });
-      // Disabled steps count as done for their dependents: the next wave.
-      ready = await this.engine.releaseAndQueue(tx, skip);
-    }
   }
 
   /** Loads run inputs and upstream outputs for the claimed steps that use them (templated config, or a plugin that takes run data). */
@@ -636,43 +328,6 @@ export class EngineStore implements OnApplicationShutdown {
     }
   }
 
-  /** Ends runs with no step left, then writes artifacts, jobs, events and run rows, and wakes the workers for freed slots. */
-  private async flush(tx: SystemTx, ctx: CycleContext, books: RunBooks): Promise<void> {
-    const ending = books.all().filter((b) => b.stepsRemaining <= 0 && books.isActive(b));
-    if (ending.length > 0) {
-      const hashes = await this.runs.stepOutputHashes(
-        tx,
-        ending.map((b) => ({ tenantId: b.row.tenant_id, runId: b.row.run_id })),
-      );
-      const byRun = new Map<string, Record<string, string | null>>();
-      for (const h of hashes) {
-        const k = runKey(h.tenant_id, h.run_id);
-        byRun.set(k, { ...(byRun.get(k) ?? {}), [h.step_id]: h.outputs_hash });
-      }
-      for (const b of ending) {
-        b.outputsHash = canonicalHash(byRun.get(runKey(b.row.tenant_id, b.row.run_id)) ?? {});
-        books.transition(b, b.stepsFailed > 0 ? 'failed' : 'succeeded', 'engine', { outputsHash: b.outputsHash });
-      }
-      await admitWaitingRuns(tx, this.runs, books, ending);
-    }
-    if (ctx.artifacts.length > 0) await this.artifacts.insertMany(tx, ctx.artifacts);
-    for (const j of ctx.jobs) {
-      const spec = JOBS['ordo.engine.retry_step'];
-      await this.engine.addJob(tx, 'ordo.engine.retry_step', j.payload, {
-        runAt: j.runAt,
-        jobKey: spec.jobKey(j.payload),
-        maxAttempts: spec.maxAttempts,
-      });
-    }
-    await this.runs.writeBooks(
-      tx,
-      books.events(),
-      books.updates(),
-      [...ctx.freed],
-      ending.map((b) => b.row.run_id),
-    );
-  }
-
   /**
    * A claim that never waits for another transaction (tenants and runs locked elsewhere are left
    * out): while a worker's turn applies a large batch, a step of another tenant that became ready
@@ -682,74 +337,44 @@ export class EngineStore implements OnApplicationShutdown {
     return this.claimFromQueue(opts, true);
   }
 
-  /** Expired leases: the attempts become orphaned and are retried, or fail when no retry is left. */
+  /**
+   * Expired leases, reported as orphaned results (ordo_engine_advance): each attempt whose lease is
+   * still expired becomes orphaned and is retried, or fails when no retry is left. Returns the
+   * leases reported.
+   */
   async reap(limit = 100): Promise<number> {
-    const committed: { books?: RunBooks } = {};
-    const reaped = await this.withSystem(async (tx) => {
-      const leases = await this.engine.expiredLeases(tx, limit);
-      if (leases.length === 0) return 0;
-      // Runs another transaction holds (a worker reporting that very step, a cancel) are left for
-      // the next sweep: waiting for them while holding the leases' items could deadlock.
-      const books = (committed.books = new RunBooks(
-        await this.runs.lockRuns(tx, uniqRuns(leases.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id }))), {
-          skipLocked: true,
-        }),
-      ));
-      const expired = leases.filter((e) => books.get(e.tenant_id, e.run_id));
-      if (expired.length === 0) return 0;
-      const ctx = new CycleContext(books);
-      const keys = expired.map((e) => ({ tenantId: e.tenant_id, runId: e.run_id, stepId: e.step_id }));
-      const states = new Map(
-        (await this.engine.stepStates(tx, keys)).map((s) => [`${s.tenant_id}/${s.run_id}/${s.step_id}`, s]),
-      );
-      const outcomes: Outcome[] = [];
-      for (const e of expired) {
-        const st = states.get(`${e.tenant_id}/${e.run_id}/${e.step_id}`);
-        ctx.freed.add(e.tenant_id);
-        if (!st || st.status !== 'running' || st.epoch !== e.epoch) continue;
-        outcomes.push({
-          tenantId: e.tenant_id,
-          runId: e.run_id,
-          stepId: e.step_id,
-          attempt: st.attempts,
-          epoch: e.epoch,
-          kind: 'orphaned',
-          actor: 'reaper',
-        });
-      }
-      await this.engine.deleteItems(
-        tx,
-        expired.map((e) => ({ tenantId: e.tenant_id, id: e.id })),
-      );
-      await this.applyOutcomes(tx, ctx, outcomes, new Map([...states].map(([k, s]) => [k, s.spec as StepSpec])));
-      // A retried orphan re-enters the queue when its backoff job fires; nothing else to claim here.
-      await this.flush(tx, ctx, books);
-      return outcomes.length;
-    });
-    if (committed.books) observe(committed.books);
-    return reaped;
+    const leases = await this.engine.expiredLeases(this.sys, limit);
+    if (leases.length === 0) return 0;
+    const input: AdvanceInput = {
+      worker: 'reaper',
+      leaseMs: 0,
+      capacity: 0,
+      cap: 0,
+      results: leases.map((l, n) => ({
+        tenant_id: l.tenant_id,
+        run_id: l.run_id,
+        step_id: l.step_id,
+        attempt: l.attempt,
+        epoch: l.epoch,
+        status: 'orphaned',
+        outputs: null,
+        outputs_hash: null,
+        logs_hash: null,
+        error: null,
+        started_at: null,
+        finished_at: null,
+        actor: 'reaper',
+        ord: n + 1,
+      })),
+      artifacts: [],
+    };
+    this.committed(await this.engine.advance(this.sys, input));
+    return leases.length;
   }
 
-  /** A retry's backoff elapsed: the step (still retrying at that attempt) is queued again. */
+  /** A retry's backoff elapsed: the step (still retrying at that attempt) is queued again (ordo_engine_requeue). */
   async requeue(p: JobPayload<'ordo.engine.retry_step'>): Promise<void> {
-    await this.withSystem(async (tx) => {
-      const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: p.tenantId, runId: p.runId }]));
-      const b = books.get(p.tenantId, p.runId);
-      if (!b || !books.isActive(b)) return;
-      const [st] = await this.engine.stepStates(tx, [p]);
-      if (!st || st.status !== 'retrying' || st.attempts !== p.attempt) return;
-      await this.expectWritten(tx, [{ ...pick(p), from: ['retrying'], to: 'queued', terminal: false, queued: true }]);
-      books.event(b, {
-        type: 'step.queued',
-        stepId: p.stepId,
-        attempt: p.attempt + 1,
-        actor: 'engine',
-        data: { retry: p.attempt },
-      });
-      await this.runs.enqueue(tx, [pick(p)]);
-      await this.runs.insertEvents(tx, books.events());
-      await this.runs.updateRunBooks(tx, books.updates());
-    });
+    await sql`select ordo_engine_requeue(${p.tenantId}, ${p.runId}::uuid, ${p.stepId}, ${p.attempt})`.execute(this.sys);
   }
 
   /** Extends this worker's leases; returns the steps it still holds. */
@@ -759,44 +384,14 @@ export class EngineStore implements OnApplicationShutdown {
   }
 }
 
-/** Per-transaction accumulators: artifacts, jobs and the tenants whose leases were released, written once at the end. */
-class CycleContext {
-  readonly artifacts: NewArtifact[] = [];
-  readonly jobs: { payload: JobPayload<'ordo.engine.retry_step'>; runAt: Date }[] = [];
-  readonly freed = new Set<string>();
-  constructor(readonly books: RunBooks) {}
-
-  /** Stores `a` with the transaction's other artifacts, once however many results have its content. */
-  artifact(a: NewArtifact): string {
-    addOnce(this.artifacts, a, (x) => x.tenantId === a.tenantId && x.sha256 === a.sha256);
-    return a.sha256;
-  }
-}
-
-function pick(k: StepKey): StepKey {
-  return { tenantId: k.tenantId, runId: k.runId, stepId: k.stepId };
-}
-
 function uniqRuns(keys: { tenantId: string; runId: string }[]): { tenantId: string; runId: string }[] {
   const m = new Map(keys.map((k) => [runKey(k.tenantId, k.runId), { tenantId: k.tenantId, runId: k.runId }]));
   return [...m.values()];
 }
 
-/** Metrics and run spans for what a committed engine transaction did (finished runs, retries). */
-function observe(books: RunBooks): void {
-  observeCommittedEvents(
-    books.events(),
-    (tenantId, runId) => {
-      const b = books.get(tenantId, runId);
-      return b && { dagId: b.row.dag_id, traceId: b.row.trace_id, startedAt: b.row.started_at };
-    },
-    books.now,
-  );
-}
-
 /** Metrics and run spans for the events an engine statement committed (ordo_engine_advance, ordo_engine_claim). */
 function observeRows(rows: AdvanceRow[]): void {
-  const events = rows.flatMap((r) => (r.kind === 'e' ? [r.item] : []));
+  const events = rows.flatMap((r) => (r.kind === 'event' ? [r.item] : []));
   if (events.length === 0) return;
   const runs = new Map(events.map((e) => [runKey(e.tenantId, e.runId), e]));
   observeCommittedEvents(
@@ -822,39 +417,50 @@ function addOnce<T>(list: T[], item: T, same: (x: T) => boolean): void {
 }
 
 /**
- * A successful result as the hop, the batch and the chain functions take it; its artifacts added to
- * `artifacts` unless the statement stores them already (the same content of the same tenant, as
- * the outputs of a chain's steps often are).
+ * A result as the engine's functions take it (its place in the batch `ord`); its artifacts (outputs,
+ * logs) added to `artifacts` unless the statement stores them already (the same content of the same
+ * tenant, as the outputs of a chain's steps often are).
  */
-function successInput(
-  c: Completion,
-  artifacts: AdvanceInput['artifacts'],
-): Omit<AdvanceInput['completions'][number], 'ord'> {
-  const out = c.outcome as { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] };
+function resultInput(c: Completion, artifacts: ArtifactInput[], ord: number): ResultInput {
   const add = (a: NewArtifact) =>
     addOnce(
       artifacts,
-      { t: a.tenantId, h: a.sha256, m: a.mediaType, b: a.json },
-      (x) => x.t === a.tenantId && x.h === a.sha256,
+      { tenant_id: a.tenantId, sha256: a.sha256, media_type: a.mediaType, body: a.json },
+      (x) => x.tenant_id === a.tenantId && x.sha256 === a.sha256,
     );
-  const art = jsonArtifact(c.tenantId, out.outputs ?? {});
-  add(art);
+  const out = c.outcome;
   let logsHash: string | null = null;
   if (out.logs.length > 0) {
     const logs = jsonArtifact(c.tenantId, out.logs, 'application/x-ordo-log+json');
     add(logs);
     logsHash = logs.sha256;
   }
+  let outputs: JsonObject | null = null;
+  let outputsHash: string | null = null;
+  if (out.status === 'succeeded') {
+    const art = jsonArtifact(c.tenantId, out.outputs ?? {});
+    add(art);
+    outputsHash = art.sha256;
+    outputs = Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (out.outputs ?? {}) : null;
+  }
+  const error: PluginError | null =
+    out.status === 'failed'
+      ? { code: out.error.code, message: out.error.message, retryable: out.error.retryable }
+      : null;
   return {
-    t: c.tenantId,
-    r: c.runId,
-    s: c.stepId,
-    a: c.attempt,
-    e: c.epoch,
-    o: Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (out.outputs ?? {}) : null,
-    oh: art.sha256,
-    lh: logsHash,
-    sa: c.startedAt,
-    fa: c.finishedAt,
+    tenant_id: c.tenantId,
+    run_id: c.runId,
+    step_id: c.stepId,
+    attempt: c.attempt,
+    epoch: c.epoch,
+    status: out.status,
+    outputs,
+    outputs_hash: outputsHash,
+    logs_hash: logsHash,
+    error,
+    started_at: c.startedAt,
+    finished_at: c.finishedAt,
+    actor: c.workerId,
+    ord,
   };
 }

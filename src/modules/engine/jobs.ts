@@ -6,7 +6,11 @@ import { z } from 'zod';
  * transaction as the state change that needs them, under a deterministic job_key.
  */
 export const JOBS = {
-  /** A retrying step's backoff elapsed: queue it again (attempt = the attempt that failed). */
+  /**
+   * A retrying step's backoff elapsed: queue it again (attempt = the attempt that failed). Added by
+   * db/functions/ordo_engine_advance.sql with the failure that retries (job key
+   * `retry:<tenant>:<run>:<step>:<attempt>`, 25 attempts).
+   */
   'ordo.engine.retry_step': {
     payload: z.strictObject({
       tenantId: z.string(),
@@ -14,9 +18,6 @@ export const JOBS = {
       stepId: z.string(),
       attempt: z.number().int().min(1),
     }),
-    maxAttempts: 25,
-    jobKey: (p: { tenantId: string; runId: string; stepId: string; attempt: number }) =>
-      `retry:${p.tenantId}:${p.runId}:${p.stepId}:${p.attempt}`,
   },
   /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
   'ordo.engine.webhook': {

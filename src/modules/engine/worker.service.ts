@@ -299,27 +299,16 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       try {
         this.turnRoom = isolate ? 0 : Math.max(0, capacity);
         const opts = this.claimOptions(isolate ? 0 : capacity);
-        // The common hop (results that succeeded, successors to this worker) is one statement; the
-        // general transaction takes everything else and claims from the queue.
-        const advanced = isolate ? null : await this.store.advance(batch, opts);
-        let claimed: ClaimedWork[];
-        if (advanced) {
-          if (PROFILE) prof('advance', performance.now() - t0);
-          // The hop takes no work from the queue: with work announced and room left, a claim follows
-          // at once (one statement), so results that keep coming never starve the queue.
-          const room = opts.capacity - advanced.length;
-          const more = woken && room > 0 ? await this.store.cycle([], { ...opts, capacity: room }) : [];
-          claimed = [...advanced, ...more];
-          if (woken && (room <= 0 || more.length >= room)) this.wake = true;
-        } else {
-          claimed = await this.store.cycle(batch, opts);
-          if (PROFILE) prof('cycle', performance.now() - t0);
-          // A general turn with results claims skipping what other transactions hold: announced work
-          // it left is claimed by the next turn (a claim of its own). A wake-up it had no room for is
-          // kept for the next turn too.
-          if (woken && capacity <= 0) this.wake = true;
-          else if (capacity > 0 && ((batch.length > 0 && woken) || claimed.length >= capacity)) this.wake = true;
-        }
+        // The results and their successors to this worker are one statement (ordo_engine_advance);
+        // with work announced and room left, or no result to report, a claim follows at once (one
+        // statement), so results that keep coming never starve the queue.
+        const advanced = await this.store.advance(batch, opts);
+        if (PROFILE) prof('advance', performance.now() - t0);
+        const room = opts.capacity - advanced.length;
+        const more =
+          (woken || batch.length === 0) && room > 0 ? await this.store.cycle([], { ...opts, capacity: room }) : [];
+        const claimed = [...advanced, ...more];
+        if (woken && (room <= 0 || more.length >= room)) this.wake = true;
         failures = 0;
         this.failing = false;
         this.local.push(...claimed);

@@ -14,20 +14,12 @@ export interface StepSpec {
 }
 
 /**
- * A ready step put into the queue. A step with a concurrency limit waits there under its gate (its
- * DAG and step id, so every version of the DAG shares it) with its limit: the claim takes it only
- * while fewer of the gate's steps run (db/functions/ordo_engine_claim.sql).
+ * A ready step put into the queue. A step with a concurrency limit waits there under its gate
+ * (db/functions/ordo_step_gate.sql): the claim takes it only while fewer of the gate's steps run.
  */
 export interface QueuedStep {
   runId: string;
   stepId: string;
-  gate: string | null;
-  gateLimit: number | null;
-}
-
-export function stepGate(dagId: string, s: { stepId: string; spec: StepSpec }): Pick<QueuedStep, 'gate' | 'gateLimit'> {
-  const limit = s.spec.concurrency ?? null;
-  return limit === null ? { gate: null, gateLimit: null } : { gate: `${dagId}/${s.stepId}`, gateLimit: limit };
 }
 
 export type InitialStepStatus = 'pending' | 'queued' | 'skipped' | 'succeeded' | 'cancelled';

@@ -12,11 +12,6 @@ import type { JsonValue } from '../plugins/plugin';
 import type { ChainedEvent } from './run-events';
 import type { PlannedStep, QueuedStep } from './run-plan';
 
-/** A queued step's gate (see QueuedStep) from its step row `s` and run row `r`. */
-export const gateSql = sql<
-  string | null
->`case when s.spec->>'concurrency' is not null then r.dag_id || '/' || s.step_id end`;
-
 type AnyTx = TenantTx | SystemTx;
 const asTrx = (tx: AnyTx) => tx as unknown as Transaction<DB>;
 
@@ -240,7 +235,7 @@ export class RunsRepository {
         prev_hash: e.prevHash,
         hash: e.hash,
       })),
-      queue: w.queue.map((q) => ({ run_id: q.runId, step_id: q.stepId, gate: q.gate, gate_limit: q.gateLimit })),
+      queue: w.queue.map((q) => ({ run_id: q.runId, step_id: q.stepId })),
     });
     const statement = sql<{ kind: 'created' | 'existing' | 'stale'; item: unknown }>`
       select kind, item from ordo_create_runs(${input}::jsonb)`;
@@ -252,27 +247,6 @@ export class RunsRepository {
       else out.stale.push(r.item as string);
     }
     return out;
-  }
-
-  /**
-   * Puts steps into the tenant's ready queue, in the given order (ids ascend with it), and wakes
-   * workers (one statement; payload: the tenant id). A step with a concurrency limit is queued
-   * under its gate (see QueuedStep).
-   */
-  async enqueue(tx: AnyTx, items: { tenantId: string; runId: string; stepId: string }[]): Promise<void> {
-    if (items.length === 0) return;
-    await sql`
-      with i as (
-        insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-        select u.tenant_id, u.run_id, u.step_id, ${gateSql}, (s.spec->>'concurrency')::int
-        from unnest(${items.map((i) => i.tenantId)}::text[], ${items.map((i) => i.runId)}::uuid[], ${items.map((i) => i.stepId)}::text[])
-          with ordinality as u(tenant_id, run_id, step_id, n)
-        join step s on s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.step_id = u.step_id
-        join run r on r.tenant_id = u.tenant_id and r.run_id = u.run_id
-        order by u.n
-        returning tenant_id
-      )
-      select pg_notify('ordo_ready', x.tenant_id) from (select distinct tenant_id from i) x`.execute(asTrx(tx));
   }
 
   /** Appends chained events (numbers and hashes already computed under the runs' row locks). */
@@ -306,43 +280,6 @@ export class RunsRepository {
   async updateRunBooks(tx: AnyTx, books: RunBookUpdate[]): Promise<void> {
     if (books.length === 0) return;
     await sql`${runBooksUpdate(books)}`.execute(asTrx(tx));
-  }
-
-  /**
-   * One statement for the end of an engine transaction: appends the events, writes the runs'
-   * bookkeeping, announces ended runs (ordo_run_finished) and wakes the workers for the tenants
-   * among `freed` (whose leases the transaction released) that have ready steps: a claim may have
-   * passed them over at their in-flight cap.
-   */
-  async writeBooks(
-    tx: AnyTx,
-    events: ChainedEvent[],
-    books: RunBookUpdate[],
-    freed: string[],
-    finished: string[],
-  ): Promise<void> {
-    if (events.length === 0 && books.length === 0 && freed.length === 0 && finished.length === 0) return;
-    await sql`
-      with ev as (${events.length > 0 ? eventsInsert(events) : sql`select 1`}),
-      rb as (${books.length > 0 ? sql`${runBooksUpdate(books)} returning 1` : sql`select 1`})
-      select pg_notify('ordo_run_finished', id) from unnest(${finished}::text[]) as id
-      union all
-      select pg_notify('ordo_ready', t) from unnest(${freed}::text[]) as t
-      where exists (select 1 from queue_item q where q.tenant_id = t and q.state = 'ready')`.execute(asTrx(tx));
-  }
-
-  /** Step outputs hashes of runs that just ended, for the run's outputs hash. */
-  async stepOutputHashes(
-    tx: AnyTx,
-    keys: { tenantId: string; runId: string }[],
-  ): Promise<{ tenant_id: string; run_id: string; step_id: string; outputs_hash: string | null }[]> {
-    if (keys.length === 0) return [];
-    const r = await sql<{ tenant_id: string; run_id: string; step_id: string; outputs_hash: string | null }>`
-      select s.tenant_id, s.run_id, s.step_id, s.outputs_hash from step s
-      join unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.runId)}::uuid[]) as k(tenant_id, run_id)
-        on s.tenant_id = k.tenant_id and s.run_id = k.run_id
-      where s.status = 'succeeded'`.execute(asTrx(tx));
-    return r.rows;
   }
 
   // ---- request reads ----
@@ -466,73 +403,18 @@ export class RunsRepository {
   }
 
   /** DAGs (of the given runs) that have runs waiting for a maxConcurrentRuns slot, locked (advisory, in key order). */
-  async lockWaitingDags(
-    tx: AnyTx,
-    runs: { tenantId: string; dagId: string }[],
-  ): Promise<{ tenant_id: string; dag_id: string }[]> {
-    if (runs.length === 0) return [];
-    const r = await sql<{ tenant_id: string; dag_id: string }>`
-      select d.tenant_id, d.dag_id, pg_advisory_xact_lock(hashtext(d.tenant_id || '/' || d.dag_id))
-      from (
-        select distinct u.tenant_id, u.dag_id from unnest(${runs.map((x) => x.tenantId)}::text[], ${runs.map((x) => x.dagId)}::text[]) as u(tenant_id, dag_id)
-        where exists (select 1 from run r where r.tenant_id = u.tenant_id and r.dag_id = u.dag_id and r.status = 'queued' and not r.admitted)
-        order by 1, 2
-      ) d`.execute(asTrx(tx));
-    return r.rows;
-  }
-
   /**
-   * Runs waiting for a maxConcurrentRuns slot of the DAGs of `ending` that may start now: per DAG,
-   * oldest first, as many as its limit leaves free once the ending runs are no longer counted.
+   * Runs waiting for a maxConcurrentRuns slot of the DAGs of `ended` start now, as many as the
+   * limits leave room for (db/functions/ordo_admit_waiting.sql, as the engine does when runs end).
    */
-  async admissible(
-    tx: AnyTx,
-    ending: { tenantId: string; runId: string; dagId: string }[],
-  ): Promise<{ tenant_id: string; run_id: string }[]> {
-    if (ending.length === 0) return [];
-    const r = await sql<{ tenant_id: string; run_id: string }>`
-      with e as (
-        select * from unnest(${ending.map((e) => e.tenantId)}::text[], ${ending.map((e) => e.runId)}::uuid[], ${ending.map((e) => e.dagId)}::text[])
-          as e(tenant_id, run_id, dag_id)
-      ),
-      d as (select distinct tenant_id, dag_id from e),
-      w as (
-        select r.tenant_id, r.run_id, r.dag_id, r.dag_version,
-          row_number() over (partition by r.tenant_id, r.dag_id order by r.created_at, r.run_id) as rn
-        from run r join d on r.tenant_id = d.tenant_id and r.dag_id = d.dag_id
-        where r.status = 'queued' and not r.admitted
-      ),
-      active as (
-        select r.tenant_id, r.dag_id, count(*) as n
-        from run r join d on r.tenant_id = d.tenant_id and r.dag_id = d.dag_id
-        where r.status in ('queued', 'running') and r.admitted
-          and not exists (select 1 from e where e.tenant_id = r.tenant_id and e.run_id = r.run_id)
-        group by r.tenant_id, r.dag_id
-      )
-      select w.tenant_id, w.run_id from w
-      join dag_version dv on dv.tenant_id = w.tenant_id and dv.dag_id = w.dag_id and dv.version = w.dag_version
-      left join active a on a.tenant_id = w.tenant_id and a.dag_id = w.dag_id
-      where w.rn <= coalesce((dv.definition->'constraints'->'maxConcurrentRuns'->>'limit')::int, 1000000) - coalesce(a.n, 0)
-      order by w.tenant_id, w.run_id`.execute(asTrx(tx));
-    return r.rows;
-  }
-
-  /** Admits waiting runs: their ready root steps become queued; returns those steps in topological order. */
-  async admit(
-    tx: AnyTx,
-    runs: { tenantId: string; runId: string }[],
-  ): Promise<{ tenant_id: string; run_id: string; step_id: string }[]> {
-    if (runs.length === 0) return [];
+  async admitWaiting(tx: AnyTx, ended: { tenantId: string; runId: string; dagId: string }[]): Promise<void> {
+    if (ended.length === 0) return;
     await sql`
-      update run r set admitted = true
-      from unnest(${runs.map((x) => x.tenantId)}::text[], ${runs.map((x) => x.runId)}::uuid[]) as u(tenant_id, run_id)
-      where r.tenant_id = u.tenant_id and r.run_id = u.run_id`.execute(asTrx(tx));
-    const r = await sql<{ tenant_id: string; run_id: string; step_id: string; topo_index: number }>`
-      update step s set status = 'queued', queued_at = now()
-      from unnest(${runs.map((x) => x.tenantId)}::text[], ${runs.map((x) => x.runId)}::uuid[]) as u(tenant_id, run_id)
-      where s.tenant_id = u.tenant_id and s.run_id = u.run_id and s.status = 'pending' and s.pending_deps = 0
-      returning s.tenant_id, s.run_id, s.step_id, s.topo_index`.execute(asTrx(tx));
-    return r.rows.sort((a, b) => (a.run_id === b.run_id ? a.topo_index - b.topo_index : a.run_id < b.run_id ? -1 : 1));
+      select ordo_admit_waiting(array(
+        select row(u.tenant_id, u.run_id, u.dag_id, null)::ordo_adv_ending
+        from unnest(${ended.map((e) => e.tenantId)}::text[], ${ended.map((e) => e.runId)}::uuid[],
+          ${ended.map((e) => e.dagId)}::text[]) as u(tenant_id, run_id, dag_id)
+      ), date_trunc('milliseconds', now()))`.execute(asTrx(tx));
   }
 
   async countActiveRuns(tx: TenantTx, dagId: string): Promise<number> {

@@ -14,10 +14,9 @@ import type { DagDefinition } from '../dags/dag-definition';
 import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
 import { compileInputSchema } from '../dags/input-schema';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
-import { admitWaitingRuns } from './run-admission';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
-import { descendants, planRun, stepGate, type PlannedStep, type QueuedStep, type ReusedOutputs } from './run-plan';
+import { descendants, planRun, type PlannedStep, type QueuedStep, type ReusedOutputs } from './run-plan';
 import type { RunDto, RunListQuery, StepDto } from './runs.dto';
 import { DagVersionCache, versionKey } from './dag-version-cache';
 import {
@@ -307,7 +306,7 @@ export class RunsService {
       const p = planned.get(run.runId)!;
       for (const s of p.steps) {
         steps.push({ ...s, runId: run.runId });
-        if (s.status === 'queued') queue.push({ runId: run.runId, stepId: s.stepId, ...stepGate(run.dagId, s) });
+        if (s.status === 'queued') queue.push({ runId: run.runId, stepId: s.stepId });
       }
       events.push(...p.events);
     }
@@ -500,7 +499,7 @@ export class RunsService {
         b.stepsRemaining = 0;
         b.reason = `cancelled by ${actor}`;
         books.transition(b, 'cancelled', actor);
-        await admitWaitingRuns(tx, this.repo, books, [b]);
+        await this.repo.admitWaiting(tx, [{ tenantId, runId, dagId: row.dag_id }]);
         await this.repo.insertEvents(tx, books.events());
         await this.repo.updateRunBooks(tx, books.updates());
       }
