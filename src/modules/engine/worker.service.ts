@@ -413,16 +413,13 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
   /**
    * While the loop's turn is under way, results that keep coming are applied by a second hop
    * (ordo_engine_advance on another connection, one at a time), so that PostgreSQL works on two
-   * batches at once instead of one. Only successful results go aside, with the room left for their
-   * successors; a batch the hop cannot take (it needs the general transaction) or that fails goes
-   * back to the loop, which has written nothing of it.
+   * batches at once instead of one, with the room left for their successors; a batch that fails
+   * goes back to the loop, which has written nothing of it.
    */
   private advanceAside(): void {
     if (this.aside || !this.cycling || this.stopping || this.failing) return;
-    const batch = this.completions.filter((c) => c.outcome.status === 'succeeded');
+    const batch = this.completions.splice(0);
     if (batch.length === 0) return;
-    const taken = new Set(batch);
-    this.completions = this.completions.filter((c) => !taken.has(c));
     this.asideTenants = new Set(batch.map((c) => c.tenantId));
     this.asideRoom = Math.max(0, this.prefetch - this.running.size - this.local.length - this.turnRoom);
     const t0 = PROFILE ? performance.now() : 0;
@@ -430,10 +427,6 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       .advance(batch, this.claimOptions(this.asideRoom))
       .then(
         (claimed) => {
-          if (claimed === null) {
-            this.completions.unshift(...batch);
-            return;
-          }
           if (PROFILE) prof('advance aside', performance.now() - t0);
           this.local.push(...claimed);
           this.pump();
