@@ -316,6 +316,8 @@ async function main(): Promise<void> {
     ORDO_WORKER_CONCURRENCY: String(concurrency),
     ORDO_TENANT_MAX_IN_FLIGHT: values['tenant-cap'],
     ORDO_TENANT_SHARED_IN_FLIGHT: values['shared-cap'],
+    // The in-process worker's phase profile, as for a worker process of its own.
+    ORDO_ENGINE_PROFILE: process.env.ORDO_ENGINE_PROFILE,
   });
   // The worker in this process (default), or in a process of its own (--worker-process): then this
   // process only creates runs and measures, as an api replica apart from the workers would.

@@ -9,6 +9,7 @@ import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from './core/datab
 import { migrate } from './core/database/migrator';
 import { createHttpApp } from './core/http/app-factory';
 import { PinoNestLogger } from './core/logging/logger';
+import { startTelemetry } from './core/telemetry/tracing';
 import { SigningKeys } from './modules/auth/signing-keys';
 import { BootstrapService, type FirstStart } from './modules/tenants/bootstrap.service';
 import { RootModule } from './roles/root.module';
@@ -56,10 +57,15 @@ export async function resolveDatabase(config: OrdoConfig, log: Logger): Promise<
 
 /** Starts the roles named in ORDO_ROLES against a resolved database. */
 export async function startOrdo(config: OrdoConfig, log: Logger, db?: ResolvedDatabase): Promise<RunningOrdo> {
+  startTelemetry(config);
   const resolved = db ?? (await resolveDatabase(config, log));
   const database = new Database(
     { app: resolved.appUrl, system: resolved.systemUrl },
-    { poolSize: config.ORDO_DB_POOL_SIZE, applicationName: `ordo:${config.ORDO_ROLES.join('+')}` },
+    {
+      poolSize: config.ORDO_DB_POOL_SIZE,
+      applicationName: `ordo:${config.ORDO_ROLES.join('+')}`,
+      chaosCommitErrorRate: config.ORDO_CHAOS_COMMIT_ERROR_RATE,
+    },
   );
   const keys = await SigningKeys.open(config.ORDO_SIGNING_KEYS_DIR ?? path.join(config.home, 'keys'), { create: true });
   const app = await createHttpApp(RootModule.forRoles(config, database, keys), {

@@ -7,6 +7,7 @@ import { loadConfig, type OrdoConfig } from '../core/config/config';
 import { ConfigModule } from '../core/config/config.module';
 import { Database } from '../core/database/database';
 import { DatabaseModule } from '../core/database/database.module';
+import { createRootLogger } from '../core/logging/logger';
 import { SigningKeys, signingKeysDir } from '../modules/auth/signing-keys';
 import { resolveDatabase } from '../ordo';
 import type { CliIo } from './command';
@@ -71,6 +72,8 @@ export interface CliContext {
  */
 export async function withContext<T>(io: CliIo, modules: Type[], fn: (ctx: CliContext) => Promise<T>): Promise<T> {
   const config = cliConfig(io);
+  // The services' own loggers (rootLogger) log at LOG_LEVEL, as in the server.
+  createRootLogger(config.LOG_LEVEL);
   const log = cliLogger(io, config.LOG_LEVEL === 'info' ? 'warn' : config.LOG_LEVEL);
   const resolved = await resolveDatabase(config, log);
   let database: Database | undefined;
@@ -78,7 +81,7 @@ export async function withContext<T>(io: CliIo, modules: Type[], fn: (ctx: CliCo
   try {
     database = new Database(
       { app: resolved.appUrl, system: resolved.systemUrl },
-      { poolSize: 4, applicationName: 'ordo:cli' },
+      { poolSize: 4, applicationName: 'ordo:cli', chaosCommitErrorRate: config.ORDO_CHAOS_COMMIT_ERROR_RATE },
     );
     const keys = await SigningKeys.open(signingKeysDir(config), { create: true });
     app = await NestFactory.createApplicationContext(CliModule.forRoot(config, database, keys, modules), {

@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { ConfigError } from '../core/config/config';
+import { ConfigError, loadConfig } from '../core/config/config';
 import { DomainError } from '../core/errors/domain-error';
 import { registeredCommands, UsageError, type CliIo, type Command } from './command';
 
@@ -64,8 +64,17 @@ export async function runCli(argv: string[], io: CliIo = processIo()): Promise<n
       return EXIT_FAILURE;
     }
     io.err(`ordo ${command.name}: ${e instanceof Error ? e.message : String(e)}\n`);
-    if (io.env.ORDO_DEBUG && e instanceof Error && e.stack) io.err(`${e.stack}\n`);
+    if (debugging(io) && e instanceof Error && e.stack) io.err(`${e.stack}\n`);
     return EXIT_FAILURE;
+  }
+}
+
+/** ORDO_DEBUG from the configuration; false when the environment does not parse. */
+function debugging(io: CliIo): boolean {
+  try {
+    return loadConfig(io.env).ORDO_DEBUG;
+  } catch {
+    return false;
   }
 }
 
@@ -73,6 +82,9 @@ function processIo(): CliIo {
   return {
     out: (t) => process.stdout.write(t),
     err: (t) => process.stderr.write(t),
+    // The command's environment, read here once: Ordo's settings in it are parsed by loadConfig
+    // only; besides them, `bundle pack` reads SOURCE_DATE_EPOCH (the reproducible-builds standard,
+    // not an Ordo setting). Tests pass their own.
     env: process.env,
   };
 }

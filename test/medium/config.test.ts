@@ -24,7 +24,11 @@ describe('environment validation', () => {
       ORDO_TENANT_MAX_IN_FLIGHT: 64,
       ORDO_TENANT_SHARED_IN_FLIGHT: 8,
       ORDO_TENANT_SHARED_WINDOW_MS: 30_000,
+      ORDO_DEBUG: false,
+      ORDO_ENGINE_PROFILE: false,
+      ORDO_CHAOS_COMMIT_ERROR_RATE: 0,
     });
+    expect(c.ORDO_TEST_CLOCK_START).toBeUndefined();
     expect(c.home).toBe(path.resolve('.ordo'));
     expect(c.DATABASE_URL).toBeUndefined();
   });
@@ -44,6 +48,13 @@ describe('environment validation', () => {
     ['ORDO_TENANT_SHARED_IN_FLIGHT', '-1'],
     ['ORDO_TENANT_SHARED_IN_FLIGHT', 'half'],
     ['ORDO_TENANT_SHARED_WINDOW_MS', '10'],
+    ['ORDO_DEBUG', 'maybe'],
+    ['ORDO_ENGINE_PROFILE', 'on'],
+    ['ORDO_CHAOS_COMMIT_ERROR_RATE', '1.5'],
+    ['ORDO_CHAOS_COMMIT_ERROR_RATE', '-0.1'],
+    ['ORDO_TEST_CLOCK_START', 'yesterday'],
+    ['ORDO_TEST_CLOCK_ANCHOR', 'soon'],
+    ['ORDO_TEST_CLOCK_SPEED', '0'],
   ])('rejects %s=%s with a message naming the variable', (name, value) => {
     const e = fails({ [name]: value });
     expect(e.message).toContain(name);
@@ -62,6 +73,25 @@ describe('environment validation', () => {
     expect(c.PORT).toBe(8080);
     expect(c.DATABASE_URL).toBeUndefined();
     expect(c.ORDO_ROLES).toEqual(['worker', 'api']);
+  });
+
+  it('parses the benchmark and test-only switches', () => {
+    const c = loadConfig({
+      ORDO_DEBUG: 'yes',
+      ORDO_ENGINE_PROFILE: '1',
+      ORDO_CHAOS_COMMIT_ERROR_RATE: '0.01',
+      ORDO_TEST_CLOCK_START: '2026-06-01T00:00:00Z',
+      ORDO_TEST_CLOCK_ANCHOR: '1780272000000',
+      ORDO_TEST_CLOCK_SPEED: '60',
+    });
+    expect(c).toMatchObject({
+      ORDO_DEBUG: true,
+      ORDO_ENGINE_PROFILE: true,
+      ORDO_CHAOS_COMMIT_ERROR_RATE: 0.01,
+      ORDO_TEST_CLOCK_START: '2026-06-01T00:00:00Z',
+      ORDO_TEST_CLOCK_ANCHOR: 1780272000000,
+      ORDO_TEST_CLOCK_SPEED: 60,
+    });
   });
 
   it('accepts postgres and postgresql URLs', () => {

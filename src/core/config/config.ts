@@ -14,10 +14,17 @@ const postgresUrl = z
   .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
   .optional();
 
-/** Every environment variable Ordo reads, validated once at start. */
+/**
+ * Every environment variable Ordo reads, validated once at start. This module is the only reader
+ * of the environment in `src/` and `plugins/` (config.spec.ts holds it to that): code gets its
+ * settings from the parsed configuration (ORDO_CONFIG in Nest, or a parameter).
+ */
 export const envSchema = z.object({
+  // HTTP listen address.
   HOST: z.string().min(1).default('127.0.0.1'),
+  // HTTP listen port (0 picks a free one).
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  // Comma list of the roles this process runs.
   ORDO_ROLES: z
     .string()
     .default('api,scheduler,worker')
@@ -45,38 +52,58 @@ export const envSchema = z.object({
       }
       return roles as Role[];
     }),
+  // The instance's directory: embedded PostgreSQL data, signing keys, first-start credentials.
   ORDO_HOME: z.string().min(1).default('.ordo'),
+  // Owner connection (migrations, roles); unset: the embedded PostgreSQL under ORDO_HOME.
   DATABASE_URL: postgresUrl,
+  // Connection of the request role (RLS-bound); derived from DATABASE_URL when unset.
   ORDO_APP_DATABASE_URL: postgresUrl,
+  // Connection of the system role (cross-tenant work); derived from DATABASE_URL when unset.
   ORDO_SYSTEM_DATABASE_URL: postgresUrl,
+  // Port of the embedded PostgreSQL, chosen when a home is set up.
   ORDO_EMBEDDED_PG_PORT: z.coerce.number().int().min(1024).max(65535).default(54329),
+  // Connections per process, split between the app and system roles.
   ORDO_DB_POOL_SIZE: z.coerce.number().int().min(2).max(200).default(20),
+  // Largest request body (413 above).
   ORDO_BODY_LIMIT_BYTES: z.coerce
     .number()
     .int()
     .min(1024)
     .max(512 * 1024 * 1024)
     .default(1024 * 1024),
+  // Default lifetime of minted tokens.
   ORDO_TOKEN_TTL_SECONDS: z.coerce
     .number()
     .int()
     .min(60)
     .max(10 * 365 * 24 * 3600)
     .default(30 * 24 * 3600),
+  // `iss` of minted tokens.
   ORDO_ISSUER: z.string().min(1).default('ordo'),
+  // Directory of the instance's signing keys (default: ORDO_HOME/keys); replicas share it.
   ORDO_SIGNING_KEYS_DIR: z.string().min(1).optional(),
+  // Id of the tenant created on the first start.
   ORDO_BOOTSTRAP_TENANT: z
     .string()
     .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'must be a tenant id: lowercase letters, digits and dashes')
     .default('default'),
+  // Steps a worker process runs at once.
   ORDO_WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(16),
+  // How long a worker may hold a succeeded step's result while it runs a chain after it (0: no chains).
   ORDO_WORKER_CHAIN_MS: z.coerce.number().int().min(0).max(1_000).default(20),
+  // Lease of a claimed step; a worker heartbeats well within it.
   ORDO_LEASE_TTL_MS: z.coerce.number().int().min(500).max(3_600_000).default(30_000),
+  // How often the scheduler looks for expired leases.
   ORDO_REAPER_INTERVAL_MS: z.coerce.number().int().min(100).max(3_600_000).default(5_000),
+  // Per-tenant cap on steps in flight across workers.
   ORDO_TENANT_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(64),
+  // The per-tenant cap while tenants share the engine (0: the full cap always).
   ORDO_TENANT_SHARED_IN_FLIGHT: z.coerce.number().int().min(0).max(100_000).default(8),
+  // How long after another tenant's last step a worker still counts the tenants as sharing.
   ORDO_TENANT_SHARED_WINDOW_MS: z.coerce.number().int().min(100).max(3_600_000).default(30_000),
+  // false: `cli` steps run without the sandbox when it cannot be built (with a warning).
   ORDO_CLI_SANDBOX_REQUIRED: bool.default(true),
+  // Run as root, sandboxes run as host uids from this base: base + pid × 32 + slot.
   // Sandboxes take 32 uids per process id above the base (pid < 2^22): the last stays below 2^31.
   ORDO_SANDBOX_UID_BASE: z.coerce
     .number()
@@ -84,7 +111,9 @@ export const envSchema = z.object({
     .min(65_536)
     .max(2 ** 31 - 1 - 2 ** 22 * 32)
     .default(0x7000_0000),
+  // Script sandbox processes per Ordo process (default: the CPU count, clamped to 2–8).
   ORDO_SCRIPT_SANDBOX_PROCESSES: z.coerce.number().int().min(1).max(64).optional(),
+  // Private and special ranges a step's egress entry naming an IP literal may reach; empty: none.
   ORDO_EGRESS_ALLOW_PRIVATE: z
     .string()
     .default('')
@@ -101,12 +130,30 @@ export const envSchema = z.object({
       }
       return ranges;
     }),
+  // Optional: cross-replica stream fan-out through Redis.
   REDIS_URL: z
     .string()
     .regex(/^rediss?:\/\//, 'must be a redis:// URL')
     .optional(),
+  // Optional: OTLP/HTTP trace export to `<endpoint>/v1/traces`.
   OTEL_EXPORTER_OTLP_ENDPOINT: z.string().url().optional(),
+  // pino level of the process's logs.
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  // The `ordo` command prints the stack of an unexpected error.
+  ORDO_DEBUG: bool.default(false),
+  // Benchmarks: a worker sums its time per engine phase and prints it at shutdown.
+  ORDO_ENGINE_PROFILE: bool.default(false),
+  // Test-only (unset in production): the fraction (0–1) of successful COMMITs, and of the engine's
+  // one-statement hops, that the caller sees as a lost connection (see core/database/database.ts).
+  ORDO_CHAOS_COMMIT_ERROR_RATE: z.coerce.number().min(0).max(1).default(0),
+  // Test-only (unset in production): the scheduler's clock starts at this instant (ISO 8601)
+  // instead of following the system clock, so several processes share one virtual time.
+  ORDO_TEST_CLOCK_START: z.iso.datetime({ offset: true }).optional(),
+  // Test-only: the real instant (epoch ms) at which the test clock reads ORDO_TEST_CLOCK_START
+  // (default: process start).
+  ORDO_TEST_CLOCK_ANCHOR: z.coerce.number().int().positive().optional(),
+  // Test-only: how many times faster than real time the test clock runs (default 1).
+  ORDO_TEST_CLOCK_SPEED: z.coerce.number().positive().max(10_000).optional(),
 });
 
 export type Env = z.infer<typeof envSchema>;

@@ -18,6 +18,11 @@ export interface DatabaseUrls {
 export interface DatabaseOptions {
   poolSize: number;
   applicationName: string;
+  /**
+   * Test-only (ORDO_CHAOS_COMMIT_ERROR_RATE; 0 or absent in production): the fraction of successful
+   * COMMITs, and of the engine's one-statement hops, that the caller sees as a lost connection.
+   */
+  chaosCommitErrorRate?: number;
 }
 
 /**
@@ -38,8 +43,9 @@ export class Database {
   ) {
     const appSize = Math.max(2, Math.ceil(opts.poolSize * 0.6));
     const sysSize = Math.max(2, opts.poolSize - appSize);
-    this.appPool = newPool(urls.app, appSize, `${opts.applicationName}:app`);
-    this.systemPool = newPool(urls.system, sysSize, `${opts.applicationName}:system`);
+    const chaos = opts.chaosCommitErrorRate ?? 0;
+    this.appPool = newPool(urls.app, appSize, `${opts.applicationName}:app`, chaos);
+    this.systemPool = newPool(urls.system, sysSize, `${opts.applicationName}:system`, chaos);
     this.app = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.appPool }) });
     this.system = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.systemPool }) }) as SystemDb;
     this.planRefresh = new PlanRefresh(this.systemPool);
@@ -93,7 +99,7 @@ export function tenantTransaction<T>(
   });
 }
 
-function newPool(connectionString: string, max: number, applicationName: string): pg.Pool {
+function newPool(connectionString: string, max: number, applicationName: string, chaosRate: number): pg.Pool {
   const pool = new pg.Pool({
     connectionString,
     max,
@@ -111,21 +117,15 @@ function newPool(connectionString: string, max: number, applicationName: string)
     client.on('error', () => undefined);
     queryThroughCallbacks(client);
   });
-  const rate = chaosCommitErrorRate();
-  if (rate > 0) pool.on('connect', (client) => injectCommitErrors(client, rate));
+  if (chaosRate > 0) pool.on('connect', (client) => injectCommitErrors(client, Math.min(chaosRate, 1)));
   return pool;
 }
 
 /**
- * Test-only switch `ORDO_CHAOS_COMMIT_ERROR_RATE` (0–1, unset in production): the fraction of
- * successful COMMITs (and of the engine's one-statement hops) that the caller sees as a lost connection. The chaos harness uses it to prove
+ * The test-only switch ORDO_CHAOS_COMMIT_ERROR_RATE: a `rate` of successful COMMITs (and of the
+ * engine's one-statement hops) fail as a lost connection would. The chaos harness uses it to prove
  * that a write whose commit outcome is unknown is safe to repeat (idempotent or fenced).
  */
-function chaosCommitErrorRate(): number {
-  const v = Number(process.env.ORDO_CHAOS_COMMIT_ERROR_RATE ?? 0);
-  return Number.isFinite(v) && v > 0 ? Math.min(v, 1) : 0;
-}
-
 function injectCommitErrors(client: pg.PoolClient, rate: number): void {
   const query = client.query.bind(client) as (...args: unknown[]) => unknown;
   client.query = ((...args: unknown[]) => {

@@ -81,8 +81,12 @@ export function createRootLogger(level: string, destination?: pino.DestinationSt
   return root;
 }
 
+/**
+ * The process's root logger: the one its entry point created from LOG_LEVEL (main.ts, the CLI), or
+ * one at info where no entry point did (unit tests).
+ */
 export function rootLogger(): Logger {
-  return root ?? createRootLogger(process.env.LOG_LEVEL ?? 'info');
+  return root ?? createRootLogger('info');
 }
 
 /** Bridges Nest's logger to pino, keeping structured context objects as fields. */

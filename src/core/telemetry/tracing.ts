@@ -92,13 +92,15 @@ function derivedSpansWanted(): boolean {
 
 /**
  * Starts the OpenTelemetry SDK once per process (idempotent): every span is recorded (sampler
- * always on) and handed to the attached processors; OTLP/HTTP export is added only when
- * OTEL_EXPORTER_OTLP_ENDPOINT is set. No metrics or logs go through OTel (Prometheus and pino do that).
+ * always on) and handed to the attached processors; OTLP/HTTP export is added only when the
+ * configuration names OTEL_EXPORTER_OTLP_ENDPOINT. The first call decides: startOrdo makes it with
+ * the configuration before any span starts; spans started without it (unit tests) are not exported.
+ * No metrics or logs go through OTel (Prometheus and pino do that).
  */
-export function startTelemetry(env: { OTEL_EXPORTER_OTLP_ENDPOINT?: string } = process.env): void {
+export function startTelemetry(config: { OTEL_EXPORTER_OTLP_ENDPOINT?: string } = {}): void {
   if (sdk) return;
   const processors: SpanProcessor[] = [attached];
-  const endpoint = env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  const endpoint = config.OTEL_EXPORTER_OTLP_ENDPOINT;
   exporting = Boolean(endpoint);
   if (endpoint) {
     processors.push(

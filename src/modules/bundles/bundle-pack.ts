@@ -45,11 +45,12 @@ const FILE_MODE = 0o644;
 /**
  * Packs a source directory (with `bundle.json`) into a bundle archive. Deterministic: manifest
  * first, then files sorted by path, with fixed mode, owner and mtime (the manifest's `created`),
- * and a gzip stream without a timestamp. `created` defaults to SOURCE_DATE_EPOCH when set, else now.
+ * and a gzip stream without a timestamp. `created` defaults to SOURCE_DATE_EPOCH of `env` (the
+ * caller's environment: the CLI passes its own) when set, else now.
  */
 export async function packBundle(
   dir: string,
-  opts: { created?: Date; env?: NodeJS.ProcessEnv } = {},
+  opts: { created?: Date; env?: { SOURCE_DATE_EPOCH?: string } } = {},
 ): Promise<PackedBundle> {
   const sourceFile = path.join(dir, BUNDLE_SOURCE_FILE);
   let raw: unknown;
@@ -79,7 +80,7 @@ export async function packBundle(
       );
     contents.set(p, await fs.readFile(full));
   }
-  const created = opts.created ?? createdFromEnv(opts.env ?? process.env) ?? new Date();
+  const created = opts.created ?? createdFromEnv(opts.env ?? {}) ?? new Date();
   created.setUTCMilliseconds(0);
   const manifest: BundleManifest = {
     format: BUNDLE_FORMAT,
@@ -122,7 +123,7 @@ export async function writeArchive(entries: [string, Buffer][], mtime: Date): Pr
   return zlib.gzipSync(Buffer.concat(chunks), { level: 9 });
 }
 
-function createdFromEnv(env: NodeJS.ProcessEnv): Date | undefined {
+function createdFromEnv(env: { SOURCE_DATE_EPOCH?: string }): Date | undefined {
   const v = env.SOURCE_DATE_EPOCH;
   if (!v) return undefined;
   if (!/^\d+$/.test(v)) throw new BundleError('BUNDLE_SOURCE_INVALID', 'SOURCE_DATE_EPOCH must be a number of seconds');

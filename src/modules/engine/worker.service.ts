@@ -26,8 +26,8 @@ import {
   type Completion,
 } from './engine.store';
 
-/** With ORDO_ENGINE_PROFILE=1 the worker sums its time per phase and prints it at shutdown (benchmarks). */
-const PROFILE = process.env.ORDO_ENGINE_PROFILE === '1';
+/** With ORDO_ENGINE_PROFILE (configuration) the worker sums its time per phase and prints it at shutdown (benchmarks). */
+let PROFILE = false;
 const profile = new Map<string, { n: number; ms: number }>();
 function prof(k: string, ms: number): void {
   const e = profile.get(k) ?? { n: 0, ms: 0 };
@@ -145,6 +145,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     this.sharedCap = shared > 0 ? Math.min(this.tenantCap, shared) : this.tenantCap;
     this.activity = new TenantActivity(config.ORDO_TENANT_SHARED_WINDOW_MS);
     this.chainMs = config.ORDO_WORKER_CHAIN_MS;
+    PROFILE = config.ORDO_ENGINE_PROFILE;
   }
 
   async onApplicationBootstrap(): Promise<void> {

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import type { OrdoConfig } from '../../core/config/config';
 
 /** The scheduler's notion of now. Injected so tests can move time without waiting for it. */
 export abstract class Clock {
@@ -54,34 +54,19 @@ export class ScaledClock extends Clock {
   }
 }
 
-const testClockEnv = z.object({
-  ORDO_TEST_CLOCK_START: z.iso.datetime({ offset: true }).optional(),
-  ORDO_TEST_CLOCK_ANCHOR: z.coerce.number().int().positive().optional(),
-  ORDO_TEST_CLOCK_SPEED: z.coerce.number().positive().max(10_000).optional(),
-});
-
 /**
- * The scheduler clock for this process. Test-only: ORDO_TEST_CLOCK_START (ISO instant) makes the
- * scheduler's time start there at real instant ORDO_TEST_CLOCK_ANCHOR (epoch ms; default: now) and
- * run ORDO_TEST_CLOCK_SPEED (default 1) times faster, so several processes share one virtual time.
- * Throws naming the variable when a value is malformed.
+ * The scheduler clock for this process: the system clock, or, with the test-only
+ * ORDO_TEST_CLOCK_START, a clock that reads that instant at real instant ORDO_TEST_CLOCK_ANCHOR
+ * (default: now) and runs ORDO_TEST_CLOCK_SPEED (default 1) times faster, so several processes
+ * share one virtual time. The values are validated with the rest of the configuration.
  */
-export function clockFromEnv(env: NodeJS.ProcessEnv = process.env): Clock {
-  const parsed = testClockEnv.safeParse({
-    ORDO_TEST_CLOCK_START: env.ORDO_TEST_CLOCK_START || undefined,
-    ORDO_TEST_CLOCK_ANCHOR: env.ORDO_TEST_CLOCK_ANCHOR || undefined,
-    ORDO_TEST_CLOCK_SPEED: env.ORDO_TEST_CLOCK_SPEED || undefined,
-  });
-  if (!parsed.success) {
-    throw new Error(
-      `invalid environment: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
-    );
-  }
-  const e = parsed.data;
-  if (!e.ORDO_TEST_CLOCK_START) return new SystemClock();
+export function clockFromConfig(
+  config: Pick<OrdoConfig, 'ORDO_TEST_CLOCK_START' | 'ORDO_TEST_CLOCK_ANCHOR' | 'ORDO_TEST_CLOCK_SPEED'>,
+): Clock {
+  if (!config.ORDO_TEST_CLOCK_START) return new SystemClock();
   return new ScaledClock(
-    Date.parse(e.ORDO_TEST_CLOCK_START),
-    e.ORDO_TEST_CLOCK_ANCHOR ?? Date.now(),
-    e.ORDO_TEST_CLOCK_SPEED ?? 1,
+    Date.parse(config.ORDO_TEST_CLOCK_START),
+    config.ORDO_TEST_CLOCK_ANCHOR ?? Date.now(),
+    config.ORDO_TEST_CLOCK_SPEED ?? 1,
   );
 }

@@ -1,8 +1,10 @@
 import { Module } from '@nestjs/common';
+import type { OrdoConfig } from '../../core/config/config';
+import { ORDO_CONFIG } from '../../core/config/config.module';
 import { DagsRepository } from '../dags/dags.repository';
 import { RunsRepository } from '../runs/runs.repository';
 import { RunsService } from '../runs/runs.service';
-import { Clock, clockFromEnv } from './clock';
+import { Clock, clockFromConfig } from './clock';
 import { RunsScheduleRunner } from './runs-schedule-runner';
 import { ScheduleRunner } from './schedule-runner';
 import { SchedulerLoop } from './scheduler-loop';
@@ -20,7 +22,7 @@ import { SchedulesRepository } from './schedules.repository';
     RunsRepository,
     DagsRepository,
     { provide: ScheduleRunner, useClass: RunsScheduleRunner },
-    { provide: Clock, useFactory: () => clockFromEnv() },
+    { provide: Clock, useFactory: (config: OrdoConfig) => clockFromConfig(config), inject: [ORDO_CONFIG] },
   ],
   exports: [SchedulerLoop],
 })

@@ -1,6 +1,8 @@
 import { Module } from '@nestjs/common';
+import type { OrdoConfig } from '../../core/config/config';
+import { ORDO_CONFIG } from '../../core/config/config.module';
 import { DagsRepository } from '../dags/dags.repository';
-import { Clock, clockFromEnv } from './clock';
+import { Clock, clockFromConfig } from './clock';
 import { SchedulesController } from './schedules.controller';
 import { SchedulesRepository } from './schedules.repository';
 import { SchedulesService } from './schedules.service';
@@ -12,7 +14,7 @@ import { SchedulesService } from './schedules.service';
     SchedulesService,
     SchedulesRepository,
     DagsRepository,
-    { provide: Clock, useFactory: () => clockFromEnv() },
+    { provide: Clock, useFactory: (config: OrdoConfig) => clockFromConfig(config), inject: [ORDO_CONFIG] },
   ],
   exports: [SchedulesRepository],
 })
