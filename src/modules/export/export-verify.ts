@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import readline from 'node:readline';
 import { calculateJwkThumbprint, compactVerify, importJWK, type JWK } from 'jose';
 import { canonicalJson } from '../../core/json/canonical-json';
 import {
@@ -56,7 +55,8 @@ class Problem extends Error {
  * its JWK thumbprint), manifest.json against the signed payload, then export.ndjson line by line
  * (export form, line hash chain, record order, every run's event hash chain recomputed and matched
  * with its run record and the manifest's chain heads), and finally counts, line count and SHA-256.
- * Reads the NDJSON as a stream: memory does not grow with its size.
+ * Reads the NDJSON as a stream of exact lines: memory does not grow with its size, and a changed
+ * byte is named at its line, whitespace, key order and line endings included.
  */
 export async function verifyExport(dir: string, opts: { keyFile?: string } = {}): Promise<VerifyResult> {
   let lines = 0;
@@ -86,12 +86,10 @@ export async function verifyExport(dir: string, opts: { keyFile?: string } = {})
     }
 
     const sha = createHash('sha256');
-    const input = fs.createReadStream(path.join(dir, NDJSON_FILE));
     let endsWithNewline = true;
-    input.on('data', (chunk: Buffer | string) => {
-      const b = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    const input = exportLines(fs.createReadStream(path.join(dir, NDJSON_FILE)), (b) => {
       sha.update(b);
-      if (b.length > 0) endsWithNewline = b[b.length - 1] === 0x0a;
+      endsWithNewline = b[b.length - 1] === 0x0a;
     });
     const counts = Object.fromEntries(RECORD_TYPES.map((t) => [t, 0])) as Record<RecordType, number>;
     let prevLine = '';
@@ -111,9 +109,10 @@ export async function verifyExport(dir: string, opts: { keyFile?: string } = {})
       }
     };
 
-    for await (const text of readline.createInterface({ input, crlfDelay: Infinity })) {
+    for await (const text of input) {
       lines += 1;
       const n = lines;
+      if (text === undefined) throw new Problem('not valid UTF-8 (bytes changed)', n);
       let parsed: ReturnType<typeof splitLine>;
       try {
         parsed = splitLine(text);
@@ -178,6 +177,39 @@ export async function verifyExport(dir: string, opts: { keyFile?: string } = {})
     if (e instanceof Problem) return { ok: false, lines, problem: { line: e.line, message: e.message } };
     return { ok: false, lines, problem: { message: e instanceof Error ? e.message : String(e) } };
   }
+}
+
+/**
+ * The lines of export.ndjson as the verifier needs them: exact text, split at LF only, so a CR
+ * (CRLF endings, a stray CR) stays in its line and fails that line's export-form check. A line
+ * that is not valid UTF-8 comes out as undefined. Every byte goes to `onBytes` first.
+ */
+async function* exportLines(
+  input: AsyncIterable<Buffer>,
+  onBytes: (chunk: Buffer) => void,
+): AsyncGenerator<string | undefined> {
+  const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+  const decode = (parts: Buffer[]): string | undefined => {
+    try {
+      return utf8.decode(parts.length === 1 ? parts[0] : Buffer.concat(parts));
+    } catch {
+      return undefined;
+    }
+  };
+  let partial: Buffer[] = [];
+  for await (const chunk of input) {
+    if (chunk.length === 0) continue;
+    onBytes(chunk);
+    let start = 0;
+    for (let nl = chunk.indexOf(0x0a); nl !== -1; nl = chunk.indexOf(0x0a, start)) {
+      partial.push(chunk.subarray(start, nl));
+      yield decode(partial);
+      partial = [];
+      start = nl + 1;
+    }
+    if (start < chunk.length) partial.push(chunk.subarray(start));
+  }
+  if (partial.length > 0) yield decode(partial);
 }
 
 function compareKeys(a: [string, string, string], b: [string, string, string]): number {
