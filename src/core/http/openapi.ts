@@ -119,13 +119,16 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
     }
     const responses: Record<string, unknown> = {};
     for (const [code, resp] of Object.entries(s.responses)) {
-      responses[code] = {
-        description: resp.description,
-        ...(resp.schema
-          ? { content: { [resp.contentType ?? 'application/json']: { schema: toSchema(resp.schema, 'output') } } }
-          : {}),
-        ...(!resp.schema && resp.contentType ? { content: { [resp.contentType]: {} } } : {}),
-      };
+      const content: Record<string, unknown> = {};
+      if (resp.schema) content[resp.contentType ?? 'application/json'] = { schema: toSchema(resp.schema, 'output') };
+      else if (resp.contentType) content[resp.contentType] = {};
+      // Sequential media types (OpenAPI 3.2 itemSchema, written as x-oai-itemSchema before 3.2): the
+      // body reads as an array of items, one at a time.
+      for (const [type, item] of Object.entries(resp.sequences ?? {})) {
+        const itemSchema = toSchema(item, 'output');
+        content[type] = { schema: { type: 'array', items: itemSchema }, 'x-oai-itemSchema': itemSchema };
+      }
+      responses[code] = { description: resp.description, ...(Object.keys(content).length > 0 ? { content } : {}) };
     }
     responses.default = {
       description: 'Error (see code)',

@@ -11,6 +11,11 @@ export interface RouteResponse {
   /** Absent for bodiless responses (204) and non-JSON ones (see `contentType`). */
   schema?: z.ZodType;
   contentType?: string;
+  /**
+   * Sequential forms of the same response a client may ask for with Accept, by media type, each
+   * with the schema of one item (application/x-ndjson: one JSON value a line).
+   */
+  sequences?: Record<string, z.ZodType>;
 }
 
 /**

@@ -1,5 +1,5 @@
-import { Controller, Get, HttpCode, Post, Res } from '@nestjs/common';
-import type { FastifyReply } from 'fastify';
+import { Controller, Get, HttpCode, Post, Req, Res } from '@nestjs/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { Body, Params, Query, TenantPrincipal, type TenantPrincipalT } from '../../core/http/request-context';
 import { Route } from '../../core/http/route-spec';
@@ -19,6 +19,7 @@ import {
   type CreateRunBody,
   type RunListQuery,
 } from './runs.dto';
+import { acceptsNdjson, NDJSON, runsNdjson } from './runs-ndjson';
 import { RunsService } from './runs.service';
 
 @Controller('api/v1/runs')
@@ -54,10 +55,28 @@ export class RunsController {
     tags: ['runs'],
     access: 'orchestrator:read',
     query: runListQuery,
-    responses: { 200: { description: 'A page of runs', schema: runListSchema } },
+    responses: {
+      200: {
+        description:
+          'A page of runs. With `Accept: application/x-ndjson`: every run matching the filters, streamed one Run a ' +
+          'line (starting after `pageToken` when given; `limit`, when given, caps the lines)',
+        schema: runListSchema,
+        sequences: { [NDJSON]: runSchema },
+      },
+    },
   })
-  list(@TenantPrincipal() p: TenantPrincipalT, @Query() q: RunListQuery) {
-    return this.runs.list(p.tenantId, q);
+  async list(
+    @TenantPrincipal() p: TenantPrincipalT,
+    @Query() q: RunListQuery,
+    @Req() req: FastifyRequest,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ) {
+    void reply.header('vary', 'Accept');
+    if (!acceptsNdjson(req.headers.accept)) return this.runs.list(p.tenantId, q);
+    const limited = (req.query as Record<string, unknown> | undefined)?.limit !== undefined;
+    const body = await runsNdjson(this.runs, p.tenantId, q, limited ? q.limit : undefined);
+    void reply.type(`${NDJSON}; charset=utf-8`).header('cache-control', 'no-store');
+    return body;
   }
 
   @Get(':runId')
