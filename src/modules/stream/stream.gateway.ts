@@ -1,14 +1,15 @@
-import { Injectable, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
-import type { IncomingMessage, Server } from 'node:http';
-import type { Duplex } from 'node:stream';
-import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import type { OnModuleDestroy } from '@nestjs/common';
+import {
+  WebSocketGateway,
+  type OnGatewayConnection,
+  type OnGatewayDisconnect,
+  type OnGatewayInit,
+} from '@nestjs/websockets';
+import type { IncomingMessage } from 'node:http';
+import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } from 'ws';
 import { Database } from '../../core/database/database';
-import { DomainError } from '../../core/errors/domain-error';
 import { rootLogger } from '../../core/logging/logger';
-import { AuthRepository } from '../auth/auth.repository';
-import { grants } from '../auth/scopes';
-import { TokenService } from '../auth/token.service';
+import { StreamAuthenticator, toAuthError, type StreamIdentity, type StreamUpgrade } from './stream-auth';
 import { START, formatCursor, parseCursor, type Cursor } from './stream-cursor';
 import { CLOSE, clientMessage, type ClientMessage } from './stream.dto';
 import { StreamHub, type StreamClient } from './stream-hub';
@@ -17,120 +18,76 @@ import { StreamRepository } from './stream.repository';
 export const STREAM_PATH = '/api/v1/stream';
 const AUTH_DEADLINE_MS = 5_000;
 const MAX_SUBSCRIPTIONS = 32;
-const TENANT = /^[a-z0-9][a-z0-9-]{0,62}$/;
-const BEARER = /^Bearer ([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/;
-
-interface Authenticated {
-  tenantId: string;
-  jti: string;
-  exp: number;
-}
-
-class StreamAuthError extends Error {
-  constructor(
-    readonly status: 401 | 403 | 400,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
+const MAX_PAYLOAD = 64 * 1024;
 
 /**
- * `GET /api/v1/stream` (WebSocket upgrade) on the Fastify HTTP server. Authentication uses the
- * API's tokens, never the URL: `Authorization: Bearer` + `X-Tenant-Id` on the upgrade request, or
- * a first `{"type":"auth","token","tenantId"}` message within 5 s. `?since=<cursor>` (or `since`
- * in the auth message) resumes after the last event a client saw.
+ * `GET /api/v1/stream` (WebSocket upgrade), a gateway on the API's HTTP server. Authentication uses
+ * the API's tokens, never the URL: `Authorization: Bearer` + `X-Tenant-Id` on the upgrade request
+ * (checked before the upgrade is accepted; a refusal is an HTTP error in the error envelope), or a
+ * first `{"type":"auth","token","tenantId"}` message within 5 s. `?since=<cursor>` (or `since` in
+ * the auth message) resumes after the last event a client saw.
+ *
+ * The protocol is the gateway's own (`{"type": ...}` messages, handled one after another per
+ * socket, none before the connection is ready), so it reads its sockets itself rather than through
+ * `@SubscribeMessage` handlers.
  */
-@Injectable()
-export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
-  private wss?: WebSocketServer;
-  private server?: Server;
+@WebSocketGateway({ path: STREAM_PATH, maxPayload: MAX_PAYLOAD })
+export class StreamGateway
+  implements
+    OnGatewayInit<WebSocketServer>,
+    OnGatewayConnection<WebSocket>,
+    OnGatewayDisconnect<WebSocket>,
+    OnModuleDestroy
+{
+  private server?: WebSocketServer;
+  /** Upgrade requests accepted by `verifyClient`, until their connection is handled. */
+  private readonly upgrades = new WeakMap<IncomingMessage, StreamUpgrade>();
+  private readonly clients = new WeakMap<WebSocket, StreamClient>();
   private readonly log = rootLogger().child({ component: 'stream' });
-  private readonly onUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) => this.upgrade(req, socket, head);
 
   constructor(
-    private readonly adapterHost: HttpAdapterHost,
-    private readonly tokens: TokenService,
-    private readonly auth: AuthRepository,
+    private readonly auth: StreamAuthenticator,
     private readonly db: Database,
     private readonly repo: StreamRepository,
     private readonly hub: StreamHub,
   ) {}
 
-  onApplicationBootstrap(): void {
-    this.server = this.adapterHost.httpAdapter.getHttpServer() as Server;
-    this.wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
-    this.server.on('upgrade', this.onUpgrade);
+  afterInit(server: WebSocketServer): void {
+    this.server = server;
+    // The check needs this gateway's services, which the decorator's static options cannot reach;
+    // `ws` reads `verifyClient` from its options at every upgrade.
+    const verifyClient: VerifyClientCallbackAsync = ({ req }, done) => {
+      this.auth.checkUpgrade(req).then(
+        (upgrade) => {
+          this.upgrades.set(req, upgrade);
+          done(true);
+        },
+        (e: unknown) => {
+          const err = toAuthError(e);
+          done(false, err.status, JSON.stringify({ error: { code: err.code, message: err.message } }), {
+            'Content-Type': 'application/json',
+          });
+        },
+      );
+    };
+    server.options.verifyClient = verifyClient;
+  }
+
+  handleConnection(ws: WebSocket, req: IncomingMessage): void {
+    const upgrade = this.upgrades.get(req);
+    this.upgrades.delete(req);
+    if (!upgrade) ws.close(CLOSE.UNAUTHORIZED, 'the upgrade was not authenticated');
+    else if (upgrade.who) void this.open(ws, upgrade.who, upgrade.since);
+    else this.awaitAuth(ws, upgrade.since);
+  }
+
+  handleDisconnect(ws: WebSocket): void {
+    const client = this.clients.get(ws);
+    if (client) this.hub.remove(client);
   }
 
   onModuleDestroy(): void {
-    this.server?.off('upgrade', this.onUpgrade);
-    for (const ws of this.wss?.clients ?? []) ws.close(CLOSE.GOING_AWAY, 'server shutting down');
-    this.wss?.close();
-  }
-
-  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const url = new URL(req.url ?? '/', 'http://localhost');
-    if (url.pathname !== STREAM_PATH) {
-      // Another path: left to its own handler, or refused when there is none.
-      if (this.server && this.server.listeners('upgrade').length <= 1)
-        refuse(socket, 404, 'NOT_FOUND', 'no WebSocket endpoint here');
-      return;
-    }
-    if (url.searchParams.has('token') || url.searchParams.has('access_token')) {
-      refuse(
-        socket,
-        400,
-        'TOKEN_IN_URL',
-        'tokens are not accepted in the URL; use the Authorization header or an auth message',
-      );
-      return;
-    }
-    const sinceParam = url.searchParams.get('since');
-    const since = sinceParam === null ? undefined : parseCursor(sinceParam);
-    if (sinceParam !== null && !since) {
-      refuse(socket, 400, 'INVALID_CURSOR', 'since is not a stream cursor');
-      return;
-    }
-    const header = req.headers.authorization;
-    if (header === undefined) {
-      this.wss!.handleUpgrade(req, socket, head, (ws) => this.awaitAuth(ws, since));
-      return;
-    }
-    const tenantHeader = req.headers['x-tenant-id'];
-    this.authenticate(header, typeof tenantHeader === 'string' ? tenantHeader : undefined).then(
-      (who) => {
-        if (socket.destroyed) return;
-        this.wss!.handleUpgrade(req, socket, head, (ws) => void this.open(ws, who, since));
-      },
-      (e: unknown) => {
-        const err = toAuthError(e);
-        refuse(socket, err.status, err.code, err.message);
-      },
-    );
-  }
-
-  /** Verifies a token as the REST guard does (signature, expiry, revocation, tenant, scope read). */
-  private async authenticate(authorization: string, tenantId: string | undefined): Promise<Authenticated> {
-    const m = BEARER.exec(authorization.trim());
-    if (!m) throw new StreamAuthError(401, 'INVALID_TOKEN', 'Authorization header is not a bearer JWT');
-    return this.verify(m[1], tenantId);
-  }
-
-  private async verify(token: string, tenantId: string | undefined): Promise<Authenticated> {
-    const v = await this.tokens.verify(token);
-    if (v.kind !== 'tenant') throw new StreamAuthError(403, 'INSUFFICIENT_SCOPE', 'the stream needs a tenant token');
-    const status = await this.auth.tenantTokenStatus(this.db.system, v.tid, v.jti);
-    if (!status) throw new StreamAuthError(401, 'INVALID_TOKEN', 'token unknown to this instance');
-    if (status.revoked) throw new StreamAuthError(401, 'TOKEN_REVOKED', 'token revoked');
-    if (!tenantId) throw new StreamAuthError(400, 'MISSING_TENANT', 'X-Tenant-Id header is required');
-    if (!TENANT.test(tenantId)) throw new StreamAuthError(400, 'INVALID_TENANT', 'X-Tenant-Id is not a tenant id');
-    if (tenantId !== v.tid) throw new StreamAuthError(403, 'TENANT_MISMATCH', 'token does not belong to this tenant');
-    if (!status.tenantActive) throw new StreamAuthError(403, 'TENANT_DISABLED', 'tenant is disabled');
-    if (!grants(v.scopes, 'orchestrator:read'))
-      throw new StreamAuthError(403, 'INSUFFICIENT_SCOPE', 'the stream needs scope orchestrator:read');
-    return { tenantId: v.tid, jti: v.jti, exp: v.exp };
+    for (const ws of this.server?.clients ?? []) ws.close(CLOSE.GOING_AWAY, 'server shutting down');
   }
 
   /** A socket without an Authorization header: the first message must be `auth`, within the deadline. */
@@ -144,7 +101,7 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
         return;
       }
       const early = bufferMessages(ws);
-      this.verify(msg.token, msg.tenantId).then(
+      this.auth.verify(msg.token, msg.tenantId).then(
         (who) => this.open(ws, who, msg.since !== undefined ? parseCursor(msg.since) : since, early),
         (e: unknown) => {
           early.stop();
@@ -166,7 +123,7 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
    */
   private async open(
     ws: WebSocket,
-    who: Authenticated,
+    who: StreamIdentity,
     since: Cursor | undefined,
     early = bufferMessages(ws),
   ): Promise<void> {
@@ -190,9 +147,8 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
       subscriptions: new Map(),
       closing: false,
     };
+    this.clients.set(ws, client);
     this.hub.add(client);
-    ws.on('close', () => this.hub.remove(client));
-    ws.on('error', () => this.hub.remove(client));
     let queue = Promise.resolve();
     const handle = (data: RawData, isBinary: boolean) => {
       queue = queue
@@ -211,7 +167,6 @@ export class StreamGateway implements OnApplicationBootstrap, OnModuleDestroy {
     const head = await this.db.withTenant(tenantId, (tx) => this.repo.head(tx));
     return head ? { xid: BigInt(head.stream_xid), id: BigInt(head.stream_id) } : START;
   }
-
   private async onMessage(c: StreamClient, data: RawData, isBinary: boolean): Promise<void> {
     const msg = isBinary ? undefined : parse(data);
     if (!msg) {
@@ -294,23 +249,4 @@ function parse(data: RawData): ClientMessage | undefined {
   }
   const r = clientMessage.safeParse(json);
   return r.success ? r.data : undefined;
-}
-
-function toAuthError(e: unknown): StreamAuthError {
-  if (e instanceof StreamAuthError) return e;
-  if (e instanceof DomainError && (e.status === 401 || e.status === 403))
-    return new StreamAuthError(e.status, e.code, e.message);
-  rootLogger().warn({ err: e }, 'stream authentication failed unexpectedly');
-  return new StreamAuthError(401, 'UNAUTHENTICATED', 'authentication failed');
-}
-
-const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found' };
-
-/** Answers an upgrade request with an HTTP error in the API's error envelope and closes the socket. */
-function refuse(socket: Duplex, status: number, code: string, message: string): void {
-  if (socket.destroyed) return;
-  const body = JSON.stringify({ error: { code, message } });
-  socket.end(
-    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-  );
 }

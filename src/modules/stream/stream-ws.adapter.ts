@@ -1,0 +1,90 @@
+import { WsAdapter } from '@nestjs/platform-ws';
+import type { MessageMappingProperties } from '@nestjs/websockets';
+import http, { type IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Observable } from 'rxjs';
+import type { WebSocket, WebSocketServer } from 'ws';
+import { rootLogger } from '../../core/logging/logger';
+import { CLOSE } from './stream.dto';
+
+/** The port of gateways that declare none: they share the API's HTTP server. */
+const API_SERVER = 0;
+/** How long shutdown waits for clients to answer the close frame before it cuts their sockets. */
+const CLOSE_GRACE_MS = 1_000;
+
+type PathServer = WebSocketServer & { path: string };
+
+/**
+ * Nest's `ws` adapter with the API's conventions for gateways on the API's HTTP server: an upgrade
+ * to a path no gateway serves is refused with a 404 in the error envelope (unless another upgrade
+ * handler is registered), client socket errors are logged at debug (they are the client's), a
+ * gateway without `@SubscribeMessage` handlers reads its sockets itself (nothing is parsed for
+ * it), and shutdown sends 1001 and waits briefly for the closing handshake before it terminates.
+ */
+export class StreamWsAdapter extends WsAdapter {
+  private readonly log = rootLogger().child({ component: 'ws' });
+
+  protected override ensureHttpServerExists(port: number, httpServer = http.createServer()): http.Server | undefined {
+    if (port !== API_SERVER) return super.ensureHttpServerExists(port, httpServer);
+    if (this.httpServersRegistry.has(port)) return undefined;
+    this.httpServersRegistry.set(port, httpServer);
+    httpServer.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+      this.route(httpServer, req, socket, head),
+    );
+    return httpServer;
+  }
+
+  private route(httpServer: http.Server, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    let pathname: string;
+    try {
+      pathname = new URL(req.url ?? '/', 'http://localhost').pathname;
+    } catch {
+      refuseUpgrade(socket, 400, 'MALFORMED_URL', 'the request target is not a URL');
+      return;
+    }
+    const servers = (this.wsServersRegistry.get(API_SERVER) ?? []) as PathServer[];
+    const target = servers.find((s) => s.path === pathname);
+    if (target) {
+      target.handleUpgrade(req, socket, head, (ws) => target.emit('connection', ws, req));
+      return;
+    }
+    if (httpServer.listenerCount('upgrade') <= 1) refuseUpgrade(socket, 404, 'NOT_FOUND', 'no WebSocket endpoint here');
+  }
+
+  override bindMessageHandlers(
+    client: WebSocket,
+    handlers: MessageMappingProperties[],
+    transform: (data: unknown) => Observable<unknown>,
+  ): void {
+    if (handlers.length > 0) super.bindMessageHandlers(client, handlers, transform);
+  }
+
+  override bindErrorHandler(server: WebSocketServer): WebSocketServer {
+    server.on('connection', (ws: WebSocket) =>
+      ws.on('error', (err) => this.log.debug({ err }, 'WebSocket client error')),
+    );
+    server.on('error', (err) => this.log.error({ err }, 'WebSocket server error'));
+    return server;
+  }
+
+  override async close(server: WebSocketServer): Promise<void> {
+    const open = [...server.clients].filter((ws) => ws.readyState !== ws.CLOSED);
+    const closed = Promise.all(open.map((ws) => new Promise((resolve) => ws.once('close', resolve))));
+    for (const ws of open) if (ws.readyState === ws.OPEN) ws.close(CLOSE.GOING_AWAY, 'server shutting down');
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([closed, new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_GRACE_MS)))]);
+    clearTimeout(timer);
+    await super.close(server);
+  }
+}
+
+const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found' };
+
+/** Answers an upgrade request with an HTTP error in the API's error envelope and closes the socket. */
+export function refuseUpgrade(socket: Duplex, status: number, code: string, message: string): void {
+  if (socket.destroyed) return;
+  const body = JSON.stringify({ error: { code, message } });
+  socket.end(
+    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+}
