@@ -3,9 +3,18 @@ import { ArtifactsController } from './artifacts.controller';
 import { ArtifactsRepository } from './artifacts.repository';
 import { ArtifactsService } from './artifacts.service';
 
+/** Artifact rows, without the routes: the engine stores step outputs through it. */
 @Module({
-  controllers: [ArtifactsController],
-  providers: [ArtifactsRepository, ArtifactsService],
+  providers: [ArtifactsRepository],
   exports: [ArtifactsRepository],
+})
+export class ArtifactsCoreModule {}
+
+/** The artifacts API. */
+@Module({
+  imports: [ArtifactsCoreModule],
+  controllers: [ArtifactsController],
+  providers: [ArtifactsService],
+  exports: [ArtifactsCoreModule],
 })
 export class ArtifactsModule {}

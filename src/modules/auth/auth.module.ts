@@ -8,11 +8,21 @@ import { TokenStatusCache } from './token-status-cache';
 import { TokensController } from './tokens.controller';
 import { TokensService } from './tokens.service';
 
+/**
+ * What checking a token needs, without the token routes: every role imports it (the metrics
+ * route's own AuthGuard runs in processes without the api role).
+ */
 @Module({
+  providers: [AuthRepository, TokenService],
+  exports: [AuthRepository, TokenService],
+})
+export class AuthCoreModule {}
+
+/** The api role's authentication: the global guards, the token routes and the revocation cache. */
+@Module({
+  imports: [AuthCoreModule],
   controllers: [TokensController],
   providers: [
-    AuthRepository,
-    TokenService,
     TokensService,
     TokenStatusCache,
     AuthGuard,
@@ -20,6 +30,6 @@ import { TokensService } from './tokens.service';
     { provide: APP_GUARD, useExisting: AuthGuard },
     { provide: APP_GUARD, useClass: ValidationGuard },
   ],
-  exports: [AuthRepository, TokenService, TokensService, AuthGuard],
+  exports: [AuthCoreModule, TokensService, AuthGuard],
 })
 export class AuthModule {}

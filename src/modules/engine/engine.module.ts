@@ -1,9 +1,9 @@
 import { Module } from '@nestjs/common';
-import { ArtifactsRepository } from '../artifacts/artifacts.repository';
+import { ArtifactsCoreModule } from '../artifacts/artifacts.module';
 import { PluginsModule } from '../plugins/plugins.module';
-import { RunsRepository } from '../runs/runs.repository';
+import { RunsCoreModule } from '../runs/runs.module';
 import { SandboxModule } from '../sandbox/sandbox.module';
-import { SecretsModule } from '../secrets/secrets.module';
+import { SecretsCoreModule } from '../secrets/secrets.module';
 import { ConstraintsService } from './constraints.service';
 import { EngineRepository } from './engine.repository';
 import { EngineStore } from './engine.store';
@@ -13,15 +13,15 @@ import { WorkerService } from './worker.service';
 
 /** The engine's transactions and its graphile-worker jobs (retry timers, webhooks); shared by the worker and scheduler roles. */
 @Module({
-  imports: [SandboxModule],
-  providers: [EngineRepository, RunsRepository, ArtifactsRepository, EngineStore, ConstraintsService, JobRunnerService],
-  exports: [EngineRepository, RunsRepository, ArtifactsRepository, EngineStore, ConstraintsService],
+  imports: [SandboxModule, RunsCoreModule, ArtifactsCoreModule],
+  providers: [EngineRepository, EngineStore, ConstraintsService, JobRunnerService],
+  exports: [EngineRepository, EngineStore, ConstraintsService],
 })
 export class EngineCoreModule {}
 
 /** The worker role's engine: claims and runs steps (secrets resolved at call time). */
 @Module({
-  imports: [EngineCoreModule, PluginsModule, SecretsModule, SandboxModule],
+  imports: [EngineCoreModule, PluginsModule, SecretsCoreModule, SandboxModule],
   providers: [WorkerService],
   exports: [WorkerService],
 })

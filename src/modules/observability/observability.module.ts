@@ -1,8 +1,6 @@
 import { Module } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
-import { AuthGuard } from '../auth/auth.guard';
-import { AuthRepository } from '../auth/auth.repository';
-import { TokenService } from '../auth/token.service';
+import { AuthCoreModule } from '../auth/auth.module';
 import { LogContextInterceptor } from './log-context.interceptor';
 import { MetricsController } from './metrics.controller';
 import { ObservabilityRepository } from './observability.repository';
@@ -11,16 +9,15 @@ import { ObservabilityService } from './observability.service';
 /**
  * `/metrics`, the span store (spans of this process into the span table) and per-request log
  * context. Every role imports it: each process serves its own metrics and stores its own spans.
- * The metrics route carries its own AuthGuard, so it is protected in processes without the api role.
+ * The metrics route carries its own AuthGuard (built by Nest for this module's controller, from
+ * AuthCoreModule's providers), so it is protected in processes without the api role.
  */
 @Module({
+  imports: [AuthCoreModule],
   controllers: [MetricsController],
   providers: [
     ObservabilityRepository,
     ObservabilityService,
-    AuthRepository,
-    TokenService,
-    AuthGuard,
     { provide: APP_INTERCEPTOR, useClass: LogContextInterceptor },
   ],
   exports: [ObservabilityService],

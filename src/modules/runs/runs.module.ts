@@ -1,12 +1,24 @@
 import { Module } from '@nestjs/common';
-import { DagsRepository } from '../dags/dags.repository';
+import { DagsCoreModule } from '../dags/dags.module';
 import { RunsController } from './runs.controller';
 import { RunsRepository } from './runs.repository';
 import { RunsService } from './runs.service';
 
+/**
+ * Runs without the routes: the process's one RunsService (its creation batcher and DAG version
+ * cache), used by the API and the scheduler, and the run rows the engine writes.
+ */
 @Module({
-  controllers: [RunsController],
-  providers: [RunsRepository, RunsService, DagsRepository],
+  imports: [DagsCoreModule],
+  providers: [RunsRepository, RunsService],
   exports: [RunsRepository, RunsService],
+})
+export class RunsCoreModule {}
+
+/** The runs API. */
+@Module({
+  imports: [RunsCoreModule],
+  controllers: [RunsController],
+  exports: [RunsCoreModule],
 })
 export class RunsModule {}
