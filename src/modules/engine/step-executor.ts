@@ -1,0 +1,196 @@
+import { recordStepFinished } from '../../core/telemetry/metrics';
+import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
+import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
+import type { PluginRegistry } from '../plugins/plugin-registry';
+import type { Sandbox } from '../sandbox/sandbox';
+import { makeRedactor } from '../secrets/redact';
+import { SecretNotFoundError, type SecretsService } from '../secrets/secrets.service';
+import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
+import type { ConstraintsService } from './constraints.service';
+import { completionFor, type ClaimedWork, type Completion } from './engine.store';
+import { stopStep, type RunningStep } from './running-step';
+
+/** Log lines kept per attempt (plugin lines and the engine's). */
+const MAX_LOG_LINES = 1_000;
+
+/**
+ * Runs one claimed step: templates its config (inputs, upstream outputs, secrets resolved at call
+ * time), checks it against its plugin's schema, calls the plugin with the step's context under its
+ * timeout and run-time constraints, and turns what happened into the attempt's result: outputs and
+ * log lines with every injected secret redacted, or the failure (a plugin that ignores its abort
+ * signal does not hold the result back).
+ */
+export class StepExecutor {
+  constructor(
+    private readonly workerId: string,
+    private readonly plugins: PluginRegistry,
+    private readonly secrets: SecretsService,
+    private readonly sandbox: Sandbox,
+    private readonly constraints: ConstraintsService,
+  ) {}
+
+  /** Runs `r`'s step to its result (never throws: a plugin's exception is its step's failure). */
+  async execute(r: RunningStep): Promise<Completion> {
+    const w = r.work;
+    const logs: StepLogLine[] = [];
+    // Replaced by a redactor of the secret values injected into this attempt's config (once resolved).
+    const secrets: { redact: (text: string) => string } = { redact: unredacted };
+    const redact = (text: string) => secrets.redact(text);
+    const timers: NodeJS.Timeout[] = [setTimeout(() => stopStep(r, 'timeout'), w.spec.timeout)];
+    const c = w.spec.constraints;
+    if (c?.maxAllowedRunTime)
+      timers.push(setTimeout(() => stopStep(r, 'max_allowed_run_time'), c.maxAllowedRunTime.after));
+    if (c?.maxExpectedRunTime) {
+      const m = c.maxExpectedRunTime;
+      timers.push(
+        setTimeout(() => void this.constraints.breached(w, 'maxExpectedRunTime', m.after, m.actions), m.after),
+      );
+    }
+    const startedAt = new Date();
+    let result: PluginResult;
+    try {
+      const { tenantId: tenant, dagId, runId, stepId, attempt, traceId, traceparent, plugin } = w;
+      const attrs = { tenant, dagId, runId, stepId, attempt, traceId, traceparent, plugin };
+      result = await withStepSpan(attrs, async (span) => {
+        const res = await this.invoke(w, r, logs, secrets, redact);
+        span.setStatus(r.reason === 'cancelled' ? 'cancelled' : r.reason ? 'failed' : res.status);
+        return res;
+      });
+    } catch (e) {
+      result = fail('PLUGIN_ERROR', redact(e instanceof Error ? e.message : String(e)), false);
+    } finally {
+      for (const t of timers) clearTimeout(t);
+    }
+    const finishedAt = new Date();
+    const done = (outcome: Completion['outcome']) => completionFor(w, this.workerId, outcome, startedAt, finishedAt);
+    recordStepFinished(w.tenantId, r.reason ? 'aborted' : result.status, startedAt, finishedAt);
+    const lines =
+      logs.length === 0 && !result.logs?.length
+        ? []
+        : [...logs, ...(result.logs ?? [])].slice(0, MAX_LOG_LINES).map((l) => ({ ...l, message: redact(l.message) }));
+    switch (r.reason) {
+      case 'cancelled':
+      case 'lease_lost':
+      case 'shutdown':
+      case 'superseded':
+        return done({ status: 'aborted', logs: lines });
+      case 'timeout':
+        return done({
+          status: 'failed',
+          error: { code: 'TIMEOUT', message: `step exceeded its timeout of ${w.spec.timeout} ms`, retryable: true },
+          logs: lines,
+        });
+      case 'max_allowed_run_time': {
+        const m = c!.maxAllowedRunTime!;
+        await this.constraints.breached(w, 'maxAllowedRunTime', m.after, m.actions).catch(() => undefined);
+        return done({
+          status: 'failed',
+          error: {
+            code: 'MAX_ALLOWED_RUN_TIME',
+            message: `step ran longer than ${m.after} ms and was stopped`,
+            retryable: false,
+          },
+          logs: lines,
+        });
+      }
+      case null:
+        break;
+    }
+    if (result.status === 'succeeded')
+      // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
+      return done({
+        status: 'succeeded',
+        outputs:
+          secrets.redact === unredacted
+            ? result.outputs
+            : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject),
+        logs: lines,
+      });
+    return done({ status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines });
+  }
+
+  private async invoke(
+    w: ClaimedWork,
+    r: RunningStep,
+    logs: StepLogLine[],
+    secrets: { redact: (text: string) => string },
+    redact: (t: string) => string,
+  ): Promise<PluginResult> {
+    const plugin = this.plugins.get(w.plugin);
+    if (!plugin) return fail('PLUGIN_NOT_FOUND', `no plugin named ${w.plugin}`, false);
+    let config: unknown = w.config;
+    if (JSON.stringify(w.config).includes('${{')) {
+      try {
+        const names = templateRefs(w.config)
+          .filter((ref) => ref.kind === 'secrets')
+          .map((ref) => ref.path[0]);
+        const values = names.length > 0 ? await this.secrets.resolve(w.tenantId, names) : {};
+        const rendered = renderTemplate(w.config, { inputs: w.inputs, steps: w.upstream, secrets: values });
+        secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
+        config = rendered.value;
+      } catch (e) {
+        if (e instanceof TemplateError || e instanceof SecretNotFoundError) return fail(e.code, e.message, false);
+        throw e;
+      }
+    }
+    const parsed = plugin.configSchema.safeParse(config);
+    if (!parsed.success)
+      return fail(
+        'CONFIG_INVALID',
+        redact(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')),
+        false,
+      );
+    const ctx: PluginContext = {
+      tenantId: w.tenantId,
+      dagId: w.dagId,
+      dagVersion: w.dagVersion,
+      runId: w.runId,
+      stepId: w.stepId,
+      attempt: w.attempt,
+      traceparent: w.traceparent,
+      signal: r.ac.signal,
+      egress: w.spec.egress,
+      sandbox: this.sandbox,
+      timeoutMs: w.spec.timeout,
+      inputs: w.inputs,
+      steps: w.upstream,
+      log: (level, message) => {
+        if (logs.length < MAX_LOG_LINES) logs.push({ ts: new Date().toISOString(), level, message: redact(message) });
+      },
+      redact,
+    };
+    // A call that can reach another system is a child span, whose traceparent its outbound calls
+    // carry; one that reaches nothing (a side-effect-free plugin with no egress) runs in the step's span.
+    if (plugin.sideEffectFree && w.spec.egress.length === 0)
+      return this.call(r, () => plugin.execute(parsed.data, ctx));
+    return withChildSpan('orchestrator.plugin', { plugin: w.plugin }, () =>
+      this.call(r, () => plugin.execute(parsed.data, { ...ctx, traceparent: currentTraceparent() ?? ctx.traceparent })),
+    );
+  }
+
+  /**
+   * A plugin call that settles when the plugin does or when its step is stopped, whichever comes
+   * first: a plugin that ignores its abort signal does not hold the slot.
+   */
+  private call(r: RunningStep, execute: () => Promise<PluginResult>): Promise<PluginResult> {
+    return new Promise<PluginResult>((resolve, reject) => {
+      const abort = () => resolve(fail('ABORTED', 'aborted', true));
+      if (r.reason) return abort();
+      r.aborted = abort;
+      execute().then(resolve, reject);
+    });
+  }
+}
+
+/** The redactor of an attempt that was given no secret. */
+const unredacted = (text: string): string => text;
+
+function fail(code: string, message: string, retryable: boolean): PluginResult {
+  const error: PluginError = { code, message, retryable };
+  return { status: 'failed', error, outputs: {} };
+}
+
+/** What a step that never ran reports: stopped before it started. */
+export function abortedCompletion(w: ClaimedWork, workerId: string): Completion {
+  return completionFor(w, workerId, { status: 'aborted', logs: [] });
+}
