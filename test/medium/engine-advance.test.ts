@@ -270,8 +270,9 @@ describe('engine: the one-statement hop', () => {
     ]);
     expect(evs.at(-4)!.data).toEqual({ error: { code: 'X', message: 'x', retryable: false } });
     expect(verifyChain(evs)).toEqual({ ok: true });
-    const ended = (await owner.query(`select status, steps_remaining, steps_failed from run where run_id = $1`, [run.runId]))
-      .rows[0];
+    const ended = (
+      await owner.query(`select status, steps_remaining, steps_failed from run where run_id = $1`, [run.runId])
+    ).rows[0];
     expect(ended).toEqual({ status: 'failed', steps_remaining: 0, steps_failed: 1 });
 
     const gap = await runs.createRun('a', { dagId: 'gap', inputs: {}, runToken: 'gap', requestedBy: 'me' });
@@ -300,8 +301,7 @@ describe('engine: the one-statement hop', () => {
 
     /** A fan-out with room for two, its branches reported one by one, the join; then a chain over the tenant's cap. */
     async function play(s: EngineStore, tenant: string): Promise<string[]> {
-      const one = async (w: ClaimedWork, capacity: number, cap = 64) =>
-        (await s.advance([ok(w)], opts(capacity, cap)));
+      const one = async (w: ClaimedWork, capacity: number, cap = 64) => await s.advance([ok(w)], opts(capacity, cap));
       const f = await runs.createRun(tenant, { dagId: 'fan', inputs: {}, runToken: 'eq', requestedBy: 'me' });
       const [start] = await s.cycle([], opts(1));
       const [b1, b2] = await one(start, 2);
@@ -433,7 +433,7 @@ describe('engine: the one-statement hop', () => {
         .flatMap((r) => (r.kind === 'dispatch' ? [r.item] : []))
         .map((d) => ({ ...w, stepId: d.step_id, attempt: d.attempts, epoch: d.epoch }));
       expect(w.stepId).toBe('s2');
-      const [s3] = (await store.advance([ok(w)], opts(4)));
+      const [s3] = await store.advance([ok(w)], opts(4));
       expect(await store.advance([ok(s3)], opts(4))).toEqual([]);
       for (let i = 0; i < 40 && !heard.includes(`ordo_run_finished ${run.runId}`); i++) await settle();
       expect(heard).toContain(`ordo_run_finished ${run.runId}`);
@@ -464,7 +464,7 @@ describe('engine: the one-statement hop', () => {
   it('mixes with the general transaction in one chain: events written by either verify together', async () => {
     const run = await runs.createRun('b', { dagId: 'chain', inputs: {}, runToken: 'mix', requestedBy: 'me' });
     const [s1] = await store.cycle([], opts(4));
-    const [s2] = (await store.advance([ok(s1, { text: 'ünïcödé "quoted" \\ \n' })], opts(4)));
+    const [s2] = await store.advance([ok(s1, { text: 'ünïcödé "quoted" \\ \n' })], opts(4));
     const [s3] = await store.cycle([ok(s2)], opts(4));
     expect(await store.advance([ok(s3)], opts(4))).toEqual([]);
     const ev = await events('b', run.runId);

@@ -133,9 +133,9 @@ describe('engine: a chain of steps in one commit', () => {
     // One hop per result.
     const h = await runs.createRun('hop', { dagId: 'line', inputs: {}, runToken: 'eq', requestedBy: 'me' });
     const [h1] = await store.cycle([], opts(4));
-    const [h2] = (await store.advance([ok(h1)], opts(1)));
-    const [h3] = (await store.advance([ok(h2)], opts(1)));
-    const hopFan = (await store.advance([ok(h3)], opts(2)));
+    const [h2] = await store.advance([ok(h1)], opts(1));
+    const [h3] = await store.advance([ok(h2)], opts(1));
+    const hopFan = await store.advance([ok(h3)], opts(2));
     expect(hopFan.map((w) => [w.stepId, w.dispatchSeq])).toEqual([
       ['t1', 4],
       ['t2', 5],
@@ -160,7 +160,7 @@ describe('engine: a chain of steps in one commit', () => {
       ['chain', chainFan],
     ] as const) {
       expect(await store.advance([ok(fan[1])], opts(4))).toEqual([]);
-      const [z] = (await store.advance([ok(fan[0])], opts(4)));
+      const [z] = await store.advance([ok(fan[0])], opts(4));
       expect(await store.advance([ok(z)], opts(4))).toEqual([]);
       void tenant;
     }
@@ -199,7 +199,7 @@ describe('engine: a chain of steps in one commit', () => {
     const [t2] = await store.cycle([], opts(4));
     expect(t2.stepId).toBe('t2');
     expect(await store.advance([ok(t2)], opts(4))).toEqual([]);
-    const [z] = (await store.advance([ok(fan[0])], opts(4)));
+    const [z] = await store.advance([ok(fan[0])], opts(4));
     // z has two dependencies, so it cannot be chained after t1: it is dispatched, then finished by a hop.
     expect(await store.chain(ok(fan[0]), [link(fan[0], 'z')], opts(4))).toBeNull();
     expect(await store.advance([ok(z)], opts(4))).toEqual([]);
@@ -270,7 +270,7 @@ describe('engine: a chain of steps in one commit', () => {
       // Past a step with two dependents (s3 → t1, t2): t1 is not the next step of a chain.
       expect(await store.chain(ok(s1), [s2(), link(s1, 's3'), link(s1, 't1')], opts(4))).toBeNull();
     });
-    const [n2] = (await store.advance([ok(s1)], opts(4)));
+    const [n2] = await store.advance([ok(s1)], opts(4));
     expect(n2.stepId).toBe('s2');
 
     // A step with two dependents cannot head a chain either.

@@ -180,7 +180,11 @@ describe('migrator', () => {
           await query(db.url, 'insert into ordo_migration (name, checksum) values ($1, $2)', [n, 'x']);
         if (adopted) {
           // Adopted as the baseline: only the migrations after it apply.
-          expect((await migrate(db.url)).applied).toEqual(listMigrations().slice(1).map((m) => m.name));
+          expect((await migrate(db.url)).applied).toEqual(
+            listMigrations()
+              .slice(1)
+              .map((m) => m.name),
+          );
           const rows = await query<{ name: string }>(db.url, 'select name from ordo_migration order by name');
           expect(rows.map((r) => r.name)).toEqual(listMigrations().map((m) => m.name));
         } else {

@@ -14,8 +14,8 @@ export interface PgListenerOptions {
   /** The connection was lost (it is closed, and a new one follows after a backoff). */
   onLost?(err?: unknown): void;
   /**
-   * Runs on a new connection before LISTEN: false gives that connection up and tries again after
-   * the backoff (for a listener that must hold a lock first).
+   * Runs on a new connection before LISTEN: false gives that connection up, and `start` answers
+   * false with no retry (for a listener that must hold a lock first; its caller tries again).
    */
   beforeListen?(client: pg.Client): Promise<boolean>;
   log: { warn(obj: object, msg: string): void };
@@ -63,7 +63,11 @@ export class PgListener {
 
   private async connect(): Promise<boolean> {
     if (this.stopped) return false;
-    const c = new pg.Client({ connectionString: this.o.url, application_name: this.o.applicationName, keepAlive: true });
+    const c = new pg.Client({
+      connectionString: this.o.url,
+      application_name: this.o.applicationName,
+      keepAlive: true,
+    });
     let lost = false;
     const drop = (e?: unknown) => {
       if (lost) return;
@@ -76,7 +80,8 @@ export class PgListener {
     try {
       await c.connect();
       if (this.o.beforeListen && !(await this.o.beforeListen(c))) {
-        drop();
+        lost = true;
+        await quietEnd(c);
         return false;
       }
       await c.query(this.o.channels.map((ch) => `listen ${pg.escapeIdentifier(ch)}`).join('; '));

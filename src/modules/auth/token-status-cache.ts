@@ -1,7 +1,7 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
 import { Database } from '../../core/database/database';
+import { PgListener } from '../../core/database/pg-listener';
 import { rootLogger } from '../../core/logging/logger';
 import { AuthRepository, type TokenStatus } from './auth.repository';
 
@@ -42,12 +42,9 @@ export class TokenStatusCache implements OnModuleDestroy {
   private readonly entries = new Map<string, Entry>();
   /** Bumped by every notification, reconnect and loss: a read that saw it change is not kept. */
   private generation = 0;
-  private client?: pg.Client;
+  private readonly listener: PgListener;
   private listening = false;
   private started = false;
-  private stopped = false;
-  private retry?: NodeJS.Timeout;
-  private delay = 250;
   /** Answers seen per revoked token, and the revocations waiting for them. */
   private readonly acks = new Map<string, number>();
   private readonly waiting = new Map<string, { need: number; done: () => void }[]>();
@@ -56,7 +53,22 @@ export class TokenStatusCache implements OnModuleDestroy {
   constructor(
     private readonly db: Database,
     private readonly repo: AuthRepository,
-  ) {}
+  ) {
+    this.listener = new PgListener({
+      url: db.urls.system,
+      applicationName: LISTENER_NAME,
+      channels: [REVOKED_CHANNEL, TENANT_CHANNEL, ACK_CHANNEL],
+      onNotification: (channel, payload) => this.notified(channel, payload),
+      // Notifications sent before LISTEN took effect are not ours: start from an empty cache.
+      onConnected: () => {
+        this.entries.clear();
+        this.generation++;
+        this.listening = true;
+      },
+      onLost: () => this.lost(),
+      log: this.log,
+    });
+  }
 
   async status(tenantId: string, jti: string): Promise<TokenStatus | undefined> {
     if (!this.started) this.start();
@@ -128,72 +140,13 @@ export class TokenStatusCache implements OnModuleDestroy {
   }
 
   async onModuleDestroy(): Promise<void> {
-    this.stopped = true;
-    if (this.retry) clearTimeout(this.retry);
-    this.retry = undefined;
+    await this.listener.stop();
     this.lost();
-    const c = this.client;
-    this.client = undefined;
-    if (c) {
-      c.removeAllListeners();
-      c.on('error', () => undefined);
-      await c.end().catch(() => undefined);
-    }
   }
 
   private start(): void {
     this.started = true;
-    void this.connect();
-  }
-
-  private async connect(): Promise<void> {
-    if (this.stopped) return;
-    const c = new pg.Client({
-      connectionString: this.db.urls.system,
-      application_name: LISTENER_NAME,
-      keepAlive: true,
-    });
-    const drop = (e?: unknown) => {
-      if (e) this.log.warn({ err: e }, 'token status listener connection lost');
-      this.dropped(c);
-    };
-    c.on('error', drop);
-    c.on('end', () => drop());
-    c.on('notification', (n) => this.notified(n.channel, n.payload ?? ''));
-    try {
-      await c.connect();
-      await c.query(`listen ${REVOKED_CHANNEL}; listen ${TENANT_CHANNEL}; listen ${ACK_CHANNEL}`);
-    } catch (e) {
-      drop(e);
-      return;
-    }
-    if (this.stopped) {
-      c.removeAllListeners();
-      c.on('error', () => undefined);
-      await c.end().catch(() => undefined);
-      return;
-    }
-    this.client = c;
-    this.delay = 250;
-    // Notifications sent before LISTEN took effect are not ours: start from an empty cache.
-    this.entries.clear();
-    this.generation++;
-    this.listening = true;
-  }
-
-  private dropped(c: pg.Client): void {
-    c.removeAllListeners();
-    c.on('error', () => undefined);
-    if (this.client === c || this.client === undefined) this.lost();
-    if (this.client === c) this.client = undefined;
-    void c.end().catch(() => undefined);
-    if (this.stopped || this.retry) return;
-    this.retry = setTimeout(() => {
-      this.retry = undefined;
-      void this.connect();
-    }, this.delay);
-    this.retry.unref();
-    this.delay = Math.min(this.delay * 2, 5_000);
+    void this.listener.start();
   }
 
   /** The listening connection is gone: nothing cached can be trusted any more. */
@@ -211,7 +164,7 @@ export class TokenStatusCache implements OnModuleDestroy {
       if (!tenantId || !jti) return;
       this.forget(`${tenantId} ${jti}`);
       // Dropped: tell the revoker (and everyone else listening).
-      void this.client?.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
+      void this.listener.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
     } else if (channel === ACK_CHANNEL) {
       if (this.acks.size >= MAX_ACKS) this.acks.delete(this.acks.keys().next().value!);
       const n = (this.acks.get(payload) ?? 0) + 1;
@@ -229,7 +182,7 @@ export class TokenStatusCache implements OnModuleDestroy {
       const [tenantId, nonce] = payload.split(' ');
       if (!tenantId) return;
       this.dropTenant(tenantId);
-      if (nonce) void this.client?.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
+      if (nonce) void this.listener.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
     }
   }
 

@@ -328,4 +328,3 @@ export class EngineRepository {
     return r.rows[0];
   }
 }
-

@@ -1,7 +1,7 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
-import pg from 'pg';
 import { Database } from '../../core/database/database';
 import type { SystemTx } from '../../core/database/handles';
+import { PgListener } from '../../core/database/pg-listener';
 import { DomainError } from '../../core/errors/domain-error';
 import { Clock } from './clock';
 import { MISFIRE_GRACE_MS, planFires } from './fire-plan';
@@ -39,7 +39,7 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
   private running = false;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
-  private listener: pg.Client | undefined;
+  private readonly listener: PgListener;
   private graceMs = MISFIRE_GRACE_MS;
 
   constructor(
@@ -47,7 +47,16 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly repo: SchedulesRepository,
     private readonly runner: ScheduleRunner,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    // Without notifications the bounded sleep still picks changes up.
+    this.listener = new PgListener({
+      url: db.urls.system,
+      applicationName: 'ordo:scheduler:listen',
+      channels: [SCHEDULE_CHANNEL],
+      onNotification: () => this.wake?.(),
+      log: this.log,
+    });
+  }
 
   async onApplicationBootstrap(): Promise<void> {
     await this.start();
@@ -66,6 +75,7 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    await this.listener.start();
     this.loopDone = this.loop();
   }
 
@@ -74,46 +84,12 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
     this.running = false;
     this.wake?.();
     await this.loopDone;
-    const l = this.listener;
-    this.listener = undefined;
-    await l?.end().catch(() => undefined);
-  }
-
-  private async listen(): Promise<void> {
-    // A dedicated connection: LISTEN does not survive being returned to a pool.
-    const client = new pg.Client({
-      connectionString: this.db.urls.system,
-      application_name: 'ordo:scheduler:listen',
-      connectionTimeoutMillis: 5_000,
-      keepAlive: true,
-    });
-    const lost = () => {
-      if (this.listener !== client) return;
-      // The loop connects again on its next turn; until then the bounded sleep covers changes.
-      this.listener = undefined;
-      void client.end().catch(() => undefined);
-    };
-    client.on('error', (e) => {
-      if (this.listener === client) this.log.warn(`schedule listener lost: ${e.message}`);
-      lost();
-    });
-    client.on('end', lost);
-    client.on('notification', () => this.wake?.());
-    try {
-      await client.connect();
-      await client.query(`listen ${SCHEDULE_CHANNEL}`);
-      this.listener = client;
-    } catch (e) {
-      // Without notifications the bounded sleep still picks changes up.
-      this.log.warn(`schedule listener unavailable: ${(e as Error).message}`);
-      await client.end().catch(() => undefined);
-    }
+    await this.listener.stop();
   }
 
   private async loop(): Promise<void> {
     while (this.running) {
       let sleepMs = MAX_SLEEP_MS;
-      if (!this.listener) await this.listen();
       try {
         const done = await this.tick();
         const next = await this.repo.systemEarliestNextFire(this.db.system);

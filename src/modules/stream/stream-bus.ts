@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import pg from 'pg';
+import { PgListener } from '../../core/database/pg-listener';
 import type { Logger } from 'pino';
 
 /** What the bus reports: a tenant has new run events, a token was revoked, wake-ups may have been missed. */
@@ -22,12 +22,6 @@ const RESYNC = 'resync';
 // Only one process relays PostgreSQL notifications into Redis at a time (session advisory lock).
 const RELAY_LOCK = 7_262_007;
 
-async function quietEnd(c: pg.Client): Promise<void> {
-  c.removeAllListeners();
-  c.on('error', () => undefined);
-  await c.end().catch(() => undefined);
-}
-
 function dispatch(h: StreamBusHandlers, channel: string, payload: string | undefined): void {
   if (channel === RESYNC) {
     h.resync();
@@ -39,92 +33,20 @@ function dispatch(h: StreamBusHandlers, channel: string, payload: string | undef
   else if (channel === REVOKED_CHANNEL) h.revoked(tenant, id);
 }
 
-/**
- * A LISTEN connection to PostgreSQL (system role) that survives drops: it reconnects with backoff
- * and reports a resync after every (re)connect.
- */
-class PgListener {
-  private client?: pg.Client;
-  private stopped = false;
-  private retry?: NodeJS.Timeout;
-  private delay = 250;
-
-  constructor(
-    private readonly url: string,
-    private readonly onNotify: (channel: string, payload: string | undefined) => void,
-    private readonly onConnected: () => void,
-    private readonly log: Logger,
-    private readonly beforeListen?: (c: pg.Client) => Promise<boolean>,
-  ) {}
-
-  async start(): Promise<boolean> {
-    this.stopped = false;
-    const c = new pg.Client({ connectionString: this.url, application_name: 'ordo:stream-listen', keepAlive: true });
-    c.on('error', (e) => {
-      this.log.warn({ err: e }, 'stream listener connection lost');
-      this.drop(c);
-    });
-    c.on('end', () => this.drop(c));
-    c.on('notification', (n) => this.onNotify(n.channel, n.payload));
-    try {
-      await c.connect();
-      if (this.beforeListen && !(await this.beforeListen(c))) {
-        await quietEnd(c);
-        return false;
-      }
-      await c.query(`listen ${EVENT_CHANNEL}; listen ${REVOKED_CHANNEL}`);
-    } catch (e) {
-      this.log.warn({ err: e }, 'stream listener cannot connect');
-      this.drop(c);
-      return false;
-    }
-    if (this.stopped) {
-      await quietEnd(c);
-      return false;
-    }
-    this.client = c;
-    this.delay = 250;
-    this.onConnected();
-    return true;
-  }
-
-  private drop(c: pg.Client): void {
-    if (this.client === c) this.client = undefined;
-    c.removeAllListeners('notification');
-    void c.end().catch(() => undefined);
-    if (this.stopped || this.retry) return;
-    this.retry = setTimeout(() => {
-      this.retry = undefined;
-      void this.start();
-    }, this.delay);
-    this.delay = Math.min(this.delay * 2, 5000);
-  }
-
-  get connected(): boolean {
-    return this.client !== undefined;
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.retry) clearTimeout(this.retry);
-    this.retry = undefined;
-    const c = this.client;
-    this.client = undefined;
-    if (c) await quietEnd(c);
-  }
-}
-
 /** Default fan-out: every api replica LISTENs on PostgreSQL; the run_event trigger NOTIFYs. */
 export class PgStreamBus implements StreamBus {
   private readonly listener: PgListener;
 
   constructor(url: string, handlers: StreamBusHandlers, log: Logger) {
-    this.listener = new PgListener(
+    this.listener = new PgListener({
       url,
-      (ch, p) => dispatch(handlers, ch, p),
-      () => handlers.resync(),
+      applicationName: 'ordo:stream-listen',
+      channels: [EVENT_CHANNEL, REVOKED_CHANNEL],
+      onNotification: (ch, p) => dispatch(handlers, ch, p),
+      // Notifications may have been missed while no connection listened: every feed pulls once.
+      onConnected: () => handlers.resync(),
       log,
-    );
+    });
   }
 
   async start(): Promise<void> {
@@ -177,14 +99,17 @@ export class RedisStreamBus implements StreamBus {
   private async tryRelay(): Promise<void> {
     if (this.stopped || this.relay?.connected) return;
     await this.relay?.stop();
-    const relay = new PgListener(
-      this.pgUrl,
-      (ch, payload) => void this.pub?.publish(REDIS_CHANNEL, `${ch}:${payload ?? ''}`).catch(() => undefined),
+    const relay = new PgListener({
+      url: this.pgUrl,
+      applicationName: 'ordo:stream-listen',
+      channels: [EVENT_CHANNEL, REVOKED_CHANNEL],
+      onNotification: (ch, payload) => void this.pub?.publish(REDIS_CHANNEL, `${ch}:${payload}`).catch(() => undefined),
       // A new relay may have missed notifications while there was none: every replica pulls once.
-      () => void this.pub?.publish(REDIS_CHANNEL, `${RESYNC}:`).catch(() => undefined),
-      this.log,
-      async (c) => (await c.query<{ ok: boolean }>('select pg_try_advisory_lock($1) as ok', [RELAY_LOCK])).rows[0].ok,
-    );
+      onConnected: () => void this.pub?.publish(REDIS_CHANNEL, `${RESYNC}:`).catch(() => undefined),
+      log: this.log,
+      beforeListen: async (c) =>
+        (await c.query<{ ok: boolean }>('select pg_try_advisory_lock($1) as ok', [RELAY_LOCK])).rows[0].ok,
+    });
     this.relay = (await relay.start()) ? relay : undefined;
     if (!this.relay) await relay.stop();
   }
