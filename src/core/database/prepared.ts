@@ -29,12 +29,11 @@ const BUSY_USES = 5;
  * re-planned about a dozen times; an idle process (a few polls) issues no query.
  *
  * Committed rows, not the file's size: a file grows with the rows of transactions still under way,
- * which ANALYZE does not count. Analyzed in the middle of a large insert (5,000 runs created in one
- * transaction), the queue came out as an empty table of many pages; every plan made then expected
- * one row (a claim of 128 steps took 300–800 ms), and nothing analyzed it again, since its file did
- * not grow any further. And against the statistics, not against the last re-plan here: autovacuum
- * analyzes the queue whenever it likes, empty or not, and the next backlog must be noticed however
- * large the queue was before.
+ * which ANALYZE does not count; analyzed in the middle of a large insert, the queue would come out
+ * as an empty table of many pages, every plan made then would expect one row, and nothing would
+ * analyze it again once its file stopped growing. And against the statistics, not against the last
+ * re-plan here: autovacuum analyzes the queue whenever it likes, empty or not, and the next backlog
+ * must be noticed however large the queue was before.
  */
 export class PlanRefresh {
   private generation = 0;

@@ -7,7 +7,7 @@ export const STREAM_CHANNEL = 'ordo_run_event';
 /**
  * How long a live-stream notification may wait for others to go with it. Every NOTIFY wakes each
  * listening session of the database (workers, stream feeds, other replicas) and costs a statement;
- * a 10-step chain used to send ten, one per hop, on the path between its steps.
+ * one per hop would put ten on the path between the steps of a 10-step chain.
  */
 export const STREAM_NOTIFY_MS = 20;
 

@@ -7,9 +7,9 @@
  * the process has its table in the old generation; each table it drops is then old garbage that
  * points at a young table, which the next scavenge therefore keeps, with every entry it holds, and
  * the one after promotes; that table in turn points at the next one. Until a full collection, each
- * scavenge so kept the steps that had been running (their claimed rows, their plugin calls): in the
- * fairness benchmark the worker promoted 8.3 MB at every scavenge, once a second, and a scavenge
- * paused it for 13–32 ms. An object in dictionary mode drops its old table without such a link.
+ * scavenge so keeps the steps that had been running (their claimed rows, their plugin calls) and
+ * promotes them, which makes scavenges long and frequent under a steady load. An object in
+ * dictionary mode drops its old table without such a link.
  */
 export class SlotTable<V> {
   private table: Record<string, V> = Object.create(null) as Record<string, V>;
