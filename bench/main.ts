@@ -18,6 +18,7 @@ import { DagsRepository } from '../src/modules/dags/dags.repository';
 import { RunsRepository } from '../src/modules/runs/runs.repository';
 import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
 import { startOrdo, type RunningOrdo } from '../src/ordo';
+import { conditionCost } from './conditions-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 import { cpuMs, Processes, rssMiB, untilAll, type OrdoProcess } from './support-load';
 
@@ -49,7 +50,8 @@ Options:
                            write transactions that mostly wait for their WAL flush
   --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
   --idle-seconds <s>       idle query-rate window (default 10)
-  --only <list>            comma list of burst,light,fairness,idle (default all); load or load-<name>: the load figures below
+  --only <list>            comma list of burst,light,fairness,idle (default all), conditions (the cost of a step's
+                           condition, no database); load or load-<name>: the load figures below
   --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
                            one, which then only creates runs and measures, like an api apart from the workers
                            (queries per step and idle queries/s then count this process only: not reported)
@@ -242,6 +244,13 @@ async function main(): Promise<void> {
   const only = new Set(values.only.split(','));
   const concurrency = Number(values.concurrency);
   const log = (m: string) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${m}`);
+
+  // ---- conditions (no database) ----
+  if (only.has('conditions')) {
+    console.log('\n| condition (CEL) | mean µs | p99 µs |\n|---|---|---|');
+    for (const c of conditionCost()) console.log(`| \`${c.expression}\` | ${c.meanUs} | ${c.p99Us} |`);
+    if (only.size === 1) return;
+  }
 
   // ---- database ----
   let embedded: EmbeddedPostgresHandle | undefined;

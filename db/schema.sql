@@ -58,6 +58,13 @@ CREATE TYPE public.ordo_adv_result AS (
 	actor text
 );
 
+CREATE TYPE public.ordo_adv_skip AS (
+	tenant_id text,
+	run_id uuid,
+	step_id text,
+	reason text
+);
+
 CREATE TYPE public.ordo_claim_item AS (
 	tenant_id text,
 	id bigint,
@@ -384,8 +391,10 @@ declare
   v_wave_ready ordo_adv_ready[];
   v_done ordo_step_key[];
   v_ok ordo_step_key[];
-  v_failed ordo_step_key[];
+  v_dfail ordo_step_key[];
+  v_dskip ordo_step_key[];
   v_skipped ordo_step_key[] := '{}';
+  v_wave_skipped ordo_adv_skip[];
   v_ch ordo_adv_chained[];
   v_admitted ordo_adv_chained[] := '{}';
   v_d jsonb[] := '{}';
@@ -442,6 +451,7 @@ begin
                 and q.lease_expires_at < now()
             ) then 'orphaned' else 'dropped' end
           when cur and c.status = 'failed' then 'failed'
+          when cur and c.status = 'skipped' then 'skipped'
           when cur and c.status = 'aborted' and x.status in ('queued', 'running') then 'failed'
           when cur and c.status = 'aborted' then 'cancelled'
           when s.status = 'cancelled' then 'cancelled'
@@ -463,8 +473,8 @@ begin
   end if;
 
   update attempt a set status = case c.outcome when 'succeeded' then 'succeeded' when 'orphaned' then 'orphaned'
-      when 'failed' then 'failed' else 'cancelled' end,
-    error = case when c.outcome = 'succeeded' then null else c.error end,
+      when 'failed' then 'failed' when 'skipped' then 'skipped' else 'cancelled' end,
+    error = case when c.outcome in ('succeeded', 'skipped') then null else c.error end,
     outputs_hash = case when c.outcome = 'succeeded' then c.outputs_hash end,
     logs_hash = case when c.outcome in ('succeeded', 'failed', 'orphaned') then c.logs_hash end,
     started_at = coalesce(c.started_at, a.started_at), finished_at = coalesce(c.finished_at, a.finished_at), terminated_at = now()
@@ -531,77 +541,80 @@ begin
     from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
     where c.outcome like '%>retrying';
 
-    -- Every pending step downstream of a failed one is skipped: it can never run.
-    v_failed := array(
-      select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome like '%>failed'
-    );
-    if cardinality(v_failed) > 0 then
-      with recursive down(tenant_id, run_id, step_id) as (
-        select f.tenant_id, f.run_id, f.step_id from unnest(v_failed) f
-        union
-        select s.tenant_id, s.run_id, s.step_id from down
-        join step s on s.tenant_id = down.tenant_id and s.run_id = down.run_id and down.step_id = any(s.depends_on)
-      ),
-      u as (
-        update step s set status = 'skipped', reason = 'upstream_failed', finished_at = now()
-        from (select distinct tenant_id, run_id, step_id from down) d
-        where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id and s.status = 'pending'
-        returning s.tenant_id, s.run_id, s.step_id, s.topo_index
-      )
-      select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key
-        order by u.tenant_id, u.run_id, u.topo_index, u.step_id), '{}')
-      into v_skipped
-      from u;
-      v_e := v_e || array(
-        select row(k.tenant_id, k.run_id, 900000 + n::integer, 'step.skipped', k.step_id, null, 'engine',
-          '{"reason":"upstream_failed"}')::ordo_adv_event
-        from unnest(v_skipped) with ordinality as k(tenant_id, run_id, step_id, n)
-      );
-    end if;
+    -- A step whose condition was false ends skipped (its attempt too).
+    update step s set status = 'skipped', reason = 'condition_false', finished_at = now()
+    from unnest(v_c) c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'skipped'
+      and s.status = 'running' and s.epoch = c.epoch;
   end if;
 
-  -- Dependents counted down, in waves: the steps left with no pending dependency are queued, or,
-  -- when disabled, skipped, and counted as done for their own dependents in the next wave.
+  -- The steps that ended count on their pending dependents, in waves: each dependent's trigger rule
+  -- (ordo_trigger_decision) makes it wait, ready (queued; or, when disabled, skipped and counted as
+  -- succeeded for its own dependents) or skipped, and what it skipped counts on its own dependents
+  -- in the next wave (as failed when something upstream failed).
   v_done := array(
     select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome = 'succeeded'
   );
-  while cardinality(v_done) > 0 loop
-    with d as (
-      select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n
-      from unnest(v_done) c
-      join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and c.step_id = any(s.depends_on)
+  v_dfail := array(
+    select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome like '%>failed'
+  );
+  v_dskip := array(
+    select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome = 'skipped'
+  );
+  while cardinality(v_done) + cardinality(v_dfail) + cardinality(v_dskip) > 0 loop
+    with e as (
+      select k.tenant_id, k.run_id, k.step_id, 0 as f, 0 as k from unnest(v_done) k
+      union all
+      select k.tenant_id, k.run_id, k.step_id, 1, 0 from unnest(v_dfail) k
+      union all
+      select k.tenant_id, k.run_id, k.step_id, 0, 1 from unnest(v_dskip) k
+    ),
+    d as (
+      select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n, sum(e.f)::integer as nf, sum(e.k)::integer as nk,
+        ordo_trigger_decision(s.spec->>'trigger', cardinality(s.depends_on), s.pending_deps - count(*)::integer,
+          s.deps_failed + sum(e.f)::integer, s.deps_skipped + sum(e.k)::integer) as decision,
+        coalesce((s.spec->>'disabled')::boolean, false) as disabled
+      from e
+      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and e.step_id = any(s.depends_on)
       where s.status = 'pending'
       group by s.tenant_id, s.run_id, s.step_id
     ),
     u as (
-      update step s set pending_deps = s.pending_deps - d.n,
-        status = case when s.pending_deps - d.n > 0 then s.status
-          when coalesce((s.spec->>'disabled')::boolean, false) then 'skipped' else 'queued' end,
-        reason = case when s.pending_deps - d.n = 0 and coalesce((s.spec->>'disabled')::boolean, false) then 'disabled'
-          else s.reason end,
-        finished_at = case when s.pending_deps - d.n = 0 and coalesce((s.spec->>'disabled')::boolean, false) then now()
-          else s.finished_at end,
-        queued_at = case when s.pending_deps - d.n = 0 then now() else s.queued_at end
+      update step s set pending_deps = s.pending_deps - d.n, deps_failed = s.deps_failed + d.nf,
+        deps_skipped = s.deps_skipped + d.nk,
+        status = case when d.decision = 'wait' then s.status when d.decision = 'ready' and not d.disabled then 'queued'
+          else 'skipped' end,
+        reason = case when d.decision = 'wait' then s.reason when d.decision = 'ready' and d.disabled then 'disabled'
+          when d.decision = 'ready' then s.reason else d.decision end,
+        finished_at = case when d.decision = 'wait' or (d.decision = 'ready' and not d.disabled) then s.finished_at
+          else now() end,
+        queued_at = case when d.decision = 'ready' then now() else s.queued_at end
       from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
-      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status,
+      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.status, s.reason, d.decision,
         s.spec->>'concurrency' is null as claimable
     )
     select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, u.claimable)::ordo_adv_ready
         order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'queued'), '{}'),
       coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key
+        order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.reason = 'disabled'), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key)
+        filter (where u.reason = 'upstream_failed'), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key)
+        filter (where u.status = 'skipped' and u.reason not in ('disabled', 'upstream_failed')), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.reason)::ordo_adv_skip
         order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'skipped'), '{}')
-    into v_wave_ready, v_done
-    from u where u.pending_deps = 0;
+    into v_wave_ready, v_done, v_dfail, v_dskip, v_wave_skipped
+    from u where u.decision <> 'wait';
     v_e := v_e || array(
       select row(k.tenant_id, k.run_id, 1000000 + v_wave * 100000 + n::integer, 'step.skipped', k.step_id, null, 'engine',
-        '{"reason":"disabled"}')::ordo_adv_event
-      from unnest(v_done) with ordinality as k(tenant_id, run_id, step_id, n)
+        '{"reason":' || to_json(k.reason)::text || '}')::ordo_adv_event
+      from unnest(v_wave_skipped) with ordinality as k(tenant_id, run_id, step_id, reason, n)
     ) || array(
       select row(x.tenant_id, x.run_id, 1050000 + v_wave * 100000 + n::integer, 'step.queued', x.step_id, null, 'engine',
         '{}')::ordo_adv_event
       from unnest(v_wave_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, n)
     );
-    v_skipped := v_skipped || v_done;
+    v_skipped := v_skipped || array(select row(k.tenant_id, k.run_id, k.step_id)::ordo_step_key from unnest(v_wave_skipped) k);
     v_ready := v_ready || v_wave_ready;
     v_wave := v_wave + 1;
   end loop;
@@ -706,7 +719,7 @@ begin
       select k.tenant_id, k.run_id, sum(k.done)::integer as done, sum(k.failed)::integer as failed
       from (
         select c.tenant_id, c.run_id, 1 as done, (c.outcome like '%>failed')::integer as failed
-        from unnest(v_c) c where c.outcome = 'succeeded' or c.outcome like '%>failed'
+        from unnest(v_c) c where c.outcome in ('succeeded', 'skipped') or c.outcome like '%>failed'
         union all
         select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
       ) k group by k.tenant_id, k.run_id
@@ -730,6 +743,11 @@ begin
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.succeeded', c.step_id, c.attempt, c.actor,
       '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
+    union all
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.skipped', c.step_id, c.attempt, c.actor,
+      '{"reason":"condition_false","value":false,"when":' || to_json(s.spec->>'when')::text || '}')::ordo_adv_event
+    from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+    where c.outcome = 'skipped'
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.orphaned', c.step_id, c.attempt, c.actor,
       '{"epoch":' || c.epoch || '}')::ordo_adv_event
@@ -773,7 +791,7 @@ begin
     select k.tenant_id, k.run_id, sum(k.done)::integer as done, sum(k.failed)::integer as failed
     from (
       select c.tenant_id, c.run_id, 1 as done, (c.outcome like '%>failed')::integer as failed
-      from unnest(v_c) c where c.outcome = 'succeeded' or c.outcome like '%>failed'
+      from unnest(v_c) c where c.outcome in ('succeeded', 'skipped') or c.outcome like '%>failed'
       union all
       select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
     ) k group by k.tenant_id, k.run_id
@@ -900,6 +918,7 @@ begin
         and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'step_id' end]
         and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
+        and s.spec->>'when' is null and s.spec->>'trigger' is null
         and not exists (
           select 1 from step o
           where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
@@ -951,12 +970,14 @@ begin
         then 'queued' else s.status end,
       queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
     where v_n = 0 and s.tenant_id = v_t and s.run_id = v_r and v_s = any(s.depends_on) and s.status = 'pending'
-    returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
+    returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
+      s.spec->>'trigger' is not null as ruled
   )
   select (select count(*) from res)::integer, (select count(*) from item)::integer, (select count(*) from q)::integer,
     coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
       filter (where d.pending_deps = 0), '{}'),
     coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
+      or coalesce(bool_or(d.ruled), false)
   into v_done, v_rel, v_ok, v_ready, v_disabled
   from deps d;
   if v_done <> 1 then
@@ -1008,12 +1029,14 @@ begin
           then 'queued' else s.status end,
         queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
       where s.tenant_id = v_t and s.run_id = v_r and v_last = any(s.depends_on) and s.status = 'pending'
-      returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
+      returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
+        s.spec->>'trigger' is not null as ruled
     )
     select (select count(*) from res)::integer,
       coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
         filter (where d.pending_deps = 0), '{}'),
       coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
+      or coalesce(bool_or(d.ruled), false)
     into v_done, v_ready, v_disabled
     from deps d;
     if v_done <> v_n then
@@ -1021,7 +1044,8 @@ begin
     end if;
   end if;
   if v_disabled then
-    raise exception using errcode = 'OR001', message = 'a disabled or concurrency-limited step became ready';
+    raise exception using errcode = 'OR001',
+      message = 'a disabled or concurrency-limited step became ready, or a dependent has a trigger rule';
   end if;
   v_dispatched := v_dispatched + v_n;
   v_want := cardinality(v_ready);
@@ -1623,6 +1647,34 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    select case coalesce(rule, 'all_success')
+      when 'all_success' then
+        case when failed > 0 then 'upstream_failed' when skipped > 0 then 'upstream_skipped'
+          when pending = 0 then 'ready' else 'wait' end
+      when 'all_done' then case when pending = 0 then 'ready' else 'wait' end
+      when 'none_failed' then
+        case when failed > 0 then 'upstream_failed' when pending = 0 then 'ready' else 'wait' end
+      when 'none_skipped' then
+        case when skipped > 0 then 'upstream_skipped' when pending = 0 then 'ready' else 'wait' end
+      when 'none_failed_min_one_success' then
+        case when failed > 0 then 'upstream_failed' when pending > 0 then 'wait'
+          when total - failed - skipped > 0 then 'ready' else 'upstream_skipped' end
+      when 'one_success' then
+        case when total - pending - failed - skipped > 0 then 'ready' when pending = 0 then 'trigger_rule' else 'wait' end
+      when 'one_failed' then
+        case when failed > 0 then 'ready' when pending = 0 then 'trigger_rule' else 'wait' end
+      when 'one_done' then
+        case when total - pending - skipped > 0 then 'ready' when pending = 0 then 'trigger_rule' else 'wait' end
+      when 'all_failed' then
+        case when total - pending - failed > 0 then 'trigger_rule' when pending = 0 then 'ready' else 'wait' end
+      when 'all_skipped' then
+        case when total - pending - skipped > 0 then 'trigger_rule' when pending = 0 then 'ready' else 'wait' end
+    end
+  $$;
+
 CREATE FUNCTION public.run_event_append_only() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1717,7 +1769,7 @@ CREATE TABLE public.attempt (
     error jsonb,
     outputs_hash text,
     logs_hash text,
-    CONSTRAINT attempt_status_check CHECK ((status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text, 'orphaned'::text, 'cancelled'::text])))
+    CONSTRAINT attempt_status_check CHECK ((status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text, 'orphaned'::text, 'cancelled'::text, 'skipped'::text])))
 )
 WITH (fillfactor='70');
 ALTER TABLE ONLY public.attempt ALTER COLUMN tenant_id SET STATISTICS 10;
@@ -2073,6 +2125,8 @@ CREATE TABLE public.step (
     queued_at timestamp with time zone,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    deps_failed smallint DEFAULT 0 NOT NULL,
+    deps_skipped smallint DEFAULT 0 NOT NULL,
     CONSTRAINT step_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text, 'retrying'::text, 'orphaned'::text])))
 )
 WITH (fillfactor='70');
@@ -2098,6 +2152,8 @@ ALTER TABLE ONLY public.step ALTER COLUMN from_rerun SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN queued_at SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN started_at SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN finished_at SET STATISTICS 0;
+ALTER TABLE ONLY public.step ALTER COLUMN deps_failed SET STATISTICS 0;
+ALTER TABLE ONLY public.step ALTER COLUMN deps_skipped SET STATISTICS 0;
 
 ALTER TABLE ONLY public.step FORCE ROW LEVEL SECURITY;
 
@@ -2279,7 +2335,7 @@ CREATE INDEX trust_key_tenant_created_idx ON public.trust_key USING btree (tenan
 
 CREATE TRIGGER api_token_revoked_notify AFTER UPDATE OF revoked_at ON public.api_token FOR EACH ROW EXECUTE FUNCTION public.api_token_revoked_notify();
 
-CREATE TRIGGER attempt_transition AFTER UPDATE OF status ON public.attempt FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{running>cancelled,running>failed,running>orphaned,running>succeeded}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('attempt');
+CREATE TRIGGER attempt_transition AFTER UPDATE OF status ON public.attempt FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{running>cancelled,running>failed,running>orphaned,running>skipped,running>succeeded}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('attempt');
 
 CREATE TRIGGER dag_version_immutable BEFORE UPDATE ON public.dag_version FOR EACH ROW EXECUTE FUNCTION public.dag_version_immutable();
 
@@ -2293,7 +2349,7 @@ CREATE TRIGGER run_transition AFTER UPDATE OF status ON public.run FOR EACH ROW 
 
 CREATE TRIGGER schedule_notify AFTER INSERT OR DELETE OR UPDATE OF dag_id, dag_version, cron, timezone, inputs, catch_up, overlap, paused ON public.schedule FOR EACH ROW EXECUTE FUNCTION public.schedule_notify();
 
-CREATE TRIGGER step_transition AFTER UPDATE OF status ON public.step FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{orphaned>cancelled,orphaned>failed,orphaned>queued,orphaned>retrying,pending>cancelled,pending>queued,pending>skipped,queued>cancelled,queued>failed,queued>running,queued>skipped,retrying>cancelled,retrying>queued,running>cancelled,running>failed,running>orphaned,running>retrying,running>succeeded}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('step');
+CREATE TRIGGER step_transition AFTER UPDATE OF status ON public.step FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{orphaned>cancelled,orphaned>failed,orphaned>queued,orphaned>retrying,pending>cancelled,pending>queued,pending>skipped,queued>cancelled,queued>failed,queued>running,queued>skipped,retrying>cancelled,retrying>queued,running>cancelled,running>failed,running>orphaned,running>retrying,running>skipped,running>succeeded}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('step');
 
 CREATE TRIGGER tenant_status_notify AFTER UPDATE OF status ON public.tenant FOR EACH ROW WHEN ((old.status IS DISTINCT FROM new.status)) EXECUTE FUNCTION public.tenant_status_notify();
 
@@ -2494,6 +2550,9 @@ GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec json
 GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec jsonb) TO ordo_app;
 
 GRANT ALL ON FUNCTION public.ordo_take_notifications() TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) TO ordo_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_system;

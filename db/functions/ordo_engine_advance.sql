@@ -41,8 +41,10 @@ declare
   v_wave_ready ordo_adv_ready[];
   v_done ordo_step_key[];
   v_ok ordo_step_key[];
-  v_failed ordo_step_key[];
+  v_dfail ordo_step_key[];
+  v_dskip ordo_step_key[];
   v_skipped ordo_step_key[] := '{}';
+  v_wave_skipped ordo_adv_skip[];
   v_ch ordo_adv_chained[];
   v_admitted ordo_adv_chained[] := '{}';
   v_d jsonb[] := '{}';
@@ -99,6 +101,7 @@ begin
                 and q.lease_expires_at < now()
             ) then 'orphaned' else 'dropped' end
           when cur and c.status = 'failed' then 'failed'
+          when cur and c.status = 'skipped' then 'skipped'
           when cur and c.status = 'aborted' and x.status in ('queued', 'running') then 'failed'
           when cur and c.status = 'aborted' then 'cancelled'
           when s.status = 'cancelled' then 'cancelled'
@@ -120,8 +123,8 @@ begin
   end if;
 
   update attempt a set status = case c.outcome when 'succeeded' then 'succeeded' when 'orphaned' then 'orphaned'
-      when 'failed' then 'failed' else 'cancelled' end,
-    error = case when c.outcome = 'succeeded' then null else c.error end,
+      when 'failed' then 'failed' when 'skipped' then 'skipped' else 'cancelled' end,
+    error = case when c.outcome in ('succeeded', 'skipped') then null else c.error end,
     outputs_hash = case when c.outcome = 'succeeded' then c.outputs_hash end,
     logs_hash = case when c.outcome in ('succeeded', 'failed', 'orphaned') then c.logs_hash end,
     started_at = coalesce(c.started_at, a.started_at), finished_at = coalesce(c.finished_at, a.finished_at), terminated_at = now()
@@ -188,77 +191,80 @@ begin
     from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
     where c.outcome like '%>retrying';
 
-    -- Every pending step downstream of a failed one is skipped: it can never run.
-    v_failed := array(
-      select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome like '%>failed'
-    );
-    if cardinality(v_failed) > 0 then
-      with recursive down(tenant_id, run_id, step_id) as (
-        select f.tenant_id, f.run_id, f.step_id from unnest(v_failed) f
-        union
-        select s.tenant_id, s.run_id, s.step_id from down
-        join step s on s.tenant_id = down.tenant_id and s.run_id = down.run_id and down.step_id = any(s.depends_on)
-      ),
-      u as (
-        update step s set status = 'skipped', reason = 'upstream_failed', finished_at = now()
-        from (select distinct tenant_id, run_id, step_id from down) d
-        where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id and s.status = 'pending'
-        returning s.tenant_id, s.run_id, s.step_id, s.topo_index
-      )
-      select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key
-        order by u.tenant_id, u.run_id, u.topo_index, u.step_id), '{}')
-      into v_skipped
-      from u;
-      v_e := v_e || array(
-        select row(k.tenant_id, k.run_id, 900000 + n::integer, 'step.skipped', k.step_id, null, 'engine',
-          '{"reason":"upstream_failed"}')::ordo_adv_event
-        from unnest(v_skipped) with ordinality as k(tenant_id, run_id, step_id, n)
-      );
-    end if;
+    -- A step whose condition was false ends skipped (its attempt too).
+    update step s set status = 'skipped', reason = 'condition_false', finished_at = now()
+    from unnest(v_c) c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'skipped'
+      and s.status = 'running' and s.epoch = c.epoch;
   end if;
 
-  -- Dependents counted down, in waves: the steps left with no pending dependency are queued, or,
-  -- when disabled, skipped, and counted as done for their own dependents in the next wave.
+  -- The steps that ended count on their pending dependents, in waves: each dependent's trigger rule
+  -- (ordo_trigger_decision) makes it wait, ready (queued; or, when disabled, skipped and counted as
+  -- succeeded for its own dependents) or skipped, and what it skipped counts on its own dependents
+  -- in the next wave (as failed when something upstream failed).
   v_done := array(
     select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome = 'succeeded'
   );
-  while cardinality(v_done) > 0 loop
-    with d as (
-      select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n
-      from unnest(v_done) c
-      join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and c.step_id = any(s.depends_on)
+  v_dfail := array(
+    select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome like '%>failed'
+  );
+  v_dskip := array(
+    select row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key from unnest(v_c) c where c.outcome = 'skipped'
+  );
+  while cardinality(v_done) + cardinality(v_dfail) + cardinality(v_dskip) > 0 loop
+    with e as (
+      select k.tenant_id, k.run_id, k.step_id, 0 as f, 0 as k from unnest(v_done) k
+      union all
+      select k.tenant_id, k.run_id, k.step_id, 1, 0 from unnest(v_dfail) k
+      union all
+      select k.tenant_id, k.run_id, k.step_id, 0, 1 from unnest(v_dskip) k
+    ),
+    d as (
+      select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n, sum(e.f)::integer as nf, sum(e.k)::integer as nk,
+        ordo_trigger_decision(s.spec->>'trigger', cardinality(s.depends_on), s.pending_deps - count(*)::integer,
+          s.deps_failed + sum(e.f)::integer, s.deps_skipped + sum(e.k)::integer) as decision,
+        coalesce((s.spec->>'disabled')::boolean, false) as disabled
+      from e
+      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and e.step_id = any(s.depends_on)
       where s.status = 'pending'
       group by s.tenant_id, s.run_id, s.step_id
     ),
     u as (
-      update step s set pending_deps = s.pending_deps - d.n,
-        status = case when s.pending_deps - d.n > 0 then s.status
-          when coalesce((s.spec->>'disabled')::boolean, false) then 'skipped' else 'queued' end,
-        reason = case when s.pending_deps - d.n = 0 and coalesce((s.spec->>'disabled')::boolean, false) then 'disabled'
-          else s.reason end,
-        finished_at = case when s.pending_deps - d.n = 0 and coalesce((s.spec->>'disabled')::boolean, false) then now()
-          else s.finished_at end,
-        queued_at = case when s.pending_deps - d.n = 0 then now() else s.queued_at end
+      update step s set pending_deps = s.pending_deps - d.n, deps_failed = s.deps_failed + d.nf,
+        deps_skipped = s.deps_skipped + d.nk,
+        status = case when d.decision = 'wait' then s.status when d.decision = 'ready' and not d.disabled then 'queued'
+          else 'skipped' end,
+        reason = case when d.decision = 'wait' then s.reason when d.decision = 'ready' and d.disabled then 'disabled'
+          when d.decision = 'ready' then s.reason else d.decision end,
+        finished_at = case when d.decision = 'wait' or (d.decision = 'ready' and not d.disabled) then s.finished_at
+          else now() end,
+        queued_at = case when d.decision = 'ready' then now() else s.queued_at end
       from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
-      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.pending_deps, s.status,
+      returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.status, s.reason, d.decision,
         s.spec->>'concurrency' is null as claimable
     )
     select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, u.claimable)::ordo_adv_ready
         order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'queued'), '{}'),
       coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key
+        order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.reason = 'disabled'), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key)
+        filter (where u.reason = 'upstream_failed'), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id)::ordo_step_key)
+        filter (where u.status = 'skipped' and u.reason not in ('disabled', 'upstream_failed')), '{}'),
+      coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.reason)::ordo_adv_skip
         order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'skipped'), '{}')
-    into v_wave_ready, v_done
-    from u where u.pending_deps = 0;
+    into v_wave_ready, v_done, v_dfail, v_dskip, v_wave_skipped
+    from u where u.decision <> 'wait';
     v_e := v_e || array(
       select row(k.tenant_id, k.run_id, 1000000 + v_wave * 100000 + n::integer, 'step.skipped', k.step_id, null, 'engine',
-        '{"reason":"disabled"}')::ordo_adv_event
-      from unnest(v_done) with ordinality as k(tenant_id, run_id, step_id, n)
+        '{"reason":' || to_json(k.reason)::text || '}')::ordo_adv_event
+      from unnest(v_wave_skipped) with ordinality as k(tenant_id, run_id, step_id, reason, n)
     ) || array(
       select row(x.tenant_id, x.run_id, 1050000 + v_wave * 100000 + n::integer, 'step.queued', x.step_id, null, 'engine',
         '{}')::ordo_adv_event
       from unnest(v_wave_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, n)
     );
-    v_skipped := v_skipped || v_done;
+    v_skipped := v_skipped || array(select row(k.tenant_id, k.run_id, k.step_id)::ordo_step_key from unnest(v_wave_skipped) k);
     v_ready := v_ready || v_wave_ready;
     v_wave := v_wave + 1;
   end loop;
@@ -363,7 +369,7 @@ begin
       select k.tenant_id, k.run_id, sum(k.done)::integer as done, sum(k.failed)::integer as failed
       from (
         select c.tenant_id, c.run_id, 1 as done, (c.outcome like '%>failed')::integer as failed
-        from unnest(v_c) c where c.outcome = 'succeeded' or c.outcome like '%>failed'
+        from unnest(v_c) c where c.outcome in ('succeeded', 'skipped') or c.outcome like '%>failed'
         union all
         select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
       ) k group by k.tenant_id, k.run_id
@@ -387,6 +393,11 @@ begin
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.succeeded', c.step_id, c.attempt, c.actor,
       '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
+    union all
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.skipped', c.step_id, c.attempt, c.actor,
+      '{"reason":"condition_false","value":false,"when":' || to_json(s.spec->>'when')::text || '}')::ordo_adv_event
+    from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+    where c.outcome = 'skipped'
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.orphaned', c.step_id, c.attempt, c.actor,
       '{"epoch":' || c.epoch || '}')::ordo_adv_event
@@ -430,7 +441,7 @@ begin
     select k.tenant_id, k.run_id, sum(k.done)::integer as done, sum(k.failed)::integer as failed
     from (
       select c.tenant_id, c.run_id, 1 as done, (c.outcome like '%>failed')::integer as failed
-      from unnest(v_c) c where c.outcome = 'succeeded' or c.outcome like '%>failed'
+      from unnest(v_c) c where c.outcome in ('succeeded', 'skipped') or c.outcome like '%>failed'
       union all
       select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
     ) k group by k.tenant_id, k.run_id

@@ -101,6 +101,7 @@ begin
         and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'step_id' end]
         and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
+        and s.spec->>'when' is null and s.spec->>'trigger' is null
         and not exists (
           select 1 from step o
           where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
@@ -152,12 +153,14 @@ begin
         then 'queued' else s.status end,
       queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
     where v_n = 0 and s.tenant_id = v_t and s.run_id = v_r and v_s = any(s.depends_on) and s.status = 'pending'
-    returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
+    returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
+      s.spec->>'trigger' is not null as ruled
   )
   select (select count(*) from res)::integer, (select count(*) from item)::integer, (select count(*) from q)::integer,
     coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
       filter (where d.pending_deps = 0), '{}'),
     coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
+      or coalesce(bool_or(d.ruled), false)
   into v_done, v_rel, v_ok, v_ready, v_disabled
   from deps d;
   if v_done <> 1 then
@@ -209,12 +212,14 @@ begin
           then 'queued' else s.status end,
         queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
       where s.tenant_id = v_t and s.run_id = v_r and v_last = any(s.depends_on) and s.status = 'pending'
-      returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated
+      returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
+        s.spec->>'trigger' is not null as ruled
     )
     select (select count(*) from res)::integer,
       coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
         filter (where d.pending_deps = 0), '{}'),
       coalesce(bool_or(d.status <> 'queued' or d.gated) filter (where d.pending_deps = 0), false)
+      or coalesce(bool_or(d.ruled), false)
     into v_done, v_ready, v_disabled
     from deps d;
     if v_done <> v_n then
@@ -222,7 +227,8 @@ begin
     end if;
   end if;
   if v_disabled then
-    raise exception using errcode = 'OR001', message = 'a disabled or concurrency-limited step became ready';
+    raise exception using errcode = 'OR001',
+      message = 'a disabled or concurrency-limited step became ready, or a dependent has a trigger rule';
   end if;
   v_dispatched := v_dispatched + v_n;
   v_want := cardinality(v_ready);

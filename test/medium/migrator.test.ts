@@ -179,8 +179,10 @@ describe('migrator', () => {
         for (const n of names)
           await query(db.url, 'insert into ordo_migration (name, checksum) values ($1, $2)', [n, 'x']);
         if (adopted) {
-          // Adopted as the baseline: only the migrations after it apply.
-          expect((await migrate(db.url)).applied).toEqual(
+          // Adopted as the baseline: only the migrations after it apply (and function files whose
+          // checksum reads what they change).
+          const migrationNames = new Set(listMigrations().map((m) => m.name));
+          expect((await migrate(db.url)).applied.filter((n) => migrationNames.has(n))).toEqual(
             listMigrations()
               .slice(1)
               .map((m) => m.name),

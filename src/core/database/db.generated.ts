@@ -206,6 +206,12 @@ export interface IdempotencyKey {
   tenant_id: string;
 }
 
+export interface OrdoFunction {
+  applied_at: Generated<Timestamp>;
+  checksum: string;
+  name: string;
+}
+
 export interface PlatformToken {
   created_at: Generated<Timestamp>;
   description: string | null;
@@ -342,6 +348,8 @@ export interface Step {
   attempts: Generated<number>;
   config: Json;
   depends_on: string[];
+  deps_failed: Generated<number>;
+  deps_skipped: Generated<number>;
   dispatch_seq: number | null;
   epoch: Generated<number>;
   error: Json | null;
@@ -413,6 +421,7 @@ export interface DB {
   "graphile_worker.jobs": GraphileWorkerJobs;
   "graphile_worker.migrations": GraphileWorkerMigrations;
   idempotency_key: IdempotencyKey;
+  ordo_function: OrdoFunction;
   platform_token: PlatformToken;
   queue_item: QueueItem;
   run: Run;

@@ -52,6 +52,21 @@ export const dagConstraints = z.strictObject({
     .optional(),
 });
 
+/** When a step whose dependencies ended may run (Airflow's trigger rules); all_success when absent. */
+export const TRIGGER_RULES = [
+  'all_success',
+  'all_done',
+  'all_failed',
+  'all_skipped',
+  'one_success',
+  'one_failed',
+  'one_done',
+  'none_failed',
+  'none_skipped',
+  'none_failed_min_one_success',
+] as const;
+export type TriggerRule = (typeof TRIGGER_RULES)[number];
+
 export const stepDefinition = z.strictObject({
   id: z.string().regex(STEP_ID, 'letters, digits, _ and -, starting with a letter or _, at most 64'),
   description: z.string().max(2000).optional(),
@@ -65,6 +80,10 @@ export const stepDefinition = z.strictObject({
   disabled: z.boolean().default(false),
   egress: z.array(z.string().regex(EGRESS_HOST, 'a host, host:port or *.suffix')).max(100).default([]),
   constraints: stepConstraints.optional(),
+  /** A CEL condition over `inputs` and `steps.<dependency>.{outputs,status}`: false skips the step. */
+  when: z.string().min(1).max(4000).optional(),
+  /** When the step may run, given how its dependencies ended. */
+  trigger: z.enum(TRIGGER_RULES).optional(),
 });
 
 /** A DAG definition as published (JSON or YAML). Parsing normalizes durations to ms and fills defaults. */

@@ -125,7 +125,13 @@ export interface GraphNode {
   id: string;
   plugin: string;
   disabled: boolean;
+  /** Its condition (CEL): false skips it. */
+  when?: string;
+  /** Its trigger rule, when not all_success. */
+  trigger?: string;
 }
+
+type GraphInput = GraphStep & { plugin: string; disabled?: boolean; when?: string; trigger?: string };
 
 export interface DagGraphJson {
   nodes: GraphNode[];
@@ -135,11 +141,17 @@ export interface DagGraphJson {
   order: string[];
 }
 
-export function graphJson(steps: ReadonlyArray<GraphStep & { plugin: string; disabled?: boolean }>): DagGraphJson {
+export function graphJson(steps: ReadonlyArray<GraphInput>): DagGraphJson {
   const order = topologicalOrder(steps);
   const nodes = [...steps]
     .sort((a, b) => byId(a.id, b.id))
-    .map((s) => ({ id: s.id, plugin: s.plugin, disabled: s.disabled ?? false }));
+    .map((s) => ({
+      id: s.id,
+      plugin: s.plugin,
+      disabled: s.disabled ?? false,
+      ...(s.when !== undefined ? { when: s.when } : {}),
+      ...(s.trigger !== undefined && s.trigger !== 'all_success' ? { trigger: s.trigger } : {}),
+    }));
   const edges = steps
     .flatMap((s) => [...new Set(s.dependsOn)].map((from) => ({ from, to: s.id })))
     .sort((a, b) => byId(a.from, b.from) || byId(a.to, b.to));
@@ -150,18 +162,24 @@ function dotString(s: string): string {
   return `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
 }
 
-/** Graphviz DOT: steps as boxes labelled with id and plugin (disabled ones dashed), in dispatch order. */
-export function graphDot(
-  name: string,
-  steps: ReadonlyArray<GraphStep & { plugin: string; disabled?: boolean }>,
-): string {
+/**
+ * Graphviz DOT: steps as boxes labelled with id and plugin (disabled ones dashed), a condition's
+ * expression and a trigger rule on their own lines, in dispatch order.
+ */
+export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string {
   const g = graphJson(steps);
   const node = new Map(g.nodes.map((n) => [n.id, n]));
   const lines = [`digraph ${dotString(name)} {`, '  rankdir=LR;', '  node [shape=box, fontname="Helvetica"];'];
   for (const id of g.order) {
     const n = node.get(id)!;
     const style = n.disabled ? ', style=dashed, fontcolor=gray40' : '';
-    lines.push(`  ${dotString(n.id)} [label=${dotString(`${n.id}\n${n.plugin}`)}${style}];`);
+    const label = [
+      n.id,
+      n.plugin,
+      ...(n.when ? [`when ${n.when}`] : []),
+      ...(n.trigger ? [`trigger ${n.trigger}`] : []),
+    ];
+    lines.push(`  ${dotString(n.id)} [label=${dotString(label.join('\n'))}${style}];`);
   }
   for (const e of g.edges) lines.push(`  ${dotString(e.from)} -> ${dotString(e.to)};`);
   lines.push('}');

@@ -4,6 +4,7 @@ import type { Plugin } from '../plugins/plugin';
 import { isTemplated, templateRefs } from '../templating/template';
 import { findCycle, upstreamOf } from './dag-graph';
 import { dagDefinition, type DagDefinition } from './dag-definition';
+import { checkCondition, ConditionError } from '../flow/condition';
 import { compileInputSchema } from './input-schema';
 
 /** One problem in a published definition: where (dotted path), which step, what. */
@@ -93,6 +94,23 @@ function jsonShapeProblem(raw: unknown): DagIssue | undefined {
     for (const [k, x] of Object.entries(v)) stack.push({ v: x, path: [...path, k] });
   }
   return undefined;
+}
+
+/** A step's condition: valid CEL of type bool that reads only the step's own dependencies. */
+function conditionIssues(when: string, dependsOn: string[], path: string, step: string): DagIssue[] {
+  try {
+    const { steps } = checkCondition(when);
+    return steps
+      .filter((id) => !dependsOn.includes(id))
+      .map((id) => ({
+        path,
+        step,
+        message: `condition reads step "${id}", which is not a dependency of "${step}" (add it to dependsOn)`,
+      }));
+  } catch (e) {
+    if (!(e instanceof ConditionError)) throw e;
+    return [{ path, step, message: `condition: ${e.message}` }];
+  }
 }
 
 function fail(issues: DagIssue[]): never {
@@ -189,6 +207,8 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
         });
       }
     }
+
+    if (s.when !== undefined) issues.push(...conditionIssues(s.when, s.dependsOn, `${at}.when`, s.id));
 
     let refs: ReturnType<typeof templateRefs> = [];
     try {

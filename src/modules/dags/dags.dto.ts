@@ -90,7 +90,15 @@ export const graphQuery = z.strictObject({ format: z.enum(['json', 'dot']).defau
 
 export const dagGraphSchema = z
   .object({
-    nodes: z.array(z.object({ id: z.string(), plugin: z.string(), disabled: z.boolean() })),
+    nodes: z.array(
+      z.object({
+        id: z.string(),
+        plugin: z.string(),
+        disabled: z.boolean(),
+        when: z.string().optional().describe('the condition (CEL); false skips the step'),
+        trigger: z.string().optional().describe('the trigger rule, when not all_success'),
+      }),
+    ),
     edges: z.array(z.object({ from: z.string(), to: z.string() })),
     order: z.array(z.string()).describe('Dispatch order: topological, ties broken lexically by step id'),
   })

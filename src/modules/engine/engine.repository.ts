@@ -60,7 +60,7 @@ export interface ResultInput {
   /** The fencing epoch the attempt was claimed at: only a result at the step's current epoch applies. */
   epoch: number;
   /** As reported: `aborted` (stopped before it finished), `orphaned` (its lease expired; the reaper's). */
-  status: 'succeeded' | 'failed' | 'aborted' | 'orphaned';
+  status: 'succeeded' | 'failed' | 'aborted' | 'orphaned' | 'skipped';
   /** Outputs kept inline on the step (null when only the artifact holds them). */
   outputs: unknown;
   outputs_hash: string | null;
@@ -185,19 +185,29 @@ export class EngineRepository {
   async outputsOf(
     tx: SystemTx,
     keys: StepKey[],
-  ): Promise<{ tenant_id: string; run_id: string; step_id: string; outputs: unknown; outputs_hash: string | null }[]> {
+  ): Promise<
+    {
+      tenant_id: string;
+      run_id: string;
+      step_id: string;
+      status: string;
+      outputs: unknown;
+      outputs_hash: string | null;
+    }[]
+  > {
     if (keys.length === 0) return [];
     const r = await sql<{
       tenant_id: string;
       run_id: string;
       step_id: string;
+      status: string;
       outputs: unknown;
       outputs_hash: string | null;
     }>`
-      select s.tenant_id, s.run_id, s.step_id, s.outputs, s.outputs_hash from step s
+      select s.tenant_id, s.run_id, s.step_id, s.status, s.outputs, s.outputs_hash from step s
       join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
         on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id
-      where s.status = 'succeeded'`.execute(tx);
+      where s.status in ('succeeded', 'failed', 'skipped')`.execute(tx);
     return r.rows;
   }
 

@@ -34,7 +34,9 @@ export interface Completion extends StepKey {
     | { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] }
     | { status: 'failed'; error: PluginError; logs: StepLogLine[] }
     /** The attempt stopped because its run was cancelled (or its lease was lost): nothing to apply. */
-    | { status: 'aborted'; logs: StepLogLine[] };
+    | { status: 'aborted'; logs: StepLogLine[] }
+    /** The step's condition was false: it ends skipped without running. */
+    | { status: 'skipped'; logs: StepLogLine[] };
   startedAt: Date | null;
   finishedAt: Date | null;
 }
@@ -64,8 +66,8 @@ export interface ClaimedWork extends StepKey {
   traceparent: string;
   dispatchSeq: number;
   inputs: JsonValue;
-  /** Outputs of the step's dependencies, by step id (only when `needsData`). */
-  upstream: Record<string, { outputs: JsonValue }>;
+  /** Outputs and status of the step's dependencies, by step id (only when `needsData`). */
+  upstream: Record<string, { outputs: JsonValue; status?: string }>;
   /** Its config is templated or its plugin takes run data: inputs and upstream are loaded. */
   needsData: boolean;
   /** The step's dependencies (whose outputs are loaded when `needsData`). */
@@ -201,7 +203,8 @@ export class EngineStore implements OnApplicationShutdown {
         dispatchSeq: d.dispatch_seq,
         inputs: {},
         upstream: {},
-        needsData: isTemplated(config) || opts.receivesRunData?.(d.plugin) === true,
+        needsData:
+          isTemplated(config) || opts.receivesRunData?.(d.plugin) === true || (d.spec as StepSpec).when !== undefined,
         dependsOn: d.depends_on,
       });
     }
@@ -313,14 +316,16 @@ export class EngineStore implements OnApplicationShutdown {
     );
     const outs = await this.engine.outputsOf(tx, needOutputs);
     const large = outs
-      .filter((o) => o.outputs === null && o.outputs_hash !== null)
+      .filter((o) => o.status === 'succeeded' && o.outputs === null && o.outputs_hash !== null)
       .map((o) => ({ tenantId: o.tenant_id, sha256: o.outputs_hash! }));
     const bodies = await this.artifacts.jsonBodies(tx, large);
-    const byRun = new Map<string, Record<string, { outputs: JsonValue }>>();
+    const byRun = new Map<string, Record<string, { outputs: JsonValue; status: string }>>();
     for (const o of outs) {
       const k = runKey(o.tenant_id, o.run_id);
-      const outputs = (o.outputs ?? bodies.get(`${o.tenant_id}/${o.outputs_hash}`) ?? {}) as JsonValue;
-      byRun.set(k, { ...(byRun.get(k) ?? {}), [o.step_id]: { outputs } });
+      const outputs = (
+        o.status === 'succeeded' ? (o.outputs ?? bodies.get(`${o.tenant_id}/${o.outputs_hash}`) ?? {}) : {}
+      ) as JsonValue;
+      byRun.set(k, { ...(byRun.get(k) ?? {}), [o.step_id]: { outputs, status: o.status } });
     }
     for (const w of templated) {
       w.inputs = inputs.get(runKey(w.tenantId, w.runId)) ?? {};

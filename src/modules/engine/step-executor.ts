@@ -5,6 +5,7 @@ import type { PluginRegistry } from '../plugins/plugin-registry';
 import type { Sandbox } from '../sandbox/sandbox';
 import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, type SecretsService } from '../secrets/secrets.service';
+import { ConditionError, evaluateCondition, type ConditionScope } from '../flow/condition';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import type { ConstraintsService } from './constraints.service';
 import { completionFor, type ClaimedWork, type Completion } from './engine.store';
@@ -32,6 +33,11 @@ export class StepExecutor {
   /** Runs `r`'s step to its result (never throws: a plugin's exception is its step's failure). */
   async execute(r: RunningStep): Promise<Completion> {
     const w = r.work;
+    if (w.spec.when !== undefined) {
+      const at = new Date();
+      const verdict = this.condition(w);
+      if (verdict !== true) return completionFor(w, this.workerId, verdict, at, new Date());
+    }
     const logs: StepLogLine[] = [];
     // Replaced by a redactor of the secret values injected into this attempt's config (once resolved).
     const secrets: { redact: (text: string) => string } = { redact: unredacted };
@@ -107,6 +113,28 @@ export class StepExecutor {
         logs: lines,
       });
     return done({ status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines });
+  }
+
+  /** The step's condition: true runs it; false ends it skipped; an expression that fails fails the step. */
+  private condition(w: ClaimedWork): true | Completion['outcome'] {
+    const steps: ConditionScope['steps'] = {};
+    for (const [id, u] of Object.entries(w.upstream))
+      steps[id] = { outputs: u.outputs, status: u.status ?? 'succeeded' };
+    try {
+      if (evaluateCondition(w.spec.when!, { inputs: w.inputs, steps })) return true;
+      return { status: 'skipped', logs: [] };
+    } catch (e) {
+      if (!(e instanceof ConditionError)) throw e;
+      return {
+        status: 'failed',
+        error: {
+          code: 'CONDITION_FAILED',
+          message: `condition ${JSON.stringify(w.spec.when)}: ${e.message}`,
+          retryable: false,
+        },
+        logs: [],
+      };
+    }
   }
 
   private async invoke(

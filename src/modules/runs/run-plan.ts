@@ -1,4 +1,4 @@
-import type { DagDefinition, StepDefinition } from '../dags/dag-definition';
+import type { DagDefinition, StepDefinition, TriggerRule } from '../dags/dag-definition';
 import { topologicalOrder } from '../dags/dag-graph';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 
@@ -11,6 +11,10 @@ export interface StepSpec {
   disabled: boolean;
   /** At most this many attempts of the step run at once across the tenant's runs of its DAG (null: no limit). */
   concurrency?: number | null;
+  /** Its condition (CEL), evaluated when it is dispatched: false skips it. */
+  when?: string;
+  /** Its trigger rule (db/functions/ordo_trigger_decision.sql); all_success when absent. */
+  trigger?: TriggerRule;
 }
 
 /**
@@ -57,6 +61,20 @@ export function descendants(steps: readonly Pick<StepDefinition, 'id' | 'depends
   return seen;
 }
 
+/**
+ * The trigger rules a step whose dependencies all succeeded runs under (the others skip it), as
+ * ordo_trigger_decision decides them; test/medium/trigger-rules.test.ts holds this set to it.
+ */
+export const RULES_MET_BY_SUCCESS: ReadonlySet<TriggerRule> = new Set<TriggerRule>([
+  'all_success',
+  'all_done',
+  'one_success',
+  'one_done',
+  'none_failed',
+  'none_skipped',
+  'none_failed_min_one_success',
+]);
+
 /** The plans of the definitions runs were created from without reused outputs (a definition never changes). */
 const plans = new WeakMap<DagDefinition, readonly PlannedStep[]>();
 
@@ -88,7 +106,11 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         status = 'skipped';
         reason = 'disabled';
       } else if (reused) status = 'succeeded';
-      else status = 'queued';
+      else if (s.dependsOn.length > 0 && s.trigger && !RULES_MET_BY_SUCCESS.has(s.trigger)) {
+        // Every dependency was reused (succeeded) or disabled: a rule that wants a failure or a skip is not met.
+        status = 'skipped';
+        reason = 'trigger_rule';
+      } else status = 'queued';
     }
     if (status === 'skipped' || status === 'succeeded') done.add(id);
     return {
@@ -102,6 +124,8 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         constraints: s.constraints ?? null,
         disabled: s.disabled,
         concurrency: s.concurrency ?? null,
+        ...(s.when !== undefined ? { when: s.when } : {}),
+        ...(s.trigger !== undefined ? { trigger: s.trigger } : {}),
       },
       dependsOn: [...s.dependsOn],
       topoIndex,

@@ -12,7 +12,7 @@ export const STEP_STATES = [
   'retrying',
   'orphaned',
 ] as const;
-export const ATTEMPT_STATES = ['running', 'succeeded', 'failed', 'orphaned', 'cancelled'] as const;
+export const ATTEMPT_STATES = ['running', 'succeeded', 'failed', 'orphaned', 'cancelled', 'skipped'] as const;
 
 export type RunStatus = (typeof RUN_STATES)[number];
 export type StepStatus = (typeof STEP_STATES)[number];
@@ -21,7 +21,7 @@ export type Entity = 'run' | 'step' | 'attempt';
 
 /**
  * The allowed state transitions: the one table every status write is checked against. The
- * database holds the same table (state_transition, db/migrations/001_baseline.sql) and its triggers refuse any
+ * database holds the same table (state_transition, db/migrations/001_baseline.sql and the migrations after it) and its triggers refuse any
  * other change, whoever writes it.
  */
 export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, readonly string[]>> } = {
@@ -35,7 +35,7 @@ export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, read
   step: {
     pending: ['queued', 'skipped', 'cancelled'],
     queued: ['running', 'skipped', 'failed', 'cancelled'],
-    running: ['succeeded', 'failed', 'retrying', 'orphaned', 'cancelled'],
+    running: ['succeeded', 'failed', 'retrying', 'orphaned', 'cancelled', 'skipped'],
     retrying: ['queued', 'cancelled'],
     orphaned: ['queued', 'retrying', 'failed', 'cancelled'],
     succeeded: [],
@@ -44,11 +44,12 @@ export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, read
     cancelled: [],
   },
   attempt: {
-    running: ['succeeded', 'failed', 'orphaned', 'cancelled'],
+    running: ['succeeded', 'failed', 'orphaned', 'cancelled', 'skipped'],
     succeeded: [],
     failed: [],
     orphaned: [],
     cancelled: [],
+    skipped: [],
   },
 };
 
