@@ -191,8 +191,8 @@ begin
     from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
     where c.outcome like '%>retrying';
 
-    -- A step whose condition was false ends skipped (its attempt too).
-    update step s set status = 'skipped', reason = 'condition_false', finished_at = now()
+    -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
+    update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
     from unnest(v_c) c
     where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'skipped'
       and s.status = 'running' and s.epoch = c.epoch;
@@ -394,10 +394,12 @@ begin
       '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
     union all
+    -- (Its data, why it was skipped, is a flat object of strings and booleans: canonical JSON is its
+    -- members in key order.)
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.skipped', c.step_id, c.attempt, c.actor,
-      '{"reason":"condition_false","value":false,"when":' || to_json(s.spec->>'when')::text || '}')::ordo_adv_event
-    from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
-    where c.outcome = 'skipped'
+      (select '{' || string_agg(to_json(x.k)::text || ':' || x.v::text, ',' order by convert_to(x.k, 'UTF8')) || '}'
+        from jsonb_each(c.error) as x(k, v)))::ordo_adv_event
+    from unnest(v_c) c where c.outcome = 'skipped'
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.orphaned', c.step_id, c.attempt, c.actor,
       '{"epoch":' || c.epoch || '}')::ordo_adv_event

@@ -1,3 +1,4 @@
+import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { waitForRun } from './runs-support';
 
@@ -8,7 +9,14 @@ type Step = {
   dispatchSeq: number | null;
   error: { code: string } | null;
 };
-type Event = { seq: number; type: string; stepId: string | null; data: Record<string, unknown>; hash: string };
+type Event = {
+  seq: number;
+  type: string;
+  stepId: string | null;
+  data: Record<string, unknown>;
+  hash: string;
+  createdUtc: string;
+};
 
 /** Conditions (`when`) and trigger rules, through the API and a worker. */
 describe('conditions and trigger rules', () => {
@@ -84,6 +92,16 @@ describe('conditions and trigger rules', () => {
     ]);
     expect(s.no.reason).toBe('condition_false');
     const ev = await events(yes.runId);
+    expect(
+      verifyChain(
+        ev.map((e) => ({
+          ...e,
+          tenantId: as.tenantId,
+          runId: yes.runId,
+          createdAt: e.createdUtc,
+        })) as unknown as ChainedEvent[],
+      ),
+    ).toEqual({ ok: true });
     expect(ev.find((e) => e.type === 'step.skipped' && e.stepId === 'no')?.data).toEqual({
       reason: 'condition_false',
       value: false,

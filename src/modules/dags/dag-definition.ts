@@ -37,9 +37,9 @@ export const constraintAction = z.discriminatedUnion('type', [
 ]);
 
 export const stepConstraints = z.strictObject({
-  /** Past this run time: the actions run (typically an event and a webhook); the step goes on. */
+  /** Past this run time: the actions run (typically an event and a webhook); the step goes on, unless one is `fail` or `skip`. */
   maxExpectedRunTime: z.strictObject({ after: duration, actions: z.array(constraintAction).min(1).max(5) }).optional(),
-  /** Past this run time: the step is killed and the actions run (`fail` is implied). */
+  /** Past this run time: the step is killed and the actions run; it fails, or with a `skip` action ends skipped. */
   maxAllowedRunTime: z
     .strictObject({ after: duration, actions: z.array(constraintAction).max(5).default([]) })
     .optional(),
@@ -84,6 +84,8 @@ export const stepDefinition = z.strictObject({
   when: z.string().min(1).max(4000).optional(),
   /** When the step may run, given how its dependencies ended. */
   trigger: z.enum(TRIGGER_RULES).optional(),
+  /** The longest the step may wait for a slot once ready: past it, it fails (DISPATCH_TIMEOUT) instead of running. */
+  dispatchTimeout: duration.optional(),
 });
 
 /** A DAG definition as published (JSON or YAML). Parsing normalizes durations to ms and fills defaults. */

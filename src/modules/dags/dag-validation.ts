@@ -183,6 +183,15 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
       issues.push({ path: `${at}.retry.initialDelay`, step: s.id, message: 'retry initialDelay exceeds maxDelay' });
     }
     const c = s.constraints;
+    for (const k of ['maxExpectedRunTime', 'maxAllowedRunTime'] as const) {
+      const types = new Set(c?.[k]?.actions.map((a) => a.type));
+      if (types.has('fail') && types.has('skip'))
+        issues.push({
+          path: `${at}.constraints.${k}.actions`,
+          step: s.id,
+          message: 'a constraint either fails or skips the step, not both',
+        });
+    }
     if (c?.maxExpectedRunTime && c.maxAllowedRunTime && c.maxExpectedRunTime.after >= c.maxAllowedRunTime.after) {
       issues.push({
         path: `${at}.constraints.maxExpectedRunTime.after`,

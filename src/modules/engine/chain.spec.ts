@@ -22,6 +22,7 @@ function claimed(stepId: string, over: Partial<ClaimedWork> = {}): ClaimedWork {
     traceId: 'a'.repeat(32),
     traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`,
     dispatchSeq: 4,
+    queuedAt: new Date(0),
     inputs: { x: 1 },
     upstream: {},
     needsData: true,

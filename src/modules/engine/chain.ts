@@ -76,6 +76,7 @@ export function nextLink(
     traceId: prev.traceId,
     traceparent: `00-${prev.traceId}-${randomBytes(8).toString('hex')}-01`,
     dispatchSeq: prev.dispatchSeq + 1,
+    queuedAt: new Date(),
     inputs: hasInputs ? prev.inputs : {},
     upstream: { [prev.stepId]: { outputs } },
     needsData: refs.length > 0 || runData,

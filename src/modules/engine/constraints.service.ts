@@ -39,6 +39,8 @@ export class ConstraintsService {
     constraint: 'maxExpectedRunTime' | 'maxAllowedRunTime',
     afterMs: number,
     actions: ConstraintAction[],
+    /** What the breach does to the step: only recorded (warned), or the step was stopped and killed (failed), failed or skipped. */
+    effect: 'warned' | 'killed' | 'failed' | 'skipped',
   ): Promise<void> {
     try {
       await this.db.withSystem(async (tx) => {
@@ -47,11 +49,7 @@ export class ConstraintsService {
         if (!b) return;
         const [st] = await this.engine.stepStates(tx, [w]);
         if (!st || st.status !== 'running' || st.epoch !== w.epoch) return;
-        const base: JsonObject = {
-          constraint,
-          afterMs,
-          ...(constraint === 'maxAllowedRunTime' ? { effect: 'killed' } : { effect: 'warned' }),
-        };
+        const base: JsonObject = { constraint, afterMs, effect };
         books.event(b, {
           type: 'step.constraint_breached',
           stepId: w.stepId,

@@ -65,7 +65,8 @@ export interface ResultInput {
   outputs: unknown;
   outputs_hash: string | null;
   logs_hash: string | null;
-  error: { code: string; message: string; retryable: boolean } | null;
+  /** A failure's error; for `skipped`, why (`reason` and the step.skipped event's other data). */
+  error: { code: string; message: string; retryable: boolean } | ({ reason: string } & Record<string, unknown>) | null;
   started_at: Date | null;
   finished_at: Date | null;
   /** Who reported it (default: the worker). */

@@ -35,8 +35,8 @@ export interface Completion extends StepKey {
     | { status: 'failed'; error: PluginError; logs: StepLogLine[] }
     /** The attempt stopped because its run was cancelled (or its lease was lost): nothing to apply. */
     | { status: 'aborted'; logs: StepLogLine[] }
-    /** The step's condition was false: it ends skipped without running. */
-    | { status: 'skipped'; logs: StepLogLine[] };
+    /** The step ends skipped (its condition was false, or a constraint's `skip` action): `skip.reason` says why. */
+    | { status: 'skipped'; skip: { reason: string } & JsonObject; logs: StepLogLine[] };
   startedAt: Date | null;
   finishedAt: Date | null;
 }
@@ -68,6 +68,8 @@ export interface ClaimedWork extends StepKey {
   inputs: JsonValue;
   /** Outputs and status of the step's dependencies, by step id (only when `needsData`). */
   upstream: Record<string, { outputs: JsonValue; status?: string }>;
+  /** When it became ready (queued). */
+  queuedAt: Date;
   /** Its config is templated or its plugin takes run data: inputs and upstream are loaded. */
   needsData: boolean;
   /** The step's dependencies (whose outputs are loaded when `needsData`). */
@@ -203,6 +205,7 @@ export class EngineStore implements OnApplicationShutdown {
         dispatchSeq: d.dispatch_seq,
         inputs: {},
         upstream: {},
+        queuedAt: d.queued_at ? new Date(d.queued_at) : now,
         needsData:
           isTemplated(config) || opts.receivesRunData?.(d.plugin) === true || (d.spec as StepSpec).when !== undefined,
         dependsOn: d.depends_on,
@@ -448,10 +451,13 @@ function resultInput(c: Completion, artifacts: ArtifactInput[], ord: number): Re
     outputsHash = art.sha256;
     outputs = Buffer.byteLength(art.json) <= INLINE_OUTPUTS_BYTES ? (out.outputs ?? {}) : null;
   }
-  const error: PluginError | null =
+  // A skipped result carries why in its error field (the step.skipped event's data).
+  const error: ResultInput['error'] =
     out.status === 'failed'
       ? { code: out.error.code, message: out.error.message, retryable: out.error.retryable }
-      : null;
+      : out.status === 'skipped'
+        ? out.skip
+        : null;
   return {
     tenant_id: c.tenantId,
     run_id: c.runId,

@@ -1,7 +1,15 @@
 import type { ClaimedWork } from './engine.store';
 
 /** Why a running step was stopped before its plugin finished. */
-export type StopReason = 'cancelled' | 'timeout' | 'max_allowed_run_time' | 'lease_lost' | 'shutdown' | 'superseded';
+export type StopReason =
+  | 'cancelled'
+  | 'timeout'
+  | 'max_allowed_run_time'
+  /** maxExpectedRunTime passed with a `fail` or `skip` action. */
+  | 'max_expected_run_time'
+  | 'lease_lost'
+  | 'shutdown'
+  | 'superseded';
 
 /** A step this worker runs: its work, its abort signal, and why it was stopped (null while it was not). */
 export interface RunningStep {

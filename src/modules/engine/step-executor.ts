@@ -33,6 +33,25 @@ export class StepExecutor {
   /** Runs `r`'s step to its result (never throws: a plugin's exception is its step's failure). */
   async execute(r: RunningStep): Promise<Completion> {
     const w = r.work;
+    const waited = w.spec.dispatchTimeout !== undefined ? Date.now() - w.queuedAt.getTime() : 0;
+    if (waited > w.spec.dispatchTimeout!) {
+      const at = new Date();
+      return completionFor(
+        w,
+        this.workerId,
+        {
+          status: 'failed',
+          error: {
+            code: 'DISPATCH_TIMEOUT',
+            message: `step waited ${waited} ms for a slot, longer than its dispatchTimeout of ${w.spec.dispatchTimeout} ms`,
+            retryable: false,
+          },
+          logs: [],
+        },
+        at,
+        at,
+      );
+    }
     if (w.spec.when !== undefined) {
       const at = new Date();
       const verdict = this.condition(w);
@@ -46,10 +65,19 @@ export class StepExecutor {
     const c = w.spec.constraints;
     if (c?.maxAllowedRunTime)
       timers.push(setTimeout(() => stopStep(r, 'max_allowed_run_time'), c.maxAllowedRunTime.after));
+    const expectedEnds = c?.maxExpectedRunTime?.actions.find((a) => a.type === 'fail' || a.type === 'skip');
     if (c?.maxExpectedRunTime) {
       const m = c.maxExpectedRunTime;
+      // A fail or skip action stops the step (its breach is recorded with its result, below);
+      // the others only record it and the step goes on.
       timers.push(
-        setTimeout(() => void this.constraints.breached(w, 'maxExpectedRunTime', m.after, m.actions), m.after),
+        setTimeout(
+          () =>
+            expectedEnds
+              ? stopStep(r, 'max_expected_run_time')
+              : void this.constraints.breached(w, 'maxExpectedRunTime', m.after, m.actions, 'warned'),
+          m.after,
+        ),
       );
     }
     const startedAt = new Date();
@@ -86,9 +114,30 @@ export class StepExecutor {
           error: { code: 'TIMEOUT', message: `step exceeded its timeout of ${w.spec.timeout} ms`, retryable: true },
           logs: lines,
         });
+      case 'max_expected_run_time': {
+        const m = c!.maxExpectedRunTime!;
+        const effect = expectedEnds!.type === 'skip' ? 'skipped' : 'failed';
+        await this.constraints.breached(w, 'maxExpectedRunTime', m.after, m.actions, effect).catch(() => undefined);
+        if (effect === 'skipped')
+          return done({ status: 'skipped', skip: { reason: 'max_expected_run_time', afterMs: m.after }, logs: lines });
+        return done({
+          status: 'failed',
+          error: {
+            code: 'MAX_EXPECTED_RUN_TIME',
+            message: `step ran longer than ${m.after} ms and its constraint fails it`,
+            retryable: false,
+          },
+          logs: lines,
+        });
+      }
       case 'max_allowed_run_time': {
         const m = c!.maxAllowedRunTime!;
-        await this.constraints.breached(w, 'maxAllowedRunTime', m.after, m.actions).catch(() => undefined);
+        const skip = m.actions.some((a) => a.type === 'skip');
+        await this.constraints
+          .breached(w, 'maxAllowedRunTime', m.after, m.actions, skip ? 'skipped' : 'killed')
+          .catch(() => undefined);
+        if (skip)
+          return done({ status: 'skipped', skip: { reason: 'max_allowed_run_time', afterMs: m.after }, logs: lines });
         return done({
           status: 'failed',
           error: {
@@ -122,7 +171,7 @@ export class StepExecutor {
       steps[id] = { outputs: u.outputs, status: u.status ?? 'succeeded' };
     try {
       if (evaluateCondition(w.spec.when!, { inputs: w.inputs, steps })) return true;
-      return { status: 'skipped', logs: [] };
+      return { status: 'skipped', skip: { reason: 'condition_false', value: false, when: w.spec.when! }, logs: [] };
     } catch (e) {
       if (!(e instanceof ConditionError)) throw e;
       return {

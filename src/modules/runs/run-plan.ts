@@ -15,6 +15,8 @@ export interface StepSpec {
   when?: string;
   /** Its trigger rule (db/functions/ordo_trigger_decision.sql); all_success when absent. */
   trigger?: TriggerRule;
+  /** The longest it may wait in the queue for a slot (ms): past it, it fails DISPATCH_TIMEOUT instead of running. */
+  dispatchTimeout?: number;
 }
 
 /**
@@ -126,6 +128,7 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         concurrency: s.concurrency ?? null,
         ...(s.when !== undefined ? { when: s.when } : {}),
         ...(s.trigger !== undefined ? { trigger: s.trigger } : {}),
+        ...(s.dispatchTimeout !== undefined ? { dispatchTimeout: s.dispatchTimeout } : {}),
       },
       dependsOn: [...s.dependsOn],
       topoIndex,
