@@ -93,6 +93,8 @@ describe("README's hello world", () => {
     expect(created).toEqual(['true', 'false']);
     // The outputs printed are the ones the README shows.
     expect(r.out).toContain(expected[0]);
+    // The export verified against the pinned key.
+    expect(r.out).toMatch(/^OK: \d+ lines \(.*\), signed by key \S+$/m);
 
     const as = { token: app.adminToken, tenantId: app.tenantId };
     const runs = await app.request('GET', '/api/v1/runs?dagId=hello', { as });
