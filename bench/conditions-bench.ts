@@ -5,8 +5,8 @@ export function conditionCost(iterations = 50_000): { expression: string; meanUs
   const scope = (i: number): ConditionScope => ({
     inputs: { region: i % 2 === 0 ? 'eu' : 'us', limit: 10 },
     steps: {
-      list: { outputs: { items: [1, 2, 3], count: i % 7 }, status: 'succeeded' },
-      check: { outputs: { ok: i % 3 !== 0 }, status: i % 5 === 0 ? 'failed' : 'succeeded' },
+      list: { outputs: { items: [1, 2, 3], count: i % 7 }, status: 'succeeded', namedStatus: null },
+      check: { outputs: { ok: i % 3 !== 0 }, status: i % 5 === 0 ? 'failed' : 'succeeded', namedStatus: null },
     },
   });
   const expressions = [

@@ -60,10 +60,11 @@ begin
   v_c := array(
     select row(c.tenant_id, c.run_id, c.step_id, c.attempt, c.epoch, c.outputs, c.outputs_hash, c.logs_hash, c.started_at,
       c.finished_at, c.ord, c.status, case when c.status = 'succeeded' then 'succeeded' end, c.error,
-      coalesce(c.actor, v_worker))::ordo_adv_result
+      coalesce(c.actor, v_worker), c.named_status)::ordo_adv_result
     from jsonb_to_recordset(p->'results')
       as c(tenant_id text, run_id uuid, step_id text, attempt integer, epoch integer, status text, outputs jsonb,
-        outputs_hash text, logs_hash text, error jsonb, started_at timestamptz, finished_at timestamptz, actor text, ord integer)
+        outputs_hash text, logs_hash text, error jsonb, started_at timestamptz, finished_at timestamptz, actor text, ord integer,
+        named_status text)
   );
 
   -- The runs, locked in key order.
@@ -75,7 +76,7 @@ begin
   -- Successes whose step still runs at the reported epoch: the common case, applied at once.
   with u as (
     update step s set status = 'succeeded', outputs = coalesce(c.outputs, s.outputs), outputs_hash = c.outputs_hash,
-      logs_hash = coalesce(c.logs_hash, s.logs_hash), finished_at = now()
+      logs_hash = coalesce(c.logs_hash, s.logs_hash), named_status = c.named_status, finished_at = now()
     from unnest(v_c) c
     where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.status = 'succeeded'
       and s.status = 'running' and s.epoch = c.epoch
@@ -113,7 +114,7 @@ begin
             '{"code":"ABORTED","message":"the attempt was stopped before it finished","retryable":true}'::jsonb
           else c.error
         end,
-        c.actor)::ordo_adv_result
+        c.actor, c.named_status)::ordo_adv_result
       from unnest(v_c) c
       join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
       left join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
@@ -171,7 +172,7 @@ begin
             then c.outcome || '>retrying'
           else c.outcome || '>failed'
         end,
-        c.error, c.actor)::ordo_adv_result
+        c.error, c.actor, c.named_status)::ordo_adv_result
       from unnest(v_c) c
       join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
       left join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
@@ -219,14 +220,26 @@ begin
       union all
       select k.tenant_id, k.run_id, k.step_id, 0, 1 from unnest(v_dskip) k
     ),
+    -- (A success counts as skipped on a dependent that needs another named status of that step.)
+    ek as (
+      select s.tenant_id, s.run_id, s.step_id, e.f,
+        case when e.f = 1 or e.k = 1 then e.k
+          when not coalesce(s.spec->'onStatus' ? e.step_id, false) then 0
+          when (select u.named_status from step u
+                where u.tenant_id = e.tenant_id and u.run_id = e.run_id and u.step_id = e.step_id)
+            is not distinct from s.spec->'onStatus'->>e.step_id then 0
+          else 1 end as k
+      from e
+      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and e.step_id = any(s.depends_on)
+      where s.status = 'pending'
+    ),
     d as (
       select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n, sum(e.f)::integer as nf, sum(e.k)::integer as nk,
         ordo_trigger_decision(s.spec->>'trigger', cardinality(s.depends_on), s.pending_deps - count(*)::integer,
           s.deps_failed + sum(e.f)::integer, s.deps_skipped + sum(e.k)::integer) as decision,
         coalesce((s.spec->>'disabled')::boolean, false) as disabled
-      from e
-      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and e.step_id = any(s.depends_on)
-      where s.status = 'pending'
+      from ek e
+      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and s.step_id = e.step_id
       group by s.tenant_id, s.run_id, s.step_id
     ),
     u as (
@@ -391,7 +404,8 @@ begin
     where c.outcome = 'rejected'
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.succeeded', c.step_id, c.attempt, c.actor,
-      '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
+      '{"outputsHash":' || to_json(c.outputs_hash)::text || coalesce(',"status":' || to_json(c.named_status)::text, '')
+        || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
     union all
     -- (Its data, why it was skipped, is a flat object of strings and booleans: canonical JSON is its

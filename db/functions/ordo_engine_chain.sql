@@ -73,6 +73,9 @@ begin
   if p->'head' is null then
     raise exception using errcode = 'OR001', message = 'a chain starts from one result';
   end if;
+  if v_c->>'named_status' is not null then
+    raise exception using errcode = 'OR001', message = 'a result with a named status goes through ordo_engine_advance';
+  end if;
   v_last := coalesce(v_links->(v_n - 1)->>'step_id', v_s);
   perform set_config('ordo.notify_after_commit', 'on', true);
 
@@ -101,7 +104,7 @@ begin
         and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'step_id' end]
         and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
-        and s.spec->>'when' is null and s.spec->>'trigger' is null
+        and s.spec->>'when' is null and s.spec->>'trigger' is null and not s.spec ? 'onStatus' and not s.spec ? 'statuses'
         and not exists (
           select 1 from step o
           where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
@@ -154,7 +157,7 @@ begin
       queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
     where v_n = 0 and s.tenant_id = v_t and s.run_id = v_r and v_s = any(s.depends_on) and s.status = 'pending'
     returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
-      s.spec->>'trigger' is not null as ruled
+      s.spec->>'trigger' is not null or s.spec ? 'onStatus' as ruled
   )
   select (select count(*) from res)::integer, (select count(*) from item)::integer, (select count(*) from q)::integer,
     coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
@@ -213,7 +216,7 @@ begin
         queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
       where s.tenant_id = v_t and s.run_id = v_r and v_last = any(s.depends_on) and s.status = 'pending'
       returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
-        s.spec->>'trigger' is not null as ruled
+        s.spec->>'trigger' is not null or s.spec ? 'onStatus' as ruled
     )
     select (select count(*) from res)::integer,
       coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)

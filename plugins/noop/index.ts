@@ -10,6 +10,8 @@ const config = z.strictObject({
   fail: z.union([z.boolean(), z.string()]).optional(),
   /** With `fail`, whether the failure is retryable. */
   retryable: z.boolean().optional(),
+  /** The named status to succeed with (one the step declares in `statuses`). */
+  namedStatus: z.string().optional(),
 });
 
 /** Returns its `output` (optionally after sleeping): the engine's test and benchmark plugin. */
@@ -41,6 +43,10 @@ export default definePlugin({
         error: { code: 'NOOP_FAIL', message: 'told to fail', retryable: cfg.retryable ?? false },
       };
     }
-    return { status: 'succeeded', outputs: (cfg.output ?? {}) as JsonObject };
+    return {
+      status: 'succeeded',
+      outputs: (cfg.output ?? {}) as JsonObject,
+      ...(cfg.namedStatus !== undefined ? { namedStatus: cfg.namedStatus } : {}),
+    };
   },
 });

@@ -356,6 +356,7 @@ export interface Step {
   finished_at: Timestamp | null;
   from_rerun: Generated<boolean>;
   logs_hash: string | null;
+  named_status: string | null;
   outputs: Json | null;
   outputs_hash: string | null;
   pending_deps: number;

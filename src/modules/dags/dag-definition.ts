@@ -67,12 +67,21 @@ export const TRIGGER_RULES = [
 ] as const;
 export type TriggerRule = (typeof TRIGGER_RULES)[number];
 
-export const stepDefinition = z.strictObject({
+/** A named status a step may end with (`approved`, `rejected`…). */
+export const STATUS_NAME = /^[a-z][a-z0-9_]{0,39}$/;
+const statusName = z
+  .string()
+  .regex(STATUS_NAME, 'lower-case letters, digits and _, starting with a letter, at most 40');
+
+/** A dependency: a step id, or a step and the named status this step needs it to end with. */
+const dependency = z.union([z.string(), z.strictObject({ step: z.string(), status: statusName })]);
+
+const stepFields = z.strictObject({
   id: z.string().regex(STEP_ID, 'letters, digits, _ and -, starting with a letter or _, at most 64'),
   description: z.string().max(2000).optional(),
   plugin: z.string().min(1).max(64),
   with: z.record(z.string(), z.unknown()).default({}),
-  dependsOn: z.array(z.string()).max(1000).default([]),
+  dependsOn: z.array(dependency).max(1000).default([]),
   retry: retryPolicy.optional(),
   timeout: duration.default(300_000),
   /** At most this many attempts of this step run at once across the tenant's runs of this DAG. */
@@ -86,6 +95,31 @@ export const stepDefinition = z.strictObject({
   trigger: z.enum(TRIGGER_RULES).optional(),
   /** The longest the step may wait for a slot once ready: past it, it fails (DISPATCH_TIMEOUT) instead of running. */
   dispatchTimeout: duration.optional(),
+  /** The named statuses the step may end with; it must end with one of them (else UNKNOWN_STATUS). */
+  statuses: z.array(statusName).min(1).max(32).optional(),
+  /** The named status needed of each dependency listed here (what `{step, status}` entries of dependsOn normalize to). */
+  onStatus: z.record(z.string(), statusName).optional(),
+});
+
+/**
+ * A step. Its `{step, status}` dependencies normalize to step ids in `dependsOn` and the status
+ * needed of each in `onStatus`.
+ */
+export const stepDefinition = stepFields.transform((s, ctx) => {
+  const ids: string[] = [];
+  const on: Record<string, string> = { ...(s.onStatus ?? {}) };
+  for (const d of s.dependsOn) {
+    if (typeof d === 'string') {
+      ids.push(d);
+      continue;
+    }
+    ids.push(d.step);
+    if (on[d.step] !== undefined && on[d.step] !== d.status)
+      ctx.addIssue({ code: 'custom', path: ['dependsOn'], message: `two statuses needed of step "${d.step}"` });
+    on[d.step] = d.status;
+  }
+  const { onStatus: _given, ...rest } = s;
+  return { ...rest, dependsOn: ids, ...(Object.keys(on).length > 0 ? { onStatus: on } : {}) };
 });
 
 /** A DAG definition as published (JSON or YAML). Parsing normalizes durations to ms and fills defaults. */
@@ -97,6 +131,25 @@ export const dagDefinition = z
     inputs: z.record(z.string(), z.unknown()).optional(),
     constraints: dagConstraints.optional(),
     steps: z.array(stepDefinition).min(1).max(1000),
+  })
+  .superRefine((d, ctx) => {
+    // A status needed of a step is one it declares, and the step is a dependency.
+    const declared = new Map(d.steps.map((s) => [s.id, s.statuses]));
+    d.steps.forEach((s, i) => {
+      for (const [dep, status] of Object.entries(s.onStatus ?? {})) {
+        const path = ['steps', i, 'dependsOn'];
+        if (!s.dependsOn.includes(dep))
+          ctx.addIssue({ code: 'custom', path, message: `needs a status of "${dep}", which is not a dependency` });
+        else if (declared.has(dep) && !declared.get(dep)?.includes(status))
+          ctx.addIssue({
+            code: 'custom',
+            path,
+            message: `needs status "${status}" of "${dep}", which declares ${
+              declared.get(dep) ? `statuses ${declared.get(dep)!.join(', ')}` : 'no statuses'
+            }`,
+          });
+      }
+    });
   })
   .meta({ id: 'DagDefinition' });
 

@@ -131,12 +131,18 @@ export interface GraphNode {
   trigger?: string;
 }
 
-type GraphInput = GraphStep & { plugin: string; disabled?: boolean; when?: string; trigger?: string };
+type GraphInput = GraphStep & {
+  plugin: string;
+  disabled?: boolean;
+  when?: string;
+  trigger?: string;
+  onStatus?: Record<string, string>;
+};
 
 export interface DagGraphJson {
   nodes: GraphNode[];
-  /** `from` runs before `to` (`to` depends on `from`), sorted by (from, to). */
-  edges: Array<{ from: string; to: string }>;
+  /** `from` runs before `to` (`to` depends on `from`; only when `from` ends with `status`, if given), sorted by (from, to). */
+  edges: Array<{ from: string; to: string; status?: string }>;
   /** The deterministic dispatch order (topologicalOrder). */
   order: string[];
 }
@@ -153,7 +159,13 @@ export function graphJson(steps: ReadonlyArray<GraphInput>): DagGraphJson {
       ...(s.trigger !== undefined && s.trigger !== 'all_success' ? { trigger: s.trigger } : {}),
     }));
   const edges = steps
-    .flatMap((s) => [...new Set(s.dependsOn)].map((from) => ({ from, to: s.id })))
+    .flatMap((s) =>
+      [...new Set(s.dependsOn)].map((from) => ({
+        from,
+        to: s.id,
+        ...(s.onStatus?.[from] !== undefined ? { status: s.onStatus[from] } : {}),
+      })),
+    )
     .sort((a, b) => byId(a.from, b.from) || byId(a.to, b.to));
   return { nodes, edges, order };
 }
@@ -181,7 +193,8 @@ export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string
     ];
     lines.push(`  ${dotString(n.id)} [label=${dotString(label.join('\n'))}${style}];`);
   }
-  for (const e of g.edges) lines.push(`  ${dotString(e.from)} -> ${dotString(e.to)};`);
+  for (const e of g.edges)
+    lines.push(`  ${dotString(e.from)} -> ${dotString(e.to)}${e.status ? ` [label=${dotString(e.status)}]` : ''};`);
   lines.push('}');
   return lines.join('\n') + '\n';
 }

@@ -99,7 +99,16 @@ export const dagGraphSchema = z
         trigger: z.string().optional().describe('the trigger rule, when not all_success'),
       }),
     ),
-    edges: z.array(z.object({ from: z.string(), to: z.string() })),
+    edges: z.array(
+      z.object({
+        from: z.string(),
+        to: z.string(),
+        status: z
+          .string()
+          .optional()
+          .describe('the named status `from` must end with for this edge to count as succeeded'),
+      }),
+    ),
     order: z.array(z.string()).describe('Dispatch order: topological, ties broken lexically by step id'),
   })
   .meta({ id: 'DagGraph' });

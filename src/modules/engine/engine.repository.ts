@@ -73,6 +73,8 @@ export interface ResultInput {
   actor?: string;
   /** Its place in the batch: its events are appended in this order. */
   ord: number;
+  /** The named status a success ends the step with (null: none). */
+  named_status?: string | null;
 }
 
 /** Input of ordo_engine_advance: results, and the worker's room for their successors. */
@@ -192,6 +194,7 @@ export class EngineRepository {
       run_id: string;
       step_id: string;
       status: string;
+      named_status: string | null;
       outputs: unknown;
       outputs_hash: string | null;
     }[]
@@ -202,10 +205,11 @@ export class EngineRepository {
       run_id: string;
       step_id: string;
       status: string;
+      named_status: string | null;
       outputs: unknown;
       outputs_hash: string | null;
     }>`
-      select s.tenant_id, s.run_id, s.step_id, s.status, s.outputs, s.outputs_hash from step s
+      select s.tenant_id, s.run_id, s.step_id, s.status, s.named_status, s.outputs, s.outputs_hash from step s
       join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
         on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id
       where s.status in ('succeeded', 'failed', 'skipped')`.execute(tx);

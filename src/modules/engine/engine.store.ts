@@ -31,7 +31,7 @@ export interface Completion extends StepKey {
   epoch: number;
   workerId: string;
   outcome:
-    | { status: 'succeeded'; outputs: JsonObject; logs: StepLogLine[] }
+    | { status: 'succeeded'; outputs: JsonObject; namedStatus?: string; logs: StepLogLine[] }
     | { status: 'failed'; error: PluginError; logs: StepLogLine[] }
     /** The attempt stopped because its run was cancelled (or its lease was lost): nothing to apply. */
     | { status: 'aborted'; logs: StepLogLine[] }
@@ -67,7 +67,7 @@ export interface ClaimedWork extends StepKey {
   dispatchSeq: number;
   inputs: JsonValue;
   /** Outputs and status of the step's dependencies, by step id (only when `needsData`). */
-  upstream: Record<string, { outputs: JsonValue; status?: string }>;
+  upstream: Record<string, { outputs: JsonValue; status?: string; namedStatus?: string | null }>;
   /** When it became ready (queued). */
   queuedAt: Date;
   /** Its config is templated or its plugin takes run data: inputs and upstream are loaded. */
@@ -222,7 +222,8 @@ export class EngineStore implements OnApplicationShutdown {
    */
   async advance(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
     if (completions.length === 0) return [];
-    if (completions.length === 1 && completions[0].outcome.status === 'succeeded') {
+    const one = completions.length === 1 ? completions[0].outcome : null;
+    if (one?.status === 'succeeded' && one.namedStatus === undefined) {
       const single = await this.chain(completions[0], [], opts);
       if (single) return single;
     }
@@ -269,7 +270,7 @@ export class EngineStore implements OnApplicationShutdown {
     opts: ClaimOptions,
     ahead?: { stepId: string; traceparent: string },
   ): Promise<ClaimedWork[] | null> {
-    if (head.outcome.status !== 'succeeded') return null;
+    if (head.outcome.status !== 'succeeded' || head.outcome.namedStatus !== undefined) return null;
     const artifacts: ArtifactInput[] = [];
     const input: ChainInput = {
       worker: opts.workerId,
@@ -322,13 +323,16 @@ export class EngineStore implements OnApplicationShutdown {
       .filter((o) => o.status === 'succeeded' && o.outputs === null && o.outputs_hash !== null)
       .map((o) => ({ tenantId: o.tenant_id, sha256: o.outputs_hash! }));
     const bodies = await this.artifacts.jsonBodies(tx, large);
-    const byRun = new Map<string, Record<string, { outputs: JsonValue; status: string }>>();
+    const byRun = new Map<string, Record<string, { outputs: JsonValue; status: string; namedStatus: string | null }>>();
     for (const o of outs) {
       const k = runKey(o.tenant_id, o.run_id);
       const outputs = (
         o.status === 'succeeded' ? (o.outputs ?? bodies.get(`${o.tenant_id}/${o.outputs_hash}`) ?? {}) : {}
       ) as JsonValue;
-      byRun.set(k, { ...(byRun.get(k) ?? {}), [o.step_id]: { outputs, status: o.status } });
+      byRun.set(k, {
+        ...(byRun.get(k) ?? {}),
+        [o.step_id]: { outputs, status: o.status, namedStatus: o.named_status },
+      });
     }
     for (const w of templated) {
       w.inputs = inputs.get(runKey(w.tenantId, w.runId)) ?? {};
@@ -473,5 +477,6 @@ function resultInput(c: Completion, artifacts: ArtifactInput[], ord: number): Re
     finished_at: c.finishedAt,
     actor: c.workerId,
     ord,
+    named_status: out.status === 'succeeded' ? (out.namedStatus ?? null) : null,
   };
 }

@@ -151,10 +151,18 @@ export class StepExecutor {
       case null:
         break;
     }
+    const unknown = result.status === 'succeeded' ? unknownStatus(w, result.namedStatus) : null;
+    if (unknown)
+      return done({
+        status: 'failed',
+        error: { code: 'UNKNOWN_STATUS', message: unknown, retryable: false },
+        logs: lines,
+      });
     if (result.status === 'succeeded')
       // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
       return done({
         status: 'succeeded',
+        ...(result.namedStatus !== undefined ? { namedStatus: result.namedStatus } : {}),
         outputs:
           secrets.redact === unredacted
             ? result.outputs
@@ -168,7 +176,7 @@ export class StepExecutor {
   private condition(w: ClaimedWork): true | Completion['outcome'] {
     const steps: ConditionScope['steps'] = {};
     for (const [id, u] of Object.entries(w.upstream))
-      steps[id] = { outputs: u.outputs, status: u.status ?? 'succeeded' };
+      steps[id] = { outputs: u.outputs, status: u.status ?? 'succeeded', namedStatus: u.namedStatus ?? null };
     try {
       if (evaluateCondition(w.spec.when!, { inputs: w.inputs, steps })) return true;
       return { status: 'skipped', skip: { reason: 'condition_false', value: false, when: w.spec.when! }, logs: [] };
@@ -257,6 +265,15 @@ export class StepExecutor {
       execute().then(resolve, reject);
     });
   }
+}
+
+/** Why a success's named status is not one the step may end with (null when it is). */
+function unknownStatus(w: ClaimedWork, named: string | undefined): string | null {
+  const declared = w.spec.statuses;
+  if (declared === undefined)
+    return named === undefined ? null : `the step ended with status "${named}" but declares no statuses`;
+  if (named === undefined) return `the step must end with one of its statuses (${declared.join(', ')})`;
+  return declared.includes(named) ? null : `status "${named}" is not one of the step's (${declared.join(', ')})`;
 }
 
 /** The redactor of an attempt that was given no secret. */

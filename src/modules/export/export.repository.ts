@@ -81,6 +81,7 @@ export class ExportRepository {
         'topo_index',
         'dispatch_seq',
         'attempts',
+        'named_status',
         'outputs_hash',
         'logs_hash',
         'error',

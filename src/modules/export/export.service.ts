@@ -147,6 +147,7 @@ export class ExportService {
             topoIndex: s.topo_index,
             dispatchSeq: s.dispatch_seq,
             attempts: s.attempts,
+            ...(s.named_status !== null ? { namedStatus: s.named_status } : {}),
             outputsHash: s.outputs_hash,
             logsHash: s.logs_hash,
             error: redactSecrets(s.error),

@@ -2,7 +2,7 @@ import { Environment } from '@marcbachmann/cel-js';
 
 /**
  * Step conditions (`when:`): CEL expressions over `inputs` (the run's inputs) and `steps.<id>`
- * (`outputs` and `status` of the step's dependencies), evaluated by the worker when the step is
+ * (`outputs`, `status` and `namedStatus` of the step's dependencies), evaluated by the worker when the step is
  * dispatched. CEL has no loops, I/O, clock or randomness, so a condition is a pure function of its
  * data; the parse limits below bound its size and nesting, and its data (a run's inputs and its
  * dependencies' outputs) is bounded by the request and output limits.
@@ -21,7 +21,7 @@ export type StepStatusForCondition = 'succeeded' | 'failed' | 'skipped';
 /** What a condition reads: the run's inputs and, by step id, its dependencies' outputs and status. */
 export interface ConditionScope {
   inputs: unknown;
-  steps: Record<string, { outputs: unknown; status: string }>;
+  steps: Record<string, { outputs: unknown; status: string; namedStatus: string | null }>;
 }
 
 export class ConditionError extends Error {}

@@ -55,7 +55,8 @@ export interface PluginError {
 }
 
 export type PluginResult =
-  | { status: 'succeeded'; outputs: JsonObject; logs?: StepLogLine[] }
+  /** `namedStatus`: the named status the step ends with, one its definition declares (`statuses`). */
+  | { status: 'succeeded'; outputs: JsonObject; namedStatus?: string; logs?: StepLogLine[] }
   | { status: 'failed'; error: PluginError; outputs?: JsonObject; logs?: StepLogLine[] };
 
 /**

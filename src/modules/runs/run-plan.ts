@@ -17,6 +17,10 @@ export interface StepSpec {
   trigger?: TriggerRule;
   /** The longest it may wait in the queue for a slot (ms): past it, it fails DISPATCH_TIMEOUT instead of running. */
   dispatchTimeout?: number;
+  /** The named statuses it may end with (it must end with one). */
+  statuses?: string[];
+  /** The named status needed of a dependency: any other counts as skipped here. */
+  onStatus?: Record<string, string>;
 }
 
 /**
@@ -129,6 +133,8 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         ...(s.when !== undefined ? { when: s.when } : {}),
         ...(s.trigger !== undefined ? { trigger: s.trigger } : {}),
         ...(s.dispatchTimeout !== undefined ? { dispatchTimeout: s.dispatchTimeout } : {}),
+        ...(s.statuses !== undefined ? { statuses: s.statuses } : {}),
+        ...(s.onStatus !== undefined ? { onStatus: s.onStatus } : {}),
       },
       dependsOn: [...s.dependsOn],
       topoIndex,

@@ -77,6 +77,10 @@ export const stepSchema = z
     topoIndex: z.number().int(),
     dispatchSeq: z.number().int().nullable(),
     attempts: z.number().int(),
+    namedStatus: z
+      .string()
+      .nullable()
+      .describe('the named status it succeeded with, when its definition declares statuses'),
     outputs: z.unknown().nullable(),
     outputsHash: sha256.nullable(),
     logsHash: sha256.nullable(),

@@ -139,6 +139,7 @@ export interface StepRow {
   dispatch_seq: number | null;
   attempts: number;
   epoch: number;
+  named_status: string | null;
   outputs: unknown;
   outputs_hash: string | null;
   logs_hash: string | null;
@@ -327,6 +328,7 @@ export class RunsRepository {
         'dispatch_seq',
         'attempts',
         'epoch',
+        'named_status',
         'outputs',
         'outputs_hash',
         'logs_hash',

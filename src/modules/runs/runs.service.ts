@@ -733,6 +733,7 @@ export function stepDto(s: StepRow): StepDto {
     topoIndex: s.topo_index,
     dispatchSeq: s.dispatch_seq,
     attempts: s.attempts,
+    namedStatus: s.named_status,
     outputs: s.outputs ?? null,
     outputsHash: s.outputs_hash,
     logsHash: s.logs_hash,
