@@ -1,3 +1,4 @@
+import './node-version';
 import 'reflect-metadata';
 import fs from 'node:fs';
 import { ConfigError, loadConfig } from './core/config/config';
@@ -32,8 +33,14 @@ async function main(): Promise<void> {
     out.write(
       `\nFirst start: created tenant "${f.tenantId}". These tokens are shown once (also saved, mode 0600, in ${f.file}):\n`,
     );
-    out.write(`  Tenant admin token (orchestrator:admin):\n    ${f.adminToken}\n`);
-    out.write(`  Platform operator token (platform:admin):\n    ${f.platformToken}\n`);
+    out.write(`  Tenant admin token (orchestrator:admin, expires ${expiryOf(f.adminToken)}):\n    ${f.adminToken}\n`);
+    out.write(
+      `  Platform operator token (platform:admin, expires ${expiryOf(f.platformToken)}):\n    ${f.platformToken}\n`,
+    );
+    out.write(
+      `These two live 10 years, unlike tokens minted later (ORDO_TOKEN_TTL_SECONDS: ${lifetime(config.ORDO_TOKEN_TTL_SECONDS)}): they are how you\n` +
+        `first reach this instance, so they do not lapse before you have minted your own; then revoke them (npx ordo tokens revoke).\n`,
+    );
     out.write(
       `Whoever can read ${f.file} owns this instance: keep the tokens in a secret store, then delete it (rm ${f.file}).\n`,
     );
@@ -70,6 +77,16 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGHUP', () => stop('SIGHUP'));
+}
+
+function lifetime(seconds: number): string {
+  return seconds % 86400 === 0 ? `${seconds / 86400} days` : `${seconds} s`;
+}
+
+/** The expiry (UTC date) of a token minted here: its `exp` claim, read without verifying. */
+function expiryOf(token: string): string {
+  const payload = JSON.parse(Buffer.from(token.split('.')[1], 'base64url').toString('utf8')) as { exp: number };
+  return new Date(payload.exp * 1000).toISOString().slice(0, 10);
 }
 
 main().catch((e: unknown) => {

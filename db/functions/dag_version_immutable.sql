@@ -6,10 +6,10 @@ create or replace function dag_version_immutable() returns trigger
   as $$
 begin
   if (new.tenant_id, new.dag_id, new.version, new.content_hash, new.definition, new.source_format,
-      new.owner, new.signature, new.bundle_hash, new.created_at)
+      new.owner, new.signature, new.bundle_hash, new.created_at, new.warnings)
      is distinct from
      (old.tenant_id, old.dag_id, old.version, old.content_hash, old.definition, old.source_format,
-      old.owner, old.signature, old.bundle_hash, old.created_at) then
+      old.owner, old.signature, old.bundle_hash, old.created_at, old.warnings) then
     raise exception 'dag_version %/% is immutable: only status and disabled_at may change', old.dag_id, old.version
       using errcode = 'integrity_constraint_violation';
   end if;

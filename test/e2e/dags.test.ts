@@ -54,6 +54,7 @@ describe('DAG publishing', () => {
       contentHash: expect.stringMatching(/^[0-9a-f]{64}$/),
       status: 'active',
       created: true,
+      warnings: [],
     });
     const again = await publish(chain('etl'));
     expect(again.status).toBe(200);
@@ -221,7 +222,7 @@ describe('DAG publishing', () => {
     it('accepts a template where the plugin expects a non-string', async () => {
       const r = await publish({
         id: 'templated',
-        inputs: { type: 'object', properties: { ms: { type: 'integer' } } },
+        inputs: { type: 'object', properties: { ms: { type: 'integer' }, r: { type: 'boolean' } } },
         steps: [
           { id: 'a', plugin: 'noop', with: { sleepMs: '${{ inputs.ms }}', retryable: '${{ inputs.r }}' } },
           { id: 'b', plugin: 'noop', dependsOn: ['a'], with: { retryable: '${{ steps.a.outputs.r }}' } },

@@ -119,6 +119,7 @@ export interface DagVersion {
   status: Generated<string>;
   tenant_id: string;
   version: number;
+  warnings: Generated<Json>;
 }
 
 export interface DagVersionStatusChange {

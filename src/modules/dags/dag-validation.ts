@@ -1,18 +1,22 @@
 import type { z } from 'zod';
 import { badRequest, DomainError } from '../../core/errors/domain-error';
 import type { Plugin } from '../plugins/plugin';
-import { isTemplated, templateRefs } from '../templating/template';
+import { isTemplated, templatedStrings, type TemplatedString, type TemplateRef } from '../templating/template';
 import { findCycle, upstreamOf } from './dag-graph';
 import { dagDefinition, type DagDefinition } from './dag-definition';
 import { checkCondition, ConditionError } from '../flow/condition';
+import {
+  cliEgressWarnings,
+  httpEgressIssues,
+  inputReadFindings,
+  templateTypeIssues,
+  type DagIssue,
+  type DagWarning,
+  type JsonType,
+} from './dag-publish-checks';
 import { compileInputSchema } from './input-schema';
 
-/** One problem in a published definition: where (dotted path), which step, what. */
-export interface DagIssue {
-  path: string;
-  step?: string;
-  message: string;
-}
+export type { DagIssue, DagWarning } from './dag-publish-checks';
 
 export interface PluginLookup {
   get(name: string): Plugin | undefined;
@@ -121,15 +125,26 @@ function fail(issues: DagIssue[]): never {
   });
 }
 
-/**
- * Checks a raw definition (parsed JSON or YAML) and returns it normalized: durations in ms, defaults
- * filled, each step's dependsOn deduplicated and sorted. Any problem is a 400 DAG_INVALID whose
- * details list every issue with its path and step. Checks: the schema, duplicate step ids, unknown
- * and self dependencies, cycles, unknown plugins, plugin config against the plugin's schema,
- * retry and timeout values, template syntax and references (a step may reference only its upstream
- * steps' outputs), and the inputs JSON Schema.
- */
+/** The normalized definition of validateDagDefinition. */
 export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagDefinition {
+  return checkDagDefinition(raw, plugins).definition;
+}
+
+/**
+ * Checks a raw definition (parsed JSON or YAML) and returns it normalized (durations in ms, defaults
+ * filled, each step's dependsOn deduplicated and sorted) with the warnings it publishes with. Any
+ * problem is a 400 DAG_INVALID whose details list every issue with its path and step. Checks: the
+ * schema, duplicate step ids, unknown and self dependencies, cycles, unknown plugins, plugin config
+ * against the plugin's schema, retry and timeout values, template syntax and references (a step may
+ * reference only its upstream steps' outputs), the inputs JSON Schema, and what dag-publish-checks
+ * knows at publish: template result types against the plugin's schema, inputs templates read
+ * against the inputs schema (undeclared: an issue; not required: a warning), and literal hosts
+ * against the step's egress.
+ */
+export function checkDagDefinition(
+  raw: unknown,
+  plugins: PluginLookup,
+): { definition: DagDefinition; warnings: DagWarning[] } {
   const shapeProblem = jsonShapeProblem(raw);
   if (shapeProblem) fail([shapeProblem]);
   const parsed = dagDefinition.safeParse(raw);
@@ -143,6 +158,20 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
   }
   const def = parsed.data;
   const issues: DagIssue[] = [];
+  const warnings: DagWarning[] = [];
+
+  // The steps' templates are read against the inputs schema only when it compiles.
+  let inputsSchema: Record<string, unknown> | undefined;
+  let inputsIssue: DagIssue | undefined;
+  if (def.inputs !== undefined) {
+    try {
+      compileInputSchema(def.inputs);
+      inputsSchema = def.inputs;
+    } catch (e) {
+      if (!(e instanceof DomainError)) throw e;
+      inputsIssue = { path: 'inputs', message: e.message };
+    }
+  }
   const ids = new Set<string>();
   def.steps.forEach((s, i) => {
     if (ids.has(s.id)) issues.push({ path: `steps.${i}.id`, step: s.id, message: `duplicate step id "${s.id}"` });
@@ -219,12 +248,28 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
 
     if (s.when !== undefined) issues.push(...conditionIssues(s.when, s.dependsOn, `${at}.when`, s.id));
 
-    let refs: ReturnType<typeof templateRefs> = [];
+    let strings: TemplatedString[] = [];
     try {
-      refs = templateRefs(s.with);
+      strings = templatedStrings(s.with);
     } catch (e) {
       if (!(e instanceof DomainError)) throw e;
       issues.push({ path: `${at}.with`, step: s.id, message: e.message });
+    }
+    const refs = strings.flatMap((t) => t.refs.map((r) => r.ref));
+    let inputTypes = new Map<TemplateRef, JsonType>();
+    if (inputsSchema !== undefined) {
+      const found = inputReadFindings(inputsSchema, strings, at, s.id);
+      issues.push(...found.issues);
+      warnings.push(...found.warnings);
+      inputTypes = found.types;
+    }
+    if (plugin) {
+      issues.push(...templateTypeIssues(plugin, s.with, strings, (r) => inputTypes.get(r), at, s.id));
+      if (s.plugin === 'http') {
+        const urlTemplated = strings.some((t) => t.path.length === 1 && t.path[0] === 'url');
+        issues.push(...httpEgressIssues(s, at, urlTemplated));
+      }
+      if (s.plugin === 'cli') warnings.push(...cliEgressWarnings(s, at));
     }
     let upstream: Set<string> | undefined;
     for (const r of refs) {
@@ -244,15 +289,7 @@ export function validateDagDefinition(raw: unknown, plugins: PluginLookup): DagD
     }
   });
 
-  if (def.inputs !== undefined) {
-    try {
-      compileInputSchema(def.inputs);
-    } catch (e) {
-      if (!(e instanceof DomainError)) throw e;
-      issues.push({ path: 'inputs', message: e.message });
-    }
-  }
-
+  if (inputsIssue) issues.push(inputsIssue);
   if (issues.length > 0) fail(issues);
-  return def;
+  return { definition: def, warnings };
 }

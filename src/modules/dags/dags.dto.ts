@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { DAG_ID, dagDefinition } from './dag-definition';
+import { DAG_WARNING_CODES } from './dag-publish-checks';
 
 const definitionInputJsonSchema = (() => {
   const js = z.toJSONSchema(dagDefinition, {
@@ -37,6 +38,19 @@ export const signatureSchema = z.object({
   source: z.enum(['api', 'bundle']),
 });
 
+export const dagWarningSchema = z
+  .object({
+    code: z.enum(DAG_WARNING_CODES),
+    stepId: z.string(),
+    path: z.string().describe('Where in the definition, dotted: steps.0.with.args.1'),
+    message: z.string(),
+  })
+  .meta({
+    id: 'DagWarning',
+    description:
+      'Something that publishes but may fail at run time (a template reading an input the schema does not require, a cli argument naming a host the egress does not allow)',
+  });
+
 export const publishedDagSchema = z
   .object({
     dagId: z.string(),
@@ -44,6 +58,9 @@ export const publishedDagSchema = z
     contentHash: z.string().describe('SHA-256 hex of the RFC 8785 canonical JSON of the normalized definition'),
     status: dagStatusSchema,
     created: z.boolean().describe('false when identical content was already published (200)'),
+    warnings: z
+      .array(dagWarningSchema)
+      .describe('What publishing found that may fail at run time; stored with the version'),
   })
   .meta({ id: 'PublishedDag' });
 
@@ -68,6 +85,7 @@ export const dagVersionSchema = dagVersionSummarySchema
       .record(z.string(), z.unknown())
       .describe('The normalized definition (durations in ms, defaults filled)'),
     statusHistory: z.array(z.object({ status: dagStatusSchema, actor: z.string(), changedAt: z.iso.datetime() })),
+    warnings: z.array(dagWarningSchema).describe('What publishing found that may fail at run time'),
   })
   .meta({ id: 'DagVersion' });
 

@@ -3,6 +3,7 @@ import { sql, type Selectable } from 'kysely';
 import type { DagVersion as DagVersionTable } from '../../core/database/db.generated';
 import { tenantOf, type TenantTx } from '../../core/database/handles';
 import type { DagDefinition } from './dag-definition';
+import type { DagWarning } from './dag-publish-checks';
 
 export type DagVersionStatus = 'active' | 'disabled';
 export type DagSourceFormat = 'json' | 'yaml';
@@ -28,10 +29,12 @@ export interface DagVersionRecord {
   bundleHash: string | null;
   createdAt: Date;
   disabledAt: Date | null;
+  /** What publishing found that may fail at run time. */
+  warnings: DagWarning[];
 }
 
-/** A version's place in the listing, without its definition. */
-export type DagVersionSummary = Omit<DagVersionRecord, 'definition'>;
+/** A version's place in the listing, without its definition and warnings. */
+export type DagVersionSummary = Omit<DagVersionRecord, 'definition' | 'warnings'>;
 
 export interface DagStatusChange {
   status: DagVersionStatus;
@@ -48,6 +51,7 @@ export interface NewDagVersion {
   owner: string;
   signature: DagSignature | null;
   bundleHash: string | null;
+  warnings?: DagWarning[];
 }
 
 const SUMMARY_COLUMNS = [
@@ -80,8 +84,10 @@ function toSummary(r: SummaryRow): DagVersionSummary {
   };
 }
 
-function toRecord(r: SummaryRow & { definition: unknown }): DagVersionRecord {
-  return { ...toSummary(r), definition: r.definition as DagDefinition };
+const RECORD_COLUMNS = [...SUMMARY_COLUMNS, 'definition', 'warnings'] as const;
+
+function toRecord(r: SummaryRow & { definition: unknown; warnings: unknown }): DagVersionRecord {
+  return { ...toSummary(r), definition: r.definition as DagDefinition, warnings: r.warnings as DagWarning[] };
 }
 
 /** DAGs and their versions. Every query is bound to the transaction's tenant. */
@@ -94,7 +100,7 @@ export class DagsRepository {
   async findVersion(tx: TenantTx, dagId: string, version?: number): Promise<DagVersionRecord | undefined> {
     let q = tx
       .selectFrom('dag_version')
-      .select([...SUMMARY_COLUMNS, 'definition'])
+      .select([...RECORD_COLUMNS])
       .where('tenant_id', '=', tenantOf(tx))
       .where('dag_id', '=', dagId);
     q =
@@ -108,7 +114,7 @@ export class DagsRepository {
   async findByContentHash(tx: TenantTx, dagId: string, contentHash: string): Promise<DagVersionRecord | undefined> {
     const row = await tx
       .selectFrom('dag_version')
-      .select([...SUMMARY_COLUMNS, 'definition'])
+      .select([...RECORD_COLUMNS])
       .where('tenant_id', '=', tenantOf(tx))
       .where('dag_id', '=', dagId)
       .where('content_hash', '=', contentHash)
@@ -152,8 +158,9 @@ export class DagsRepository {
         owner: v.owner,
         signature: v.signature === null ? null : JSON.stringify(v.signature),
         bundle_hash: v.bundleHash,
+        warnings: JSON.stringify(v.warnings ?? []),
       })
-      .returning([...SUMMARY_COLUMNS, 'definition'])
+      .returning([...RECORD_COLUMNS])
       .executeTakeFirstOrThrow();
     await tx
       .updateTable('dag')

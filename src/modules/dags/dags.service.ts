@@ -8,7 +8,7 @@ import { canonicalHash } from '../../core/json/canonical-json';
 import { PluginRegistry } from '../plugins/plugin-registry';
 import { TrustService } from '../trust/trust.service';
 import { graphDot, graphJson, type DagGraphJson } from './dag-graph';
-import { validateDagDefinition } from './dag-validation';
+import { checkDagDefinition } from './dag-validation';
 import { parseDagYaml } from './dag-yaml';
 import {
   DagsRepository,
@@ -84,7 +84,7 @@ export class DagsService {
 
   /** As publish, inside the caller's tenant transaction (a bundle publishes all its DAGs in one). */
   async publishIn(tx: TenantTx, owner: string, rawDefinition: unknown, opts: PublishOptions): Promise<PublishedDagDto> {
-    const definition = validateDagDefinition(rawDefinition, this.plugins);
+    const { definition, warnings } = checkDagDefinition(rawDefinition, this.plugins);
     const contentHash = canonicalHash(definition);
     const dagId = definition.id;
     await this.trust.enforceDagSignaturePolicy(tx, opts.signature);
@@ -100,6 +100,7 @@ export class DagsService {
       owner,
       signature: opts.signature ?? null,
       bundleHash: opts.bundleHash ?? null,
+      warnings,
     });
     return published(record, true);
   }
@@ -183,7 +184,14 @@ function notFoundVersion(dagId: string, version: number | undefined) {
 }
 
 function published(r: DagVersionRecord, created: boolean): PublishedDagDto {
-  return { dagId: r.dagId, version: r.version, contentHash: r.contentHash, status: r.status, created };
+  return {
+    dagId: r.dagId,
+    version: r.version,
+    contentHash: r.contentHash,
+    status: r.status,
+    created,
+    warnings: r.warnings,
+  };
 }
 
 function summaryDto(r: DagVersionSummary): DagVersionSummaryDto {
@@ -206,5 +214,6 @@ function versionDto(r: DagVersionRecord, changes: DagStatusChange[]): DagVersion
     ...summaryDto(r),
     definition: r.definition,
     statusHistory: changes.map((c) => ({ status: c.status, actor: c.actor, changedAt: c.changedAt.toISOString() })),
+    warnings: r.warnings,
   };
 }

@@ -161,8 +161,18 @@ export function isSpecialAddress(ip: string): boolean {
   return special.check(ip, 'ipv6');
 }
 
-function defaultPort(protocol: string): number {
-  return protocol === 'https:' ? 443 : 80;
+/** The port a URL connects to: its own, else the scheme's default. */
+export function urlPort(url: URL): number {
+  return url.port ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
+}
+
+/**
+ * Whether an entry of the egress list matches `host` and `port`: the step's part of the rules
+ * alone. Special addresses, DNS answers and the operator's policy are checked at connection time.
+ */
+export function egressListAllows(egress: readonly string[], host: string, port: number): boolean {
+  const hostname = normalizeHost(host);
+  return egress.map(parseEgressRule).some((r) => ruleMatches(r, hostname, port));
 }
 
 /** Whether the operator's policy lets an entry naming the literal reach the special address `ip`. */
@@ -199,8 +209,7 @@ export async function checkEgress(
     throw new EgressError('EGRESS_DENIED', `only http and https URLs are allowed, not ${url.protocol}`);
   }
   if (url.username || url.password) throw new EgressError('EGRESS_DENIED', 'URLs with credentials are not allowed');
-  const port = url.port ? Number(url.port) : defaultPort(url.protocol);
-  return { url, ...(await checkDestination(url.hostname, port, egress, policy)) };
+  return { url, ...(await checkDestination(url.hostname, urlPort(url), egress, policy)) };
 }
 
 /**
@@ -217,8 +226,7 @@ export async function checkDestination(
   const where = `${hostname.includes(':') ? `[${hostname}]` : hostname}:${port}`;
   if (!Number.isInteger(port) || port < 1 || port > 65535)
     throw new EgressError('EGRESS_DENIED', `bad port in ${where}`);
-  const rules = egress.map(parseEgressRule).filter((r) => ruleMatches(r, hostname, port));
-  if (rules.length === 0) {
+  if (!egressListAllows(egress, hostname, port)) {
     throw new EgressError(
       'EGRESS_DENIED',
       egress.length === 0

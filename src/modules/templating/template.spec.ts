@@ -2,6 +2,7 @@ import {
   isTemplated,
   parseExpression,
   renderTemplate,
+  templatedStrings,
   templateRefs,
   TemplateError,
   type TemplateScope,
@@ -178,5 +179,28 @@ describe('templateRefs', () => {
     expect(isTemplated('x $${{ inputs.a }} y ${{ inputs.b }}')).toBe(true);
     expect(isTemplated('$${{ inputs.a }}')).toBe(false);
     expect(isTemplated('plain')).toBe(false);
+  });
+});
+
+describe('templatedStrings', () => {
+  it('gives each templated string its path, references and whether it renders as the value itself', () => {
+    const value = {
+      a: '${{ inputs.a.b }}',
+      list: ['plain', 'n=${{ inputs.a.b }}', ' ${{ inputs.a.b }}', '$${{ inputs.x }}'],
+      deep: { s: '${{ secrets.K }}${{ steps.fetch.outputs.status }}' },
+    };
+    expect(templatedStrings(value)).toEqual([
+      { path: ['a'], refs: [{ ref: { kind: 'inputs', path: ['a', 'b'] }, expression: 'inputs.a.b' }], whole: true },
+      { path: ['list', '1'], refs: [expect.objectContaining({ expression: 'inputs.a.b' })], whole: false },
+      { path: ['list', '2'], refs: [expect.objectContaining({ expression: 'inputs.a.b' })], whole: false },
+      { path: ['deep', 's'], refs: [expect.anything(), expect.anything()], whole: false },
+    ]);
+    // Whole means what rendering does: the value keeps its type exactly when `whole` is true.
+    for (const t of templatedStrings(value)) {
+      const rendered = renderTemplate(value, { ...scope, secrets: { K: 'k' } }).value as Record<string, unknown>;
+      const at = t.path.reduce<unknown>((v, k) => (v as Record<string, unknown>)[k], rendered);
+      expect(typeof at === 'number').toBe(t.whole);
+    }
+    expect(() => templatedStrings({ x: '${{ inputs.a' })).toThrow(TemplateError);
   });
 });

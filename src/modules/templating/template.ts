@@ -135,6 +135,41 @@ function parseString(s: string): Part[] {
   return parts;
 }
 
+/** One templated string of a value: where it is, what it references, whether it is one whole expression. */
+export interface TemplatedString {
+  /** Keys and indexes from the value's root to the string. */
+  path: string[];
+  /** The references in the string, in order, with their expression text. */
+  refs: { ref: TemplateRef; expression: string }[];
+  /** The string is exactly one expression: it renders as the referenced value, its type kept. */
+  whole: boolean;
+}
+
+/** The one reference a whole-string template renders as, or undefined when `s` renders as a string. */
+function wholeRef(s: string, parts: Part[]): { ref: TemplateRef; expression: string } | undefined {
+  const p = parts.length === 1 ? parts[0] : undefined;
+  return p !== undefined && 'ref' in p && WHOLE.test(s) ? p : undefined;
+}
+
+/** Every string of `value` that holds a template expression, in document order. */
+export function templatedStrings(value: unknown): TemplatedString[] {
+  const out: TemplatedString[] = [];
+  const visit = (v: unknown, path: string[]): void => {
+    if (path.length > MAX_TEMPLATE_DEPTH) {
+      throw new TemplateError('TEMPLATE_TOO_DEEP', `templated value nested deeper than ${MAX_TEMPLATE_DEPTH}`, {});
+    }
+    if (typeof v === 'string') {
+      if (!v.includes(MARKER)) return;
+      const parts = parseString(v);
+      const refs = parts.filter((p): p is Extract<Part, { ref: TemplateRef }> => 'ref' in p);
+      if (refs.length > 0) out.push({ path, refs, whole: wholeRef(v, parts) !== undefined });
+    } else if (Array.isArray(v)) v.forEach((x, i) => visit(x, [...path, String(i)]));
+    else if (v !== null && typeof v === 'object') for (const [k, x] of Object.entries(v)) visit(x, [...path, k]);
+  };
+  visit(value, []);
+  return out;
+}
+
 function walk(value: unknown, depth: number, onString: (s: string) => void): void {
   if (depth > MAX_TEMPLATE_DEPTH) {
     throw new TemplateError('TEMPLATE_TOO_DEEP', `templated value nested deeper than ${MAX_TEMPLATE_DEPTH}`, {});
@@ -213,9 +248,8 @@ function stringify(v: JsonValue): string {
 function renderString(s: string, scope: TemplateScope, usedSecrets: Set<string>): JsonValue {
   if (!s.includes(MARKER)) return s;
   const parts = parseString(s);
-  const whole = WHOLE.exec(s);
-  if (whole && parts.length === 1 && 'ref' in parts[0])
-    return resolve(parts[0].ref, parts[0].expression, scope, usedSecrets);
+  const whole = wholeRef(s, parts);
+  if (whole) return resolve(whole.ref, whole.expression, scope, usedSecrets);
   return parts
     .map((p) => ('literal' in p ? p.literal : stringify(resolve(p.ref, p.expression, scope, usedSecrets))))
     .join('');
