@@ -2,6 +2,7 @@ import { Catch, HttpException, Logger, type ArgumentsHost, type ExceptionFilter 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { DomainError } from './domain-error';
 import type { ErrorEnvelope } from './error-envelope';
+import { mediaType, PARSED_TYPES, unsupportedTypeMessage } from '../http/content-types';
 import { drainRequest } from '../http/lingering-close';
 import { traceIdOf } from '../http/trace';
 
@@ -14,6 +15,8 @@ interface FastifyLikeError {
 export interface EnvelopeOptions {
   /** ORDO_BODY_LIMIT_BYTES, named in the answer to a body over it. */
   bodyLimit?: number;
+  /** The request's Content-Type header, named in a 415. */
+  contentType?: string;
 }
 
 /**
@@ -33,7 +36,7 @@ export class HttpExceptionFilter implements ExceptionFilter {
     const req = ctx.getRequest<FastifyRequest>();
     const reply = ctx.getResponse<FastifyReply>();
     const traceId = traceIdOf(req);
-    const { status, body } = toEnvelope(exception, traceId, this.opts);
+    const { status, body } = toEnvelope(exception, traceId, { ...this.opts, contentType: req.headers['content-type'] });
     if (status >= 500) this.logger.error({ err: exception, traceId, url: req.url }, 'request failed');
     const send = () => void reply.status(status).header('content-type', 'application/json; charset=utf-8').send(body);
     if (status === 413 && !req.raw.complete) {
@@ -57,6 +60,11 @@ export function toEnvelope(
     opts.bodyLimit === undefined
       ? 'request body exceeds the configured limit'
       : `request body exceeds the limit of ${opts.bodyLimit} bytes (ORDO_BODY_LIMIT_BYTES)`;
+  const unsupported = unsupportedTypeMessage(
+    opts.contentType === undefined ? undefined : mediaType(opts.contentType),
+    PARSED_TYPES,
+    'here',
+  );
   if (exception instanceof DomainError) {
     return { status: exception.status, body: env(exception.code, exception.message, exception.details) };
   }
@@ -78,7 +86,7 @@ export function toEnvelope(
     ) {
       return { status, body: env('MALFORMED_JSON', 'body is empty but content-type is application/json') };
     }
-    if (status === 415) return { status, body: env('UNSUPPORTED_MEDIA_TYPE', 'unsupported content type') };
+    if (status === 415) return { status, body: env('UNSUPPORTED_MEDIA_TYPE', unsupported) };
     if (status < 500) return { status, body: env('BAD_REQUEST', exception.message) };
     return { status: 500, body: env('INTERNAL', 'internal error') };
   }
@@ -88,7 +96,7 @@ export function toEnvelope(
       case 'FST_ERR_CTP_BODY_TOO_LARGE':
         return { status: 413, body: env('PAYLOAD_TOO_LARGE', tooLarge) };
       case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-        return { status: 415, body: env('UNSUPPORTED_MEDIA_TYPE', 'unsupported content type') };
+        return { status: 415, body: env('UNSUPPORTED_MEDIA_TYPE', unsupported) };
       case 'ROUTE_NOT_FOUND':
         return { status: 404, body: env('ROUTE_NOT_FOUND', 'no such route') };
       case 'FST_ERR_MAX_PARAM_LENGTH':

@@ -9,8 +9,9 @@ import { HttpExceptionFilter, toEnvelope } from '../errors/http-exception.filter
 import { jsonSyntaxError } from '../json/json-syntax';
 import { traceIdOf } from './trace';
 
-export const YAML_TYPES = ['application/yaml', 'application/x-yaml', 'text/yaml'];
-export const BINARY_TYPES = ['application/gzip', 'application/x-gzip', 'application/x-tar', 'application/octet-stream'];
+import { BINARY_TYPES, YAML_TYPES } from './content-types';
+
+export { BINARY_TYPES, YAML_TYPES } from './content-types';
 
 /**
  * Builds the Nest application on Fastify with the platform's HTTP conventions: body limit (413),

@@ -3,7 +3,7 @@ import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
 import type { z } from 'zod';
 import { badRequest, DomainError } from '../errors/domain-error';
-import { YAML_TYPES } from './app-factory';
+import { acceptedTypes, JSON_TYPE, mediaType, unsupportedTypeMessage, YAML_TYPES } from './content-types';
 import { requestState } from './request-context';
 import { ROUTE_SPEC, type RouteSpec } from './route-spec';
 
@@ -46,14 +46,14 @@ export class ValidationGuard implements CanActivate {
 function checkContentType(req: FastifyRequest, spec: RouteSpec): void {
   const header = req.headers['content-type'];
   if (header === undefined || req.body === undefined) return;
-  const type = header.split(';')[0].trim().toLowerCase();
+  const type = mediaType(header);
   const declared = spec.bodyContentTypes ?? [];
-  if (type === 'application/json' || type.endsWith('+json') || declared.includes(type)) return;
+  if (type === JSON_TYPE || type.endsWith('+json') || declared.includes(type)) return;
   // The YAML media types are aliases of one another.
   if (YAML_TYPES.includes(type) && declared.some((t) => YAML_TYPES.includes(t))) return;
   throw new DomainError(
     'UNSUPPORTED_MEDIA_TYPE',
-    `content type ${type} is not accepted here (use application/json)`,
+    unsupportedTypeMessage(type, acceptedTypes(declared), 'by this route'),
     415,
   );
 }

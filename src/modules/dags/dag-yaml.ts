@@ -1,5 +1,6 @@
 import { isNode, parseDocument, visit } from 'yaml';
 import { badRequest } from '../../core/errors/domain-error';
+import { yamlNewlineHint } from '../../core/http/content-types';
 
 /** Largest YAML definition accepted (the HTTP body limit applies as well). */
 export const MAX_YAML_BYTES = 1024 * 1024;
@@ -28,7 +29,11 @@ export function parseDagYaml(text: string): unknown {
   const problem = doc.errors[0] ?? doc.warnings[0];
   if (problem) {
     const line = problem.linePos?.[0]?.line;
-    throw badRequest('YAML_INVALID', `YAML${line ? ` line ${line}` : ''}: ${problem.message.split('\n')[0]}`);
+    const hint = yamlNewlineHint(text);
+    throw badRequest(
+      'YAML_INVALID',
+      `YAML${line ? ` line ${line}` : ''}: ${problem.message.split('\n')[0]}${hint ? ` (${hint})` : ''}`,
+    );
   }
   visit(doc, (_key, node) => {
     if (isNode(node) && node.tag !== undefined && !CORE_TAGS.has(node.tag)) {
