@@ -5,8 +5,8 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { OrdoConfig } from './core/config/config';
 import { Database } from './core/database/database';
-import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from './core/database/embedded';
-import { migrate } from './core/database/migrator';
+import type { EmbeddedPostgresHandle } from './core/database/embedded';
+import { resolveDatabase, type ResolvedDatabase } from './core/database/resolve-database';
 import { createHttpApp } from './core/http/app-factory';
 import { PinoNestLogger } from './core/logging/logger';
 import { startTelemetry } from './core/telemetry/tracing';
@@ -25,35 +25,7 @@ export interface RunningOrdo {
   close(): Promise<void>;
 }
 
-export interface ResolvedDatabase {
-  ownerUrl?: string;
-  appUrl: string;
-  systemUrl: string;
-  embedded?: EmbeddedPostgresHandle;
-}
-
-/** Finds (or starts) PostgreSQL and brings its schema up to date. */
-export async function resolveDatabase(config: OrdoConfig, log: Logger): Promise<ResolvedDatabase> {
-  let embedded: EmbeddedPostgresHandle | undefined;
-  let ownerUrl = config.DATABASE_URL;
-  if (!ownerUrl) {
-    if (config.ORDO_APP_DATABASE_URL && config.ORDO_SYSTEM_DATABASE_URL) {
-      return { appUrl: config.ORDO_APP_DATABASE_URL, systemUrl: config.ORDO_SYSTEM_DATABASE_URL };
-    }
-    embedded = await startEmbeddedPostgres(path.join(config.home, 'pg'), {
-      port: config.ORDO_EMBEDDED_PG_PORT,
-      log: (line) => log.debug({ component: 'embedded-postgres' }, line),
-    });
-    ownerUrl = embedded.ownerUrl;
-  }
-  const m = await migrate(ownerUrl, { log: (msg) => log.info(msg) });
-  return {
-    ownerUrl,
-    appUrl: config.ORDO_APP_DATABASE_URL ?? m.appUrl,
-    systemUrl: config.ORDO_SYSTEM_DATABASE_URL ?? m.systemUrl,
-    embedded,
-  };
-}
+export { resolveDatabase, type ResolvedDatabase } from './core/database/resolve-database';
 
 /** Starts the roles named in ORDO_ROLES against a resolved database. */
 export async function startOrdo(config: OrdoConfig, log: Logger, db?: ResolvedDatabase): Promise<RunningOrdo> {

@@ -7,13 +7,22 @@ export interface CliIo {
   env: NodeJS.ProcessEnv;
 }
 
-/** One `ordo <name> …` command. `run` throws a UsageError (exit 2) or any other error (exit 1). */
+/** A command's module: its help and what it does. `run` throws a UsageError (exit 2) or any other error (exit 1). */
 export interface Command {
-  name: string;
-  summary: string;
   /** Full help text, printed by `ordo <name> --help`. */
   help: string;
   run(args: string[], io: CliIo): Promise<void>;
+}
+
+/**
+ * One `ordo <name> …` command as the command list knows it: its module loads only when the
+ * command runs (or prints its help), so a command pays for what it uses and `ordo --help` for
+ * nothing but this list.
+ */
+export interface CommandEntry {
+  name: string;
+  summary: string;
+  load(): Command;
 }
 
 /** A mistake in how the command was called: unknown command or flag, missing or bad argument. */
@@ -25,19 +34,6 @@ export class UsageError extends Error {
     super(message);
     this.name = 'UsageError';
   }
-}
-
-const registry = new Map<string, Command>();
-
-/** Registers a command (in the order its module is imported) and returns it. */
-export function defineCommand(command: Command): Command {
-  if (registry.has(command.name)) throw new Error(`command ${command.name} is defined twice`);
-  registry.set(command.name, command);
-  return command;
-}
-
-export function registeredCommands(): Command[] {
-  return [...registry.values()];
 }
 
 type Options = NonNullable<ParseArgsConfig['options']>;

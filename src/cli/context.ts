@@ -1,38 +1,15 @@
 import 'reflect-metadata';
 import { Global, Module, type DynamicModule, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import pino, { type Logger } from 'pino';
-import { Writable } from 'node:stream';
-import { loadConfig, type OrdoConfig } from '../core/config/config';
+import type { OrdoConfig } from '../core/config/config';
 import { ConfigModule } from '../core/config/config.module';
 import { Database } from '../core/database/database';
 import { DatabaseModule } from '../core/database/database.module';
 import { createRootLogger } from '../core/logging/logger';
 import { SigningKeys, signingKeysDir } from '../modules/auth/signing-keys';
-import { resolveDatabase } from '../ordo';
+import { resolveDatabase } from '../core/database/resolve-database';
 import type { CliIo } from './command';
-
-/** Log lines (migrations applied, embedded PostgreSQL) go to stderr as plain text, never to stdout. */
-export function cliLogger(io: CliIo, level: string): Logger {
-  const dest = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString('utf8').split('\n').filter(Boolean)) {
-        try {
-          const o = JSON.parse(line) as { msg?: string };
-          if (o.msg) io.err(`ordo: ${o.msg}\n`);
-        } catch {
-          io.err(`${line}\n`);
-        }
-      }
-      done();
-    },
-  });
-  return pino({ level, base: undefined, timestamp: false }, dest);
-}
-
-export function cliConfig(io: CliIo): OrdoConfig {
-  return loadConfig(io.env);
-}
+import { cliConfig, cliLogger } from './config';
 
 @Global()
 @Module({})

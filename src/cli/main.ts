@@ -1,21 +1,54 @@
+import '../node-version';
 import 'reflect-metadata';
-import { ConfigError, loadConfig } from '../core/config/config';
 import { DomainError } from '../core/errors/domain-error';
-import { registeredCommands, UsageError, type CliIo, type Command } from './command';
+import { UsageError, type CliIo, type Command, type CommandEntry } from './command';
+import type * as ConfigExports from '../core/config/config';
 
-// The commands of `ordo`, in help order. Registering one is one line: import its module here
-// (the module defines its command with `defineCommand`).
-import './commands/migrate';
-import './commands/tenants';
-import './commands/tokens';
-import './commands/keys';
-import './commands/export';
-import './commands/bundle';
+/** A command module's `command`, loaded (CommonJS require) when it runs or prints its help. */
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const commandIn = (id: string): Command => (require(id) as { command: Command }).command;
+
+/**
+ * The commands of `ordo`, in help order. A command's module (and what it imports: Nest, the
+ * database, the sandbox) loads only when that command runs.
+ */
+const COMMANDS: CommandEntry[] = [
+  {
+    name: 'migrate',
+    summary: 'Apply pending database migrations',
+    load: () => commandIn('./commands/migrate'),
+  },
+  {
+    name: 'tenants',
+    summary: 'Create, list, disable and enable tenants',
+    load: () => commandIn('./commands/tenants'),
+  },
+  {
+    name: 'tokens',
+    summary: 'Mint, list and revoke API tokens',
+    load: () => commandIn('./commands/tokens'),
+  },
+  {
+    name: 'keys',
+    summary: 'Rotate, list and export the instance signing keys',
+    load: () => commandIn('./commands/keys'),
+  },
+  {
+    name: 'export',
+    summary: 'Write a signed NDJSON audit export of runs, or verify one offline',
+    load: () => commandIn('./commands/export'),
+  },
+  {
+    name: 'bundle',
+    summary: 'Build, sign, verify and import signed offline bundles',
+    load: () => commandIn('./commands/bundle'),
+  },
+];
 
 const EXIT_FAILURE = 1;
 const EXIT_USAGE = 2;
 
-function mainHelp(commands: Command[]): string {
+function mainHelp(commands: CommandEntry[]): string {
   const width = Math.max(...commands.map((c) => c.name.length));
   return [
     'Usage: ordo <command> [arguments]',
@@ -31,7 +64,7 @@ function mainHelp(commands: Command[]): string {
 
 /** Runs one `ordo` invocation; resolves to the process exit code. */
 export async function runCli(argv: string[], io: CliIo = processIo()): Promise<number> {
-  const commands = registeredCommands();
+  const commands = COMMANDS;
   const [name, ...args] = argv;
   if (name === undefined) {
     io.err(mainHelp(commands));
@@ -39,31 +72,33 @@ export async function runCli(argv: string[], io: CliIo = processIo()): Promise<n
   }
   if (name === '--help' || name === '-h' || name === 'help') {
     const target = name === 'help' ? commands.find((c) => c.name === args[0]) : undefined;
-    io.out(target ? `${target.help}\n` : mainHelp(commands));
+    io.out(target ? `${target.load().help}\n` : mainHelp(commands));
     return 0;
   }
-  const command = commands.find((c) => c.name === name);
-  if (!command) {
+  const entry = commands.find((c) => c.name === name);
+  if (!entry) {
     io.err(`ordo: unknown command "${name}"\n\n${mainHelp(commands)}`);
     return EXIT_USAGE;
   }
   try {
-    await command.run(args, io);
+    await entry.load().run(args, io);
     return 0;
   } catch (e) {
     if (e instanceof UsageError) {
-      io.err(`ordo ${command.name}: ${e.message}\nRun \`ordo ${command.name} --help\` for usage.\n`);
+      io.err(`ordo ${entry.name}: ${e.message}\nRun \`ordo ${entry.name} --help\` for usage.\n`);
       return EXIT_USAGE;
     }
+    // The configuration (and zod) loads here, not up front: `ordo --help` and offline verbs do without.
+    const { ConfigError } = lazyConfig();
     if (e instanceof ConfigError) {
       io.err(`ordo: ${e.message}\n`);
       return EXIT_USAGE;
     }
     if (e instanceof DomainError) {
-      io.err(`ordo ${command.name}: ${e.message} (${e.code})\n`);
+      io.err(`ordo ${entry.name}: ${e.message} (${e.code})\n`);
       return EXIT_FAILURE;
     }
-    io.err(`ordo ${command.name}: ${e instanceof Error ? e.message : String(e)}\n`);
+    io.err(`ordo ${entry.name}: ${e instanceof Error ? e.message : String(e)}\n`);
     if (debugging(io) && e instanceof Error && e.stack) io.err(`${e.stack}\n`);
     return EXIT_FAILURE;
   }
@@ -71,12 +106,17 @@ export async function runCli(argv: string[], io: CliIo = processIo()): Promise<n
 
 /** ORDO_DEBUG from the configuration; false when the environment does not parse. */
 function debugging(io: CliIo): boolean {
+  const { loadConfig } = lazyConfig();
   try {
     return loadConfig(io.env).ORDO_DEBUG;
   } catch {
     return false;
   }
 }
+
+/** The configuration module, loaded when first needed. */
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const lazyConfig = () => require('../core/config/config') as typeof ConfigExports;
 
 function processIo(): CliIo {
   return {

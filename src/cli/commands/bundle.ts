@@ -1,7 +1,6 @@
 import fs from 'node:fs/promises';
-import { BundlesModule } from '../../modules/bundles/bundles.module';
-import { BundlesService } from '../../modules/bundles/bundles.service';
 import {
+  exampleKeyKids,
   keygen,
   readPrivateJwk,
   readPublicJwk,
@@ -10,9 +9,11 @@ import {
 } from '../../modules/bundles/bundle-offline';
 import { packBundle } from '../../modules/bundles/bundle-pack';
 import { kidSchema } from '../../modules/trust/detached-jws';
-import { defineCommand, flag, parseFlags, positionals, UsageError, type CliIo, type ParsedFlags } from '../command';
-import { withContext } from '../context';
+import { flag, parseFlags, positionals, UsageError, type CliIo, type Command, type ParsedFlags } from '../command';
 import { parseTenantId } from './tenants';
+import type * as ContextExports from '../context';
+import type * as BundlesModuleExports from '../../modules/bundles/bundles.module';
+import type * as BundlesServiceExports from '../../modules/bundles/bundles.service';
 
 const help = `Usage:
   ordo bundle keygen --out <dir> [--kid <kid>]        new Ed25519 key pair: <kid>.private.jwk (0600), <kid>.public.jwk
@@ -27,11 +28,11 @@ const help = `Usage:
 
 bundle.json: {"name", "version" (semver), "owner", "dags": [paths], "scripts": [paths], "files": [paths]}.
 Packing is deterministic: same sources and --created (or SOURCE_DATE_EPOCH) give the same bytes.
-The kid defaults to the key's RFC 7638 thumbprint. Import works against the database Ordo uses.`;
+The kid defaults to the key's RFC 7638 thumbprint. A tenant trusts one key per kid: a new key needs
+a kid that is not trusted yet (keygen refuses the shipped example key's kid). Import works against
+the database Ordo uses.`;
 
-export const command = defineCommand({
-  name: 'bundle',
-  summary: 'Build, sign, verify and import signed offline bundles',
+export const command: Command = {
   help,
   async run(args, io) {
     const [sub, ...rest] = args;
@@ -56,7 +57,7 @@ export const command = defineCommand({
         throw new UsageError(`unknown subcommand "${sub}"`, help);
     }
   },
-});
+};
 
 function required(values: ParsedFlags['values'], name: string): string {
   const v = flag(values, name);
@@ -71,6 +72,11 @@ async function keygenCmd(args: string[], io: CliIo): Promise<void> {
   const kid = flag(p.values, 'kid');
   if (kid !== undefined && !kidSchema.safeParse(kid).success)
     throw new UsageError(`--kid "${kid}": letters, digits, . _ : and -, at most 128`, help);
+  if (kid !== undefined && (await exampleKeyKids()).includes(kid))
+    throw new UsageError(
+      `--kid ${kid} is the kid of the shipped example key (bundles/example/keys): a tenant that trusts the example key would check your bundles against it and refuse them. Choose another kid, or leave out --kid for the key's thumbprint`,
+      help,
+    );
   const r = await keygen(required(p.values, 'out'), kid);
   io.out(`${r.kid}\n`);
   io.err(`ordo: private key ${r.privateFile} (keep it secret), public key ${r.publicFile}\n`);
@@ -127,6 +133,11 @@ async function importCmd(args: string[], io: CliIo): Promise<void> {
   const tenantId = parseTenantId(required(p.values, 'tenant'), help);
   const archive = await fs.readFile(file);
   const signature = (await fs.readFile(flag(p.values, 'sig') ?? `${file}.sig`, 'utf8')).trim();
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const { withContext } = require('../context') as typeof ContextExports;
+  const { BundlesModule } = require('../../modules/bundles/bundles.module') as typeof BundlesModuleExports;
+  const { BundlesService } = require('../../modules/bundles/bundles.service') as typeof BundlesServiceExports;
+  /* eslint-enable @typescript-eslint/no-require-imports */
   const r = await withContext(io, [BundlesModule], (ctx) =>
     ctx.get(BundlesService).import(tenantId, 'cli', archive, signature),
   );

@@ -3,15 +3,16 @@ import path from 'node:path';
 import { once } from 'node:events';
 import { canonicalJson } from '../../core/json/canonical-json';
 import { JWS_FILE, KEY_FILE, MANIFEST_FILE, NDJSON_FILE } from '../../modules/export/export-format';
-import { verifyExport } from '../../modules/export/export-verify';
-import { ExportModule } from '../../modules/export/export.module';
-import { ExportService, parseRange } from '../../modules/export/export.service';
-import { defineCommand, flag, parseFlags, positionals, UsageError } from '../command';
-import { withContext } from '../context';
+import { verifyExport, verifyExportFile, type VerifyResult } from '../../modules/export/export-verify';
+import { flag, parseFlags, positionals, UsageError, type CliIo, type Command } from '../command';
+import type * as ContextExports from '../context';
+import type * as ExportModuleExports from '../../modules/export/export.module';
+import type * as ExportServiceExports from '../../modules/export/export.service';
 
 const help = `Usage:
   ordo export --out DIR [--tenant T] [--from ISO] [--to ISO] [--dagId D]
   ordo export verify DIR [--key FILE]
+  ordo export verify --file FILE --key FILE
 
 export writes a tenant's runs started in [from, to) (all of them by default) as an audit export:
   DIR/export.ndjson          runs, events, steps, attempts, logs, metrics and spans, one record a
@@ -23,29 +24,18 @@ export writes a tenant's runs started in [from, to) (all of them by default) as 
                              key they trust out of band and pass it with --key
 The tenant defaults to ORDO_BOOTSTRAP_TENANT. The same data exports byte-identically.
 
-verify checks DIR offline: the signature, the manifest, every line, every run's hash chain, the
-counts and the SHA-256. On a changed byte it names the first bad line and exits 1.`;
+verify checks an export offline: the signature, the manifest, every line, every run's hash chain,
+the counts and the SHA-256. On a changed byte it names the first bad line and exits 1.
+  DIR          a directory written by \`ordo export --out\`; the key defaults to
+               DIR/instance-key.jwk.json
+  --file FILE  the body of GET /api/v1/export saved as is (its last line is the signed manifest)
+  --key FILE   the pinned key: a public JWK, or a JWK set as \`ordo keys export --public\` prints;
+               the key whose thumbprint is the signature's kid is used (required with --file)`;
 
-export const command = defineCommand({
-  name: 'export',
-  summary: 'Write a signed NDJSON audit export of runs, or verify one offline',
+export const command: Command = {
   help,
   async run(args, io) {
-    if (args[0] === 'verify') {
-      const p = parseFlags(args.slice(1), { key: { type: 'string' } }, help, io);
-      if (!p) return;
-      const [dir] = positionals(p.positionals, ['DIR'], help);
-      const r = await verifyExport(dir, { keyFile: flag(p.values, 'key') });
-      if (!r.ok) {
-        const where = r.problem?.line !== undefined ? `${NDJSON_FILE} line ${r.problem.line}: ` : '';
-        throw new Error(`verification FAILED: ${where}${r.problem?.message ?? 'unknown problem'}`);
-      }
-      const counts = Object.entries(r.counts ?? {})
-        .map(([t, n]) => `${t} ${n}`)
-        .join(', ');
-      io.out(`OK: ${r.lines} lines (${counts}), signed by key ${r.kid}\n`);
-      return;
-    }
+    if (args[0] === 'verify') return verify(args.slice(1), io);
     const p = parseFlags(
       args,
       {
@@ -62,6 +52,11 @@ export const command = defineCommand({
     positionals(p.positionals, [], help);
     const out = flag(p.values, 'out');
     if (!out) throw new UsageError('--out DIR is required', help);
+    /* eslint-disable @typescript-eslint/no-require-imports */
+    const { withContext } = require('../context') as typeof ContextExports;
+    const { ExportModule } = require('../../modules/export/export.module') as typeof ExportModuleExports;
+    const { ExportService, parseRange } = require('../../modules/export/export.service') as typeof ExportServiceExports;
+    /* eslint-enable @typescript-eslint/no-require-imports */
     const range = parseRange({
       from: flag(p.values, 'from'),
       to: flag(p.values, 'to'),
@@ -95,4 +90,35 @@ export const command = defineCommand({
       );
     });
   },
-});
+};
+
+async function verify(args: string[], io: CliIo): Promise<void> {
+  const p = parseFlags(args, { key: { type: 'string' }, file: { type: 'string' } }, help, io);
+  if (!p) return;
+  const file = flag(p.values, 'file');
+  const keyFile = flag(p.values, 'key');
+  let r: VerifyResult;
+  let name: string;
+  if (file !== undefined) {
+    positionals(p.positionals, [], help);
+    if (keyFile === undefined)
+      throw new UsageError(
+        '--key FILE is required with --file: pin the instance key (`ordo keys export --public` on the instance)',
+        help,
+      );
+    r = await verifyExportFile(file, { keyFile });
+    name = file;
+  } else {
+    const [dir] = positionals(p.positionals, ['DIR'], help);
+    r = await verifyExport(dir, { keyFile });
+    name = NDJSON_FILE;
+  }
+  if (!r.ok) {
+    const where = r.problem?.line !== undefined ? `${name} line ${r.problem.line}: ` : '';
+    throw new Error(`verification FAILED: ${where}${r.problem?.message ?? 'unknown problem'}`);
+  }
+  const counts = Object.entries(r.counts ?? {})
+    .map(([t, n]) => `${t} ${n}`)
+    .join(', ');
+  io.out(`OK: ${r.lines} lines (${counts}), signed by key ${r.kid}\n`);
+}

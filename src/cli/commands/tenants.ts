@@ -1,9 +1,10 @@
 import { z } from 'zod';
-import { TenantsModule } from '../../modules/tenants/tenants.module';
 import { createTenantBody, tenantIdSchema } from '../../modules/tenants/tenants.dto';
-import { TenantsService } from '../../modules/tenants/tenants.service';
-import { defineCommand, flag, parseFlags, positionals, table, UsageError } from '../command';
-import { withContext } from '../context';
+import type { TenantsService } from '../../modules/tenants/tenants.service';
+import { flag, parseFlags, positionals, table, UsageError, type CliIo, type Command } from '../command';
+import type * as ContextExports from '../context';
+import type * as TenantsModuleExports from '../../modules/tenants/tenants.module';
+import type * as TenantsServiceExports from '../../modules/tenants/tenants.service';
 
 const help = `Usage:
   ordo tenants create <id> [--name <name>]   create a tenant (name defaults to the id)
@@ -14,9 +15,7 @@ const help = `Usage:
 Tenant ids are lowercase letters, digits and dashes (at most 63). Works directly against the
 database Ordo uses (DATABASE_URL, or the embedded PostgreSQL under ORDO_HOME).`;
 
-export const command = defineCommand({
-  name: 'tenants',
-  summary: 'Create, list, disable and enable tenants',
+export const command: Command = {
   help,
   async run(args, io) {
     const [sub, ...rest] = args;
@@ -28,7 +27,7 @@ export const command = defineCommand({
         const body = createTenantBody.safeParse({ id, name: flag(p.values, 'name') ?? id });
         if (!body.success)
           throw new UsageError(`${body.error.issues[0].path.join('.')}: ${body.error.issues[0].message}`, help);
-        const t = await withContext(io, [TenantsModule], (ctx) => ctx.get(TenantsService).create(body.data));
+        const t = await withTenants(io, (svc) => svc.create(body.data));
         io.out(`${t.id}\n`);
         io.err(`ordo: created tenant ${t.id} ("${t.name}")\n`);
         return;
@@ -37,8 +36,7 @@ export const command = defineCommand({
         const p = parseFlags(rest, { json: { type: 'boolean' } }, help, io);
         if (!p) return;
         positionals(p.positionals, [], help);
-        const all = await withContext(io, [TenantsModule], async (ctx) => {
-          const svc = ctx.get(TenantsService);
+        const all = await withTenants(io, async (svc) => {
           const items = [];
           let pageToken: string | undefined;
           do {
@@ -61,9 +59,7 @@ export const command = defineCommand({
         if (!p) return;
         const [id] = positionals(p.positionals, ['id'], help);
         const tid = parseTenantId(id, help);
-        const t = await withContext(io, [TenantsModule], (ctx) =>
-          ctx.get(TenantsService).setStatus(tid, sub === 'disable' ? 'disabled' : 'active'),
-        );
+        const t = await withTenants(io, (svc) => svc.setStatus(tid, sub === 'disable' ? 'disabled' : 'active'));
         io.err(`ordo: tenant ${t.id} is ${t.status}\n`);
         return;
       }
@@ -77,7 +73,17 @@ export const command = defineCommand({
         throw new UsageError(`unknown subcommand "${sub}"`, help);
     }
   },
-});
+};
+
+/** Runs `fn` with the tenants service against Ordo's database (Nest and the database load here). */
+async function withTenants<T>(io: CliIo, fn: (svc: TenantsService) => Promise<T>): Promise<T> {
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const { withContext } = require('../context') as typeof ContextExports;
+  const { TenantsModule } = require('../../modules/tenants/tenants.module') as typeof TenantsModuleExports;
+  const { TenantsService } = require('../../modules/tenants/tenants.service') as typeof TenantsServiceExports;
+  /* eslint-enable @typescript-eslint/no-require-imports */
+  return withContext(io, [TenantsModule], (ctx) => fn(ctx.get(TenantsService)));
+}
 
 export function parseTenantId(id: string, help: string): string {
   const r = tenantIdSchema.safeParse(id);

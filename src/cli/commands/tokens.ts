@@ -1,15 +1,16 @@
 import type { TenantPrincipalT } from '../../core/http/request-context';
 import { SCOPES, type TenantScope } from '../../core/http/route-spec';
-import { AuthModule } from '../../modules/auth/auth.module';
-import { AuthRepository } from '../../modules/auth/auth.repository';
-import { TokenService } from '../../modules/auth/token.service';
 import { createTokenBody, jtiParams } from '../../modules/auth/tokens.dto';
-import { TokensService } from '../../modules/auth/tokens.service';
-import { TenantsModule } from '../../modules/tenants/tenants.module';
-import { TenantsService } from '../../modules/tenants/tenants.service';
-import { defineCommand, flag, parseFlags, positionals, table, UsageError, type CliIo } from '../command';
-import { withContext, type CliContext } from '../context';
+import { flag, parseFlags, positionals, table, UsageError, type CliIo, type Command } from '../command';
+import type { CliContext } from '../context';
 import { parseTenantId } from './tenants';
+import type * as AuthModuleExports from '../../modules/auth/auth.module';
+import type * as AuthRepositoryExports from '../../modules/auth/auth.repository';
+import type * as TokenServiceExports from '../../modules/auth/token.service';
+import type * as TokensServiceExports from '../../modules/auth/tokens.service';
+import type * as TenantsModuleExports from '../../modules/tenants/tenants.module';
+import type * as TenantsServiceExports from '../../modules/tenants/tenants.service';
+import type * as ContextExports from '../context';
 
 const help = `Usage:
   ordo tokens create --tenant <id> --scopes <a,b> [--subject <sub>] [--ttl <duration>] [--description <text>]
@@ -28,9 +29,7 @@ everything else goes to stderr. Revocation holds at once on every replica.`;
 const PLATFORM_TTL_DEFAULT = 30 * 24 * 3600;
 const CLI_OPERATOR = 'cli';
 
-export const command = defineCommand({
-  name: 'tokens',
-  summary: 'Mint, list and revoke API tokens',
+export const command: Command = {
   help,
   async run(args, io) {
     const [sub, ...rest] = args;
@@ -51,7 +50,33 @@ export const command = defineCommand({
         throw new UsageError(`unknown subcommand "${sub}"`, help);
     }
   },
-});
+};
+
+/** The services these subcommands use; they (with Nest and the database) load when one runs. */
+function services() {
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  return {
+    ...(require('../../modules/auth/auth.module') as typeof AuthModuleExports),
+    ...(require('../../modules/auth/auth.repository') as typeof AuthRepositoryExports),
+    ...(require('../../modules/auth/token.service') as typeof TokenServiceExports),
+    ...(require('../../modules/auth/tokens.service') as typeof TokensServiceExports),
+    ...(require('../../modules/tenants/tenants.module') as typeof TenantsModuleExports),
+    ...(require('../../modules/tenants/tenants.service') as typeof TenantsServiceExports),
+    ...(require('../context') as typeof ContextExports),
+  };
+  /* eslint-enable @typescript-eslint/no-require-imports */
+}
+type Services = ReturnType<typeof services>;
+
+/** Runs `fn` against Ordo's database with the auth (platform tokens) or the tenants module. */
+async function withServices<T>(
+  io: CliIo,
+  module: 'auth' | 'tenants',
+  fn: (ctx: CliContext, s: Services) => Promise<T>,
+): Promise<T> {
+  const s = services();
+  return s.withContext(io, [module === 'auth' ? s.AuthModule : s.TenantsModule], (ctx) => fn(ctx, s));
+}
 
 async function create(args: string[], io: CliIo): Promise<void> {
   const p = parseFlags(
@@ -77,9 +102,9 @@ async function create(args: string[], io: CliIo): Promise<void> {
       throw new UsageError('--platform takes neither --tenant nor --scopes', help);
     }
     const subject = flag(p.values, 'subject') ?? 'operator';
-    const minted = await withContext(io, [AuthModule], async (ctx) => {
-      const m = await ctx.get(TokenService).mintPlatform(subject, ttlSeconds ?? PLATFORM_TTL_DEFAULT);
-      await ctx.get(AuthRepository).insertPlatformToken(ctx.database.system, {
+    const minted = await withServices(io, 'auth', async (ctx, s) => {
+      const m = await ctx.get(s.TokenService).mintPlatform(subject, ttlSeconds ?? PLATFORM_TTL_DEFAULT);
+      await ctx.get(s.AuthRepository).insertPlatformToken(ctx.database.system, {
         jti: m.jti,
         subject,
         description: flag(p.values, 'description') ?? 'minted with ordo tokens create --platform',
@@ -105,8 +130,8 @@ async function create(args: string[], io: CliIo): Promise<void> {
     throw new UsageError(`${i.path.join('.')}: ${i.message}`, help);
   }
   const tenantId = parseTenantId(tenant, help);
-  const minted = await withContext(io, [TenantsModule], (ctx) =>
-    ctx.get(TenantsService).mintToken(CLI_OPERATOR, tenantId, body.data),
+  const minted = await withServices(io, 'tenants', (ctx, s) =>
+    ctx.get(s.TenantsService).mintToken(CLI_OPERATOR, tenantId, body.data),
   );
   io.out(`${minted.token}\n`);
   io.err(
@@ -125,8 +150,8 @@ async function list(args: string[], io: CliIo): Promise<void> {
   positionals(p.positionals, [], help);
   if (p.values.platform) {
     if (flag(p.values, 'tenant') !== undefined) throw new UsageError('--platform takes no --tenant', help);
-    const rows = await withContext(io, [AuthModule], (ctx) =>
-      ctx.get(AuthRepository).listPlatformTokens(ctx.database.system),
+    const rows = await withServices(io, 'auth', (ctx, s) =>
+      ctx.get(s.AuthRepository).listPlatformTokens(ctx.database.system),
     );
     const items = rows.map((t) => ({
       jti: t.jti,
@@ -148,9 +173,9 @@ async function list(args: string[], io: CliIo): Promise<void> {
     return;
   }
   const tenantId = requireTenant(flag(p.values, 'tenant'));
-  const items = await withContext(io, [TenantsModule], async (ctx) => {
-    const principal = await operatorOf(ctx, tenantId);
-    const svc = ctx.get(TokensService);
+  const items = await withServices(io, 'tenants', async (ctx, s) => {
+    const principal = await operatorOf(ctx, s, tenantId);
+    const svc = ctx.get(s.TokensService);
     const out = [];
     let pageToken: string | undefined;
     do {
@@ -179,16 +204,16 @@ async function revoke(args: string[], io: CliIo): Promise<void> {
   if (!jtiParams.safeParse({ jti }).success) throw new UsageError(`"${jti}" is not a token id (a UUID)`, help);
   if (p.values.platform) {
     if (flag(p.values, 'tenant') !== undefined) throw new UsageError('--platform takes no --tenant', help);
-    const at = await withContext(io, [AuthModule], (ctx) =>
-      ctx.get(AuthRepository).revokePlatformToken(ctx.database.system, jti),
+    const at = await withServices(io, 'auth', (ctx, s) =>
+      ctx.get(s.AuthRepository).revokePlatformToken(ctx.database.system, jti),
     );
     if (!at) throw new Error(`platform token ${jti} not found`);
     io.err(`ordo: platform token ${jti} revoked at ${at.toISOString()}\n`);
     return;
   }
   const tenantId = requireTenant(flag(p.values, 'tenant'));
-  const r = await withContext(io, [TenantsModule], async (ctx) =>
-    ctx.get(TokensService).revoke(await operatorOf(ctx, tenantId), jti),
+  const r = await withServices(io, 'tenants', async (ctx, s) =>
+    ctx.get(s.TokensService).revoke(await operatorOf(ctx, s, tenantId), jti),
   );
   io.err(`ordo: token ${r.jti} revoked at ${r.revokedAt}\n`);
 }
@@ -199,8 +224,8 @@ function requireTenant(tenant: string | undefined): string {
 }
 
 /** The CLI acts as the tenant's administrator, once the tenant is known to exist. */
-async function operatorOf(ctx: CliContext, tenantId: string): Promise<TenantPrincipalT> {
-  await ctx.get(TenantsService).get(tenantId);
+async function operatorOf(ctx: CliContext, s: Services, tenantId: string): Promise<TenantPrincipalT> {
+  await ctx.get(s.TenantsService).get(tenantId);
   return { kind: 'tenant', tenantId, subject: CLI_OPERATOR, scopes: ['orchestrator:admin'], jti: '' };
 }
 

@@ -1,4 +1,6 @@
 import fs from 'node:fs/promises';
+import path from 'node:path';
+import { projectRoot } from '../../core/home/project-root';
 import { BundleError } from './bundle-format';
 import { readBundle, type ReadBundle } from './bundle-reader';
 import {
@@ -13,7 +15,22 @@ import {
   type Ed25519PublicJwk,
 } from '../trust/detached-jws';
 
-/** Writes a fresh Ed25519 key pair: `<kid>.private.jwk` (mode 0600) and `<kid>.public.jwk`. */
+/**
+ * The kids of the example key pair shipped in bundles/example/keys: published on purpose, so a
+ * walkthrough can trust it; a key of one's own must not reuse its kid.
+ */
+export async function exampleKeyKids(): Promise<string[]> {
+  const dir = path.join(projectRoot(), 'bundles', 'example', 'keys');
+  const names = await fs.readdir(dir).catch(() => [] as string[]);
+  const kids: string[] = [];
+  for (const n of names.filter((f) => f.endsWith('.public.jwk'))) {
+    const jwk = JSON.parse(await fs.readFile(path.join(dir, n), 'utf8')) as { kid?: unknown };
+    if (typeof jwk.kid === 'string') kids.push(jwk.kid);
+  }
+  return kids;
+}
+
+/** Writes a fresh Ed25519 key pair: `<kid>.private.jwk` (mode 0600) and `<kid>.public.jwk`; never overwrites. */
 export async function keygen(
   outDir: string,
   kid?: string,
@@ -22,6 +39,18 @@ export async function keygen(
   await fs.mkdir(outDir, { recursive: true, mode: 0o700 });
   const privateFile = `${outDir}/${privateJwk.kid}.private.jwk`;
   const publicFile = `${outDir}/${privateJwk.kid}.public.jwk`;
+  for (const f of [privateFile, publicFile]) {
+    if (
+      await fs.stat(f).then(
+        () => true,
+        () => false,
+      )
+    )
+      throw new BundleError(
+        'BUNDLE_KEY_EXISTS',
+        `${f} exists: keygen never overwrites a key; choose another --kid or --out`,
+      );
+  }
   await fs.writeFile(privateFile, `${JSON.stringify(privateJwk, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
   await fs.chmod(privateFile, 0o600);
   await fs.writeFile(publicFile, `${JSON.stringify(publicJwk, null, 2)}\n`, { mode: 0o644, flag: 'wx' });
@@ -83,7 +112,14 @@ export async function verifyBundleOffline(
         }
         await verifyDetachedWith(bytes, signature, publicJwk);
       } catch (e) {
-        if (e instanceof DetachedJwsError) throw new BundleError('BUNDLE_SIGNATURE_INVALID', e.message, 422);
+        if (e instanceof DetachedJwsError) {
+          // Ed25519 signatures do not name their key: changed content and another key under the
+          // same kid fail alike.
+          const message = kid
+            ? `the signature does not verify with the given public key for kid ${kid}: either the signed content changed after signing, or it was signed by a different key that reuses the kid ${kid}`
+            : e.message;
+          throw new BundleError('BUNDLE_SIGNATURE_INVALID', message, 422);
+        }
         throw e;
       }
     },

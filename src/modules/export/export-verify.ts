@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { calculateJwkThumbprint, compactVerify, importJWK, type JWK } from 'jose';
+import { calculateJwkThumbprint, compactVerify, decodeProtectedHeader, importJWK, type JWK } from 'jose';
 import { canonicalJson } from '../../core/json/canonical-json';
 import {
   FORMAT,
@@ -22,7 +22,7 @@ export interface VerifyResult {
   ok: boolean;
   lines: number;
   counts?: Record<RecordType, number>;
-  /** The first problem: the 1-based line of export.ndjson when it is in a line. */
+  /** The first problem: the 1-based line of the NDJSON file when it is in a line. */
   problem?: { line?: number; message: string };
   kid?: string;
 }
@@ -50,44 +50,232 @@ class Problem extends Error {
   }
 }
 
+/** Where the signed manifest of an export comes from, and where its records end. */
+interface SignedSource {
+  /** The NDJSON records, as a file and how many of its bytes are records (the rest is the manifest line). */
+  ndjson: string;
+  recordBytes?: number;
+  /** How the NDJSON file is named in messages. */
+  name: string;
+  jws: string;
+  /** The manifest as written beside the signature (manifest.json, or the manifest line's own copy). */
+  manifestCopy?: { where: string; value: unknown };
+  keyFile: string;
+}
+
 /**
- * Verifies an export directory offline: the manifest's JWS against the pinned public key (kid =
- * its JWK thumbprint), manifest.json against the signed payload, then export.ndjson line by line
- * (export form, line hash chain, record order, every run's event hash chain recomputed and matched
- * with its run record and the manifest's chain heads), and finally counts, line count and SHA-256.
- * Reads the NDJSON as a stream of exact lines: memory does not grow with its size, and a changed
- * byte is named at its line, whitespace, key order and line endings included.
+ * Verifies an export directory (the `ordo export --out DIR` form) offline: the manifest's JWS
+ * against the pinned public key (default DIR/instance-key.jwk.json), manifest.json against the
+ * signed payload, then every line (see verifySigned).
  */
 export async function verifyExport(dir: string, opts: { keyFile?: string } = {}): Promise<VerifyResult> {
+  return verifying(async () => {
+    const manifestFile = path.join(dir, MANIFEST_FILE);
+    return verifySigned({
+      ndjson: path.join(dir, NDJSON_FILE),
+      name: NDJSON_FILE,
+      jws: readText(path.join(dir, JWS_FILE), 'the signed manifest').trim(),
+      manifestCopy: fs.existsSync(manifestFile)
+        ? { where: MANIFEST_FILE, value: parseJson(readText(manifestFile, 'the manifest'), manifestFile) }
+        : undefined,
+      keyFile: opts.keyFile ?? path.join(dir, KEY_FILE),
+    });
+  });
+}
+
+/**
+ * Verifies one NDJSON file in the HTTP form (`GET /api/v1/export`: the records, then one last line
+ * `{"type":"manifest","manifest","jws","kid","publicJwk"}`) offline, against a pinned key file
+ * (a public JWK or a JWK set). The key the line carries is never trusted: only the pinned one is.
+ */
+export async function verifyExportFile(file: string, opts: { keyFile: string }): Promise<VerifyResult> {
+  return verifying(async () => {
+    const name = path.basename(file);
+    const { text, offset, line } = readLastLine(file, name);
+    let last: Record<string, unknown>;
+    try {
+      last = JSON.parse(text) as Record<string, unknown>;
+    } catch {
+      throw new Problem(`the last line is not the signed manifest (not JSON)${MANIFEST_LINE_HINT}`, line);
+    }
+    if (!last || typeof last !== 'object' || last.type !== 'manifest' || typeof last.jws !== 'string')
+      throw new Problem(`the last line is not the signed manifest {"type":"manifest",…}${MANIFEST_LINE_HINT}`, line);
+    return verifySigned(
+      {
+        ndjson: file,
+        recordBytes: offset,
+        name,
+        jws: last.jws,
+        manifestCopy: { where: `the manifest line (line ${line})`, value: last.manifest },
+        keyFile: opts.keyFile,
+      },
+      line,
+    );
+  });
+}
+
+const MANIFEST_LINE_HINT =
+  ': a file from GET /api/v1/export ends with it; for a directory written by `ordo export --out`, run `ordo export verify DIR`';
+
+async function verifying(fn: () => Promise<VerifyResult>): Promise<VerifyResult> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof Problem) return { ok: false, lines: 0, problem: { line: e.line, message: e.message } };
+    return { ok: false, lines: 0, problem: { message: e instanceof Error ? e.message : String(e) } };
+  }
+}
+
+function readText(file: string, what: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new Problem(`cannot read ${what} ${file}: ${ioReason(e)}`);
+  }
+}
+
+function ioReason(e: unknown): string {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'ENOENT') return 'no such file';
+  if (code === 'EACCES' || code === 'EPERM') return 'permission denied';
+  if (code === 'EISDIR') return 'it is a directory';
+  return e instanceof Error ? e.message : String(e);
+}
+
+function parseJson(text: string, file: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Problem(`${file} is not JSON`);
+  }
+}
+
+/**
+ * The last line of `file` (its text, the byte offset where it starts and its 1-based number),
+ * read from the end, so a large export is not read twice whole. The file must end with a newline.
+ */
+function readLastLine(file: string, name: string): { text: string; offset: number; line: number } {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (e) {
+    throw new Problem(`cannot read ${file}: ${ioReason(e)}`);
+  }
+  try {
+    const size = fs.fstatSync(fd).size;
+    if (size === 0) throw new Problem(`${name} is empty`);
+    const last = Buffer.alloc(1);
+    fs.readSync(fd, last, 0, 1, size - 1);
+    if (last[0] !== 0x0a) throw new Problem(`${name} does not end with a newline (cut short?)`);
+    const chunks: Buffer[] = [];
+    let start = size - 1;
+    for (;;) {
+      const from = Math.max(0, start - 65536);
+      const buf = Buffer.alloc(start - from);
+      fs.readSync(fd, buf, 0, buf.length, from);
+      const nl = buf.lastIndexOf(0x0a);
+      chunks.unshift(nl === -1 ? buf : buf.subarray(nl + 1));
+      if (nl !== -1) {
+        start = from + nl + 1;
+        break;
+      }
+      start = from;
+      if (from === 0) break;
+    }
+    const text = Buffer.concat(chunks).toString('utf8');
+    // The line number: newlines before the last line, plus one.
+    let line = 1;
+    const buf = Buffer.alloc(65536);
+    for (let pos = 0; pos < start;) {
+      const n = fs.readSync(fd, buf, 0, Math.min(buf.length, start - pos), pos);
+      for (let i = 0; i < n; i++) if (buf[i] === 0x0a) line++;
+      pos += n;
+    }
+    return { text, offset: start, line };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** The pinned public keys of a key file: one Ed25519 public JWK or a JWK set {"keys": [...]}. */
+async function pinnedKeys(file: string): Promise<{ thumbprint: string; jwk: JWK }[]> {
+  const raw = parseJson(readText(file, 'the key file'), file) as { keys?: unknown } | null;
+  const list: unknown[] = raw && typeof raw === 'object' && Array.isArray(raw.keys) ? raw.keys : [raw];
+  if (list.length === 0) throw new Problem(`${file} is an empty JWK set`);
+  const keys = [];
+  for (const k of list) {
+    const jwk = k as JWK;
+    if (!jwk || typeof jwk !== 'object' || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.x !== 'string')
+      throw new Problem(`${file}: the key is not an Ed25519 public JWK`);
+    if (jwk.d !== undefined)
+      throw new Problem(`${file} holds a private key (member d): pin the public key only (ordo keys export --public)`);
+    keys.push({ thumbprint: await calculateJwkThumbprint({ kty: jwk.kty, crv: jwk.crv, x: jwk.x }), jwk });
+  }
+  return keys;
+}
+
+/**
+ * Verifies a signed export: the manifest's JWS against the pinned public key whose RFC 7638
+ * thumbprint is the JWS kid, the manifest's copy against the signed payload, then the NDJSON
+ * records line by line (export form, line hash chain, record order, every run's event hash chain
+ * recomputed and matched with its run record and the manifest's chain heads), and finally counts,
+ * line count and SHA-256. Reads the NDJSON as a stream of exact lines: memory does not grow with
+ * its size, and a changed byte is named at its line, whitespace, key order and line endings included.
+ */
+async function verifySigned(src: SignedSource, manifestLine?: number): Promise<VerifyResult> {
   let lines = 0;
   try {
-    const jwk = JSON.parse(fs.readFileSync(opts.keyFile ?? path.join(dir, KEY_FILE), 'utf8')) as JWK;
-    const thumbprint = await calculateJwkThumbprint(jwk);
-    if (jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || jwk.d !== undefined)
-      throw new Problem('the key is not an Ed25519 public JWK');
-    const key = await importJWK(jwk, 'EdDSA');
-    const jws = fs.readFileSync(path.join(dir, JWS_FILE), 'utf8').trim();
-    let payload: Uint8Array;
+    const pinned = await pinnedKeys(src.keyFile);
     let header: { alg?: string; kid?: string; typ?: string };
     try {
-      ({ payload, protectedHeader: header } = await compactVerify(jws, key, { algorithms: ['EdDSA'] }));
+      header = decodeProtectedHeader(src.jws);
     } catch {
-      throw new Problem('manifest.jws: signature does not verify with the pinned key');
+      throw new Problem('the manifest signature is not a JWS', manifestLine);
     }
-    if (header.kid !== thumbprint)
-      throw new Problem(`manifest.jws: kid ${header.kid} is not the pinned key (${thumbprint})`);
-    if (header.typ !== JWS_TYPE) throw new Problem(`manifest.jws: typ is not ${JWS_TYPE}`);
+    const match = pinned.find((k) => k.thumbprint === header.kid);
+    if (!match) {
+      const have = pinned.map((k) => k.thumbprint).join(', ');
+      throw new Problem(
+        `the export is signed by key ${String(header.kid)}, which is not the pinned key (${src.keyFile} holds ${have})`,
+        manifestLine,
+      );
+    }
+    const thumbprint = match.thumbprint;
+    const key = await importJWK({ kty: 'OKP', crv: 'Ed25519', x: match.jwk.x }, 'EdDSA');
+    let payload: Uint8Array;
+    try {
+      ({ payload, protectedHeader: header } = await compactVerify(src.jws, key, { algorithms: ['EdDSA'] }));
+    } catch {
+      throw new Problem(`the manifest signature does not verify with the pinned key ${thumbprint}`, manifestLine);
+    }
+    if (header.typ !== JWS_TYPE) throw new Problem(`the manifest signature: typ is not ${JWS_TYPE}`, manifestLine);
     const signed = Buffer.from(payload).toString('utf8');
     const manifest = JSON.parse(signed) as Omit<Manifest, 'format'> & { format: string };
-    if (manifest.format !== FORMAT) throw new Problem(`manifest: format is not ${FORMAT}`);
-    const manifestFile = path.join(dir, MANIFEST_FILE);
-    if (fs.existsSync(manifestFile) && canonicalJson(JSON.parse(fs.readFileSync(manifestFile, 'utf8'))) !== signed) {
-      throw new Problem('manifest.json differs from the signed manifest');
+    if (manifest.format !== FORMAT) throw new Problem(`manifest: format is not ${FORMAT}`, manifestLine);
+    if (src.manifestCopy) {
+      let copy: string | undefined;
+      try {
+        copy = canonicalJson(src.manifestCopy.value);
+      } catch {
+        copy = undefined;
+      }
+      if (copy !== signed)
+        throw new Problem(`${src.manifestCopy.where} differs from the signed manifest`, manifestLine);
     }
-
+    let ndjsonStream: fs.ReadStream;
+    try {
+      fs.accessSync(src.ndjson, fs.constants.R_OK);
+      ndjsonStream = fs.createReadStream(
+        src.ndjson,
+        src.recordBytes === undefined ? {} : { start: 0, end: src.recordBytes - 1 },
+      );
+    } catch (e) {
+      throw new Problem(`cannot read ${src.ndjson}: ${ioReason(e)}`);
+    }
+    const NDJSON = src.name;
     const sha = createHash('sha256');
     let endsWithNewline = true;
-    const input = exportLines(fs.createReadStream(path.join(dir, NDJSON_FILE)), (b) => {
+    const input = exportLines(src.recordBytes === 0 ? emptyStream() : ndjsonStream, (b) => {
       sha.update(b);
       endsWithNewline = b[b.length - 1] === 0x0a;
     });
@@ -159,19 +347,18 @@ export async function verifyExport(dir: string, opts: { keyFile?: string } = {})
       }
     }
     closeRun();
-    if (lines > 0 && !endsWithNewline) throw new Problem('export.ndjson does not end with a newline', lines);
+    if (lines > 0 && !endsWithNewline) throw new Problem(`${NDJSON} does not end with a newline`, lines);
     if (chainIndex !== manifest.chains.length)
-      throw new Problem(`manifest lists ${manifest.chains.length} runs, export.ndjson has ${chainIndex}`);
-    if (lines !== manifest.lines)
-      throw new Problem(`manifest says ${manifest.lines} lines, export.ndjson has ${lines}`);
+      throw new Problem(`manifest lists ${manifest.chains.length} runs, ${NDJSON} has ${chainIndex}`);
+    if (lines !== manifest.lines) throw new Problem(`manifest says ${manifest.lines} lines, ${NDJSON} has ${lines}`);
     for (const t of RECORD_TYPES) {
       if (counts[t] !== manifest.counts[t])
-        throw new Problem(`manifest counts ${manifest.counts[t]} ${t} records, export.ndjson has ${counts[t]}`);
+        throw new Problem(`manifest counts ${manifest.counts[t]} ${t} records, ${NDJSON} has ${counts[t]}`);
     }
     if (prevLine !== manifest.lastLineHash) throw new Problem('the last lineHash differs from the manifest');
     const digest = sha.digest('hex');
     if (digest !== manifest.sha256)
-      throw new Problem(`SHA-256 of export.ndjson is ${digest}, the manifest says ${manifest.sha256}`);
+      throw new Problem(`SHA-256 of ${NDJSON} is ${digest}, the manifest says ${manifest.sha256}`);
     return { ok: true, lines, counts, kid: thumbprint };
   } catch (e) {
     if (e instanceof Problem) return { ok: false, lines, problem: { line: e.line, message: e.message } };
@@ -211,6 +398,8 @@ async function* exportLines(
   }
   if (partial.length > 0) yield decode(partial);
 }
+
+async function* emptyStream(): AsyncGenerator<Buffer> {}
 
 function compareKeys(a: [string, string, string], b: [string, string, string]): number {
   for (let i = 0; i < 3; i++) {

@@ -153,11 +153,13 @@ export class TrustService {
     }
     try {
       await verifyDetachedWith(payload, jws, key.publicJwk);
-    } catch (e) {
+    } catch {
+      // An Ed25519 signature does not say which key made it: a changed content and a key that
+      // reuses a trusted kid fail alike, so the message names both.
       throw signatureError(
         ctx,
         'SIGNATURE_INVALID',
-        e instanceof DetachedJwsError ? e.message : 'signature verification failed',
+        `the signature does not verify with the trusted key ${kid} (owner "${key.owner}"): either the signed content changed after signing, or it was signed by a different key that reuses the kid ${kid}; the trusted key with kid ${kid} differs from that key (give a new signing key a kid that is not trusted yet, e.g. ordo bundle keygen without --kid)`,
       );
     }
     return { kid, owner: key.owner, alg: DETACHED_JWS_ALG };
