@@ -55,7 +55,8 @@ CREATE TYPE public.ordo_adv_result AS (
 	status text,
 	outcome text,
 	error jsonb,
-	actor text
+	actor text,
+	named_status text
 );
 
 CREATE TYPE public.ordo_adv_skip AS (
@@ -410,10 +411,11 @@ begin
   v_c := array(
     select row(c.tenant_id, c.run_id, c.step_id, c.attempt, c.epoch, c.outputs, c.outputs_hash, c.logs_hash, c.started_at,
       c.finished_at, c.ord, c.status, case when c.status = 'succeeded' then 'succeeded' end, c.error,
-      coalesce(c.actor, v_worker))::ordo_adv_result
+      coalesce(c.actor, v_worker), c.named_status)::ordo_adv_result
     from jsonb_to_recordset(p->'results')
       as c(tenant_id text, run_id uuid, step_id text, attempt integer, epoch integer, status text, outputs jsonb,
-        outputs_hash text, logs_hash text, error jsonb, started_at timestamptz, finished_at timestamptz, actor text, ord integer)
+        outputs_hash text, logs_hash text, error jsonb, started_at timestamptz, finished_at timestamptz, actor text, ord integer,
+        named_status text)
   );
 
   -- The runs, locked in key order.
@@ -425,7 +427,7 @@ begin
   -- Successes whose step still runs at the reported epoch: the common case, applied at once.
   with u as (
     update step s set status = 'succeeded', outputs = coalesce(c.outputs, s.outputs), outputs_hash = c.outputs_hash,
-      logs_hash = coalesce(c.logs_hash, s.logs_hash), finished_at = now()
+      logs_hash = coalesce(c.logs_hash, s.logs_hash), named_status = c.named_status, finished_at = now()
     from unnest(v_c) c
     where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.status = 'succeeded'
       and s.status = 'running' and s.epoch = c.epoch
@@ -463,7 +465,7 @@ begin
             '{"code":"ABORTED","message":"the attempt was stopped before it finished","retryable":true}'::jsonb
           else c.error
         end,
-        c.actor)::ordo_adv_result
+        c.actor, c.named_status)::ordo_adv_result
       from unnest(v_c) c
       join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
       left join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
@@ -521,7 +523,7 @@ begin
             then c.outcome || '>retrying'
           else c.outcome || '>failed'
         end,
-        c.error, c.actor)::ordo_adv_result
+        c.error, c.actor, c.named_status)::ordo_adv_result
       from unnest(v_c) c
       join run x on x.tenant_id = c.tenant_id and x.run_id = c.run_id
       left join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
@@ -569,14 +571,26 @@ begin
       union all
       select k.tenant_id, k.run_id, k.step_id, 0, 1 from unnest(v_dskip) k
     ),
+    -- (A success counts as skipped on a dependent that needs another named status of that step.)
+    ek as (
+      select s.tenant_id, s.run_id, s.step_id, e.f,
+        case when e.f = 1 or e.k = 1 then e.k
+          when not coalesce(s.spec->'onStatus' ? e.step_id, false) then 0
+          when (select u.named_status from step u
+                where u.tenant_id = e.tenant_id and u.run_id = e.run_id and u.step_id = e.step_id)
+            is not distinct from s.spec->'onStatus'->>e.step_id then 0
+          else 1 end as k
+      from e
+      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and e.step_id = any(s.depends_on)
+      where s.status = 'pending'
+    ),
     d as (
       select s.tenant_id, s.run_id, s.step_id, count(*)::integer as n, sum(e.f)::integer as nf, sum(e.k)::integer as nk,
         ordo_trigger_decision(s.spec->>'trigger', cardinality(s.depends_on), s.pending_deps - count(*)::integer,
           s.deps_failed + sum(e.f)::integer, s.deps_skipped + sum(e.k)::integer) as decision,
         coalesce((s.spec->>'disabled')::boolean, false) as disabled
-      from e
-      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and e.step_id = any(s.depends_on)
-      where s.status = 'pending'
+      from ek e
+      join step s on s.tenant_id = e.tenant_id and s.run_id = e.run_id and s.step_id = e.step_id
       group by s.tenant_id, s.run_id, s.step_id
     ),
     u as (
@@ -741,7 +755,8 @@ begin
     where c.outcome = 'rejected'
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.succeeded', c.step_id, c.attempt, c.actor,
-      '{"outputsHash":' || to_json(c.outputs_hash)::text || '}')::ordo_adv_event
+      '{"outputsHash":' || to_json(c.outputs_hash)::text || coalesce(',"status":' || to_json(c.named_status)::text, '')
+        || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
     union all
     -- (Its data, why it was skipped, is a flat object of strings and booleans: canonical JSON is its
@@ -892,6 +907,9 @@ begin
   if p->'head' is null then
     raise exception using errcode = 'OR001', message = 'a chain starts from one result';
   end if;
+  if v_c->>'named_status' is not null then
+    raise exception using errcode = 'OR001', message = 'a result with a named status goes through ordo_engine_advance';
+  end if;
   v_last := coalesce(v_links->(v_n - 1)->>'step_id', v_s);
   perform set_config('ordo.notify_after_commit', 'on', true);
 
@@ -920,7 +938,7 @@ begin
         and s.depends_on = array[case when l.k = 1 then v_s else v_links->(l.k::integer - 2)->>'step_id' end]
         and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
-        and s.spec->>'when' is null and s.spec->>'trigger' is null
+        and s.spec->>'when' is null and s.spec->>'trigger' is null and not s.spec ? 'onStatus' and not s.spec ? 'statuses'
         and not exists (
           select 1 from step o
           where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
@@ -973,7 +991,7 @@ begin
       queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
     where v_n = 0 and s.tenant_id = v_t and s.run_id = v_r and v_s = any(s.depends_on) and s.status = 'pending'
     returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
-      s.spec->>'trigger' is not null as ruled
+      s.spec->>'trigger' is not null or s.spec ? 'onStatus' as ruled
   )
   select (select count(*) from res)::integer, (select count(*) from item)::integer, (select count(*) from q)::integer,
     coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
@@ -1032,7 +1050,7 @@ begin
         queued_at = case when s.pending_deps = 1 then now() else s.queued_at end
       where s.tenant_id = v_t and s.run_id = v_r and v_last = any(s.depends_on) and s.status = 'pending'
       returning s.step_id, s.topo_index, s.pending_deps, s.status, s.spec->>'concurrency' is not null as gated,
-        s.spec->>'trigger' is not null as ruled
+        s.spec->>'trigger' is not null or s.spec ? 'onStatus' as ruled
     )
     select (select count(*) from res)::integer,
       coalesce(array_agg(row(v_t, v_r, d.step_id, d.topo_index, false)::ordo_adv_ready order by d.topo_index, d.step_id)
@@ -2131,6 +2149,7 @@ CREATE TABLE public.step (
     finished_at timestamp with time zone,
     deps_failed smallint DEFAULT 0 NOT NULL,
     deps_skipped smallint DEFAULT 0 NOT NULL,
+    named_status text,
     CONSTRAINT step_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text, 'retrying'::text, 'orphaned'::text])))
 )
 WITH (fillfactor='70');
@@ -2158,6 +2177,7 @@ ALTER TABLE ONLY public.step ALTER COLUMN started_at SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN finished_at SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN deps_failed SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN deps_skipped SET STATISTICS 0;
+ALTER TABLE ONLY public.step ALTER COLUMN named_status SET STATISTICS 0;
 
 ALTER TABLE ONLY public.step FORCE ROW LEVEL SECURITY;
 
