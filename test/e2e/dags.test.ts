@@ -1,8 +1,9 @@
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { sql } from 'kysely';
 import { startTestApp, type TestApp } from '../support/test-app';
+import { DOT, itWithTool } from '../support/tools';
 
-const hasDot = spawnSync('dot', ['-V']).status === 0;
+const itWithDot = itWithTool(DOT, 'DOT rendering by Graphviz');
 
 function chain(id: string, note = 'v'): Record<string, unknown> {
   return {
@@ -356,7 +357,7 @@ describe('DAG publishing', () => {
     expect((await app.request('GET', '/api/v1/dags?status=gone', { as: reader })).status).toBe(400);
   });
 
-  it('returns the graph as JSON with the deterministic order, and as DOT that Graphviz renders', async () => {
+  it('returns the graph as JSON with the deterministic order, and as DOT', async () => {
     const j = await app.request('GET', '/api/v1/dags/etl/versions/1/graph?format=json', { as: reader });
     expect(j.status).toBe(200);
     expect(j.body.order).toEqual(['audit', 'fetch', 'parse', 'store']);
@@ -370,14 +371,14 @@ describe('DAG publishing', () => {
     expect(d.status).toBe(200);
     expect(d.headers.get('content-type')).toMatch(/^text\/vnd\.graphviz/);
     expect(d.text).toContain('"fetch" -> "parse";');
-    if (hasDot) {
-      const svg = execFileSync('dot', ['-Tsvg'], { input: d.text, timeout: 10_000 }).toString();
-      expect(svg).toContain('<svg');
-      expect(svg).toContain('parse');
-    } else {
-      console.warn('graphviz `dot` not installed: DOT rendering not checked');
-    }
     expect((await app.request('GET', '/api/v1/dags/etl/versions/1/graph?format=png', { as: reader })).status).toBe(400);
+  });
+
+  itWithDot('serves DOT that Graphviz renders', async () => {
+    const d = await app.request('GET', '/api/v1/dags/etl/versions/1/graph?format=dot', { as: reader });
+    const svg = execFileSync('dot', ['-Tsvg'], { input: d.text, timeout: 10_000 }).toString();
+    expect(svg).toContain('<svg');
+    expect(svg).toContain('parse');
   });
 
   it('returns the existing disabled version for identical content, and 404 for the latest when none is active', async () => {

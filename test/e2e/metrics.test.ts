@@ -13,12 +13,10 @@ import {
   recordStepRetry,
 } from '../../src/core/telemetry/metrics';
 import { startTestApp, type TestApp } from '../support/test-app';
+import { itWithTool, PROMTOOL } from '../support/tools';
 import { chainDag, publishDag } from './runs-support';
 
-function promtool(): string | undefined {
-  const r = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
-  return r.status === 0 ? 'promtool' : undefined;
-}
+const itWithPromtool = itWithTool(PROMTOOL, 'the Prometheus exposition lint (promtool check metrics)');
 
 describe('/metrics', () => {
   let app: TestApp;
@@ -77,15 +75,10 @@ describe('/metrics', () => {
     expect(r.text).toContain(`orchestrator_runs_total{tenant="${c.tenantId}",status="cancelled"} 1`);
   });
 
-  it('passes promtool check metrics', async () => {
-    const tool = promtool();
-    if (!tool) {
-      console.warn('promtool not installed (Debian package prometheus): metrics lint not run');
-      return;
-    }
+  itWithPromtool('passes promtool check metrics', async () => {
     recordRunFinished(app.tenantId, 'cancelled', null, new Date());
     const r = await app.request('GET', '/metrics', { as: { token: app.platformToken } });
-    const check = spawnSync(tool, ['check', 'metrics'], { input: r.text, encoding: 'utf8', timeout: 20_000 });
+    const check = spawnSync('promtool', ['check', 'metrics'], { input: r.text, encoding: 'utf8', timeout: 20_000 });
     expect({ status: check.status, out: check.stdout + check.stderr }).toEqual({ status: 0, out: '' });
   });
 
