@@ -13,7 +13,7 @@ import {
   eventHash,
   type ExportRecord,
 } from './export-format';
-import { verifyExport } from './export-verify';
+import { verifyExport, verifyExportFile } from './export-verify';
 
 /** Two runs of three events each, a step and a log: 10 lines, signed with a fresh key. */
 async function writeExport(dir: string): Promise<string> {
@@ -178,5 +178,72 @@ describe('verifyExport', () => {
     // The line is intact (its hash checks); the signed manifest is another export's.
     expect(r).toMatchObject({ ok: false, lines: 1 });
     expect(r.problem?.message).toMatch(/events .* do not match the run record|chain head differs/);
+  });
+});
+
+describe('verifyExportFile (the HTTP form: records, then the signed manifest line)', () => {
+  let tmp: string;
+  let keyFile: string;
+  let http: string;
+
+  /** The records, then `{"type":"manifest", manifest, jws, kid, publicJwk}`, as GET /api/v1/export ends. */
+  const httpForm = (records: string, manifest: unknown, jws: string, publicJwk: unknown): string =>
+    `${records}${canonicalJson({ type: 'manifest', manifest, jws, kid: 'k', publicJwk })}\n`;
+
+  beforeAll(async () => {
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-verify-file-'));
+    const dir = path.join(tmp, 'export');
+    const records = await writeExport(dir);
+    keyFile = path.join(dir, KEY_FILE);
+    const manifest: unknown = JSON.parse(fs.readFileSync(path.join(dir, MANIFEST_FILE), 'utf8'));
+    const jws = fs.readFileSync(path.join(dir, JWS_FILE), 'utf8').trim();
+    http = httpForm(records, manifest, jws, JSON.parse(fs.readFileSync(keyFile, 'utf8')));
+  });
+  afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+  const verifyText = async (text: string, key = keyFile) => {
+    const file = path.join(tmp, 'export.ndjson');
+    fs.writeFileSync(file, text);
+    return verifyExportFile(file, { keyFile: key });
+  };
+
+  it('accepts the HTTP form with the key as a JWK or inside a JWK set', async () => {
+    expect(await verifyText(http)).toMatchObject({ ok: true, lines: 10, counts: { run: 2, event: 6 } });
+    const set = path.join(tmp, 'set.jwk.json');
+    fs.writeFileSync(set, JSON.stringify({ keys: [JSON.parse(fs.readFileSync(keyFile, 'utf8'))] }));
+    expect(await verifyText(http, set)).toMatchObject({ ok: true, lines: 10 });
+  });
+
+  it('accepts an export of no runs (the manifest line alone)', async () => {
+    const manifest = new ExportWriter('acme', { from: null, to: null, dagId: null }).manifest();
+    const { publicKey, privateKey } = await generateKeyPair('EdDSA', { crv: 'Ed25519' });
+    const jwk = await exportJWK(publicKey);
+    const jws = await new CompactSign(Buffer.from(canonicalJson(manifest), 'utf8'))
+      .setProtectedHeader({ alg: 'EdDSA', kid: await calculateJwkThumbprint(jwk), typ: JWS_TYPE })
+      .sign(privateKey);
+    const key = path.join(tmp, 'empty.jwk.json');
+    fs.writeFileSync(key, JSON.stringify(jwk));
+    expect(await verifyText(httpForm('', manifest, jws, jwk), key)).toMatchObject({ ok: true, lines: 0 });
+  });
+
+  it('names a changed record line, and the manifest line when it differs from the signed manifest', async () => {
+    const lines = http.split('\n');
+    const changed = lines.map((l, i) => (i === 2 ? l.replace('"abc"', '"abd"') : l)).join('\n');
+    expect((await verifyText(changed)).problem).toEqual({ line: 3, message: expect.stringMatching(/lineHash/) });
+    const manifestAt = lines.length - 2;
+    const counts = lines.map((l, i) => (i === manifestAt ? l.replace('"run":2', '"run":1') : l)).join('\n');
+    expect((await verifyText(counts)).problem).toEqual({
+      line: 11,
+      message: 'the manifest line (line 11) differs from the signed manifest',
+    });
+  });
+
+  it('refuses a file cut short and a file whose last line is not the manifest', async () => {
+    expect((await verifyText(http.slice(0, -10))).problem?.message).toMatch(/does not end with a newline/);
+    const records = http.split('\n').slice(0, -2).join('\n') + '\n';
+    expect((await verifyText(records)).problem).toEqual({
+      line: 10,
+      message: expect.stringMatching(/^the last line is not the signed manifest/),
+    });
   });
 });

@@ -262,20 +262,21 @@ async function verifySigned(src: SignedSource, manifestLine?: number): Promise<V
       if (copy !== signed)
         throw new Problem(`${src.manifestCopy.where} differs from the signed manifest`, manifestLine);
     }
-    let ndjsonStream: fs.ReadStream;
+    let records: AsyncIterable<Buffer>;
     try {
       fs.accessSync(src.ndjson, fs.constants.R_OK);
-      ndjsonStream = fs.createReadStream(
-        src.ndjson,
-        src.recordBytes === undefined ? {} : { start: 0, end: src.recordBytes - 1 },
-      );
+      // An export of no runs (HTTP form) is its manifest line alone: no record bytes to read.
+      records =
+        src.recordBytes === 0
+          ? emptyStream()
+          : fs.createReadStream(src.ndjson, src.recordBytes === undefined ? {} : { end: src.recordBytes - 1 });
     } catch (e) {
       throw new Problem(`cannot read ${src.ndjson}: ${ioReason(e)}`);
     }
     const NDJSON = src.name;
     const sha = createHash('sha256');
     let endsWithNewline = true;
-    const input = exportLines(src.recordBytes === 0 ? emptyStream() : ndjsonStream, (b) => {
+    const input = exportLines(records, (b) => {
       sha.update(b);
       endsWithNewline = b[b.length - 1] === 0x0a;
     });
