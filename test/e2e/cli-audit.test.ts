@@ -223,6 +223,23 @@ describe('audit without a one-liner: keys export, export verify --file, bundle k
     expect(again.stderr).toMatch(/acme-2026\.private\.jwk exists: keygen never overwrites a key/);
   });
 
+  it('bundle keygen --tenant refuses a kid that tenant already trusts', async () => {
+    const t = await app.tenant('kid-taken');
+    const { publicJwk } = await generateSigningKeyPair('team-1');
+    const add = await app.request('POST', '/api/v1/trust/keys', {
+      as: t,
+      body: { kid: 'team-1', owner: 'team', publicJwk },
+    });
+    expect(add.status).toBe(201);
+    const out = path.join(tmp, 'team-keys');
+    const r = await ordo('bundle', 'keygen', '--kid', 'team-1', '--tenant', 'kid-taken', '--out', out);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--kid team-1: tenant kid-taken already has a trust key with this kid (owner "team")');
+    expect(fs.existsSync(out)).toBe(false);
+    expect((await ordo('bundle', 'keygen', '--kid', 'team-2', '--tenant', 'kid-taken', '--out', out)).code).toBe(0);
+    expect((await ordo('bundle', 'keygen', '--tenant', 'kid-taken', '--out', out)).code).toBe(2);
+  });
+
   it('answers an import signed by another key under a trusted kid with an error naming the kid and the differing key', async () => {
     const trusted = JSON.parse(
       fs.readFileSync(path.join(EXAMPLE_DIR, 'keys', 'EXAMPLE-ONLY-example-only.public.jwk'), 'utf8'),

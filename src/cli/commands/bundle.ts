@@ -8,15 +8,19 @@ import {
   verifyBundleOffline,
 } from '../../modules/bundles/bundle-offline';
 import { packBundle } from '../../modules/bundles/bundle-pack';
+import { DomainError } from '../../core/errors/domain-error';
 import { kidSchema } from '../../modules/trust/detached-jws';
 import { flag, parseFlags, positionals, UsageError, type CliIo, type Command, type ParsedFlags } from '../command';
 import { parseTenantId } from './tenants';
 import type * as ContextExports from '../context';
 import type * as BundlesModuleExports from '../../modules/bundles/bundles.module';
 import type * as BundlesServiceExports from '../../modules/bundles/bundles.service';
+import type * as TrustModuleExports from '../../modules/trust/trust.module';
+import type * as TrustServiceExports from '../../modules/trust/trust.service';
 
 const help = `Usage:
-  ordo bundle keygen --out <dir> [--kid <kid>]        new Ed25519 key pair: <kid>.private.jwk (0600), <kid>.public.jwk
+  ordo bundle keygen --out <dir> [--kid <kid> [--tenant <id>]]
+                                                    new Ed25519 key pair: <kid>.private.jwk (0600), <kid>.public.jwk
   ordo bundle pack <dir> --out <file.tar.gz> [--created <iso>]
                                                     build a bundle from <dir>/bundle.json and the files it lists
   ordo bundle sign <file.tar.gz> --key <private.jwk> [--out <file.sig>]
@@ -29,8 +33,9 @@ const help = `Usage:
 bundle.json: {"name", "version" (semver), "owner", "dags": [paths], "scripts": [paths], "files": [paths]}.
 Packing is deterministic: same sources and --created (or SOURCE_DATE_EPOCH) give the same bytes.
 The kid defaults to the key's RFC 7638 thumbprint. A tenant trusts one key per kid: a new key needs
-a kid that is not trusted yet (keygen refuses the shipped example key's kid). Import works against
-the database Ordo uses.`;
+a kid that is not trusted yet: keygen refuses the shipped example key's kid and, given --tenant
+(checked in the database Ordo uses), a kid that tenant already trusts or has revoked. Import works
+against the database Ordo uses.`;
 
 export const command: Command = {
   help,
@@ -66,10 +71,18 @@ function required(values: ParsedFlags['values'], name: string): string {
 }
 
 async function keygenCmd(args: string[], io: CliIo): Promise<void> {
-  const p = parseFlags(args, { out: { type: 'string' }, kid: { type: 'string' } }, help, io);
+  const p = parseFlags(
+    args,
+    { out: { type: 'string' }, kid: { type: 'string' }, tenant: { type: 'string' } },
+    help,
+    io,
+  );
   if (!p) return;
   positionals(p.positionals, [], help);
   const kid = flag(p.values, 'kid');
+  const tenant = flag(p.values, 'tenant');
+  if (tenant !== undefined && kid === undefined)
+    throw new UsageError('--tenant checks a chosen --kid; a key without --kid gets its thumbprint, new anywhere', help);
   if (kid !== undefined && !kidSchema.safeParse(kid).success)
     throw new UsageError(`--kid "${kid}": letters, digits, . _ : and -, at most 128`, help);
   if (kid !== undefined && (await exampleKeyKids()).includes(kid))
@@ -77,9 +90,36 @@ async function keygenCmd(args: string[], io: CliIo): Promise<void> {
       `--kid ${kid} is the kid of the shipped example key (bundles/example/keys): a tenant that trusts the example key would check your bundles against it and refuse them. Choose another kid, or leave out --kid for the key's thumbprint`,
       help,
     );
-  const r = await keygen(required(p.values, 'out'), kid);
+  const out = required(p.values, 'out');
+  if (tenant !== undefined && kid !== undefined) await refuseTrustedKid(io, parseTenantId(tenant, help), kid);
+  const r = await keygen(out, kid);
   io.out(`${r.kid}\n`);
   io.err(`ordo: private key ${r.privateFile} (keep it secret), public key ${r.publicFile}\n`);
+}
+
+/** Refuses a kid the tenant's trust store already holds (trusted, expired or revoked: kids are never reused). */
+async function refuseTrustedKid(io: CliIo, tenantId: string, kid: string): Promise<void> {
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const { withContext } = require('../context') as typeof ContextExports;
+  const { TrustModule } = require('../../modules/trust/trust.module') as typeof TrustModuleExports;
+  const { TrustService } = require('../../modules/trust/trust.service') as typeof TrustServiceExports;
+  /* eslint-enable @typescript-eslint/no-require-imports */
+  const existing = await withContext(io, [TrustModule], (ctx) =>
+    ctx
+      .get(TrustService)
+      .getKey(tenantId, kid)
+      .catch((e: unknown) => {
+        if (e instanceof DomainError && e.status === 404) return undefined;
+        throw e;
+      }),
+  );
+  if (existing) {
+    const state = existing.revokedAt ? `revoked at ${existing.revokedAt}` : `owner "${existing.owner}"`;
+    throw new UsageError(
+      `--kid ${kid}: tenant ${tenantId} already has a trust key with this kid (${state}); a new key needs a kid of its own`,
+      help,
+    );
+  }
 }
 
 async function packCmd(args: string[], io: CliIo): Promise<void> {
