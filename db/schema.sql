@@ -454,6 +454,7 @@ begin
             ) then 'orphaned' else 'dropped' end
           when cur and c.status = 'failed' then 'failed'
           when cur and c.status = 'skipped' then 'skipped'
+          when cur and c.status = 'waiting' then 'waiting'
           when cur and c.status = 'aborted' and x.status in ('queued', 'running') then 'failed'
           when cur and c.status = 'aborted' then 'cancelled'
           when s.status = 'cancelled' then 'cancelled'
@@ -482,7 +483,7 @@ begin
     started_at = coalesce(c.started_at, a.started_at), finished_at = coalesce(c.finished_at, a.finished_at), terminated_at = now()
   from unnest(v_c) c
   where a.tenant_id = c.tenant_id and a.run_id = c.run_id and a.step_id = c.step_id and a.attempt = c.attempt
-    and a.epoch = c.epoch and a.status = 'running' and c.outcome <> 'dropped';
+    and a.epoch = c.epoch and a.status = 'running' and c.outcome not in ('dropped', 'waiting');
 
   insert into artifact (tenant_id, sha256, media_type, size, body_json)
   select a.tenant_id, a.sha256, a.media_type, octet_length(a.body), a.body::jsonb
@@ -542,6 +543,20 @@ begin
       max_attempts => 25)
     from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
     where c.outcome like '%>retrying';
+
+    -- A step handed back as waiting waits for a decision, holding no slot and no lease (its attempt
+    -- stays open); its timeout, when it has one, is a job.
+    update step s set status = 'waiting'
+    from unnest(v_c) c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'waiting'
+      and s.status = 'running' and s.epoch = c.epoch;
+    perform graphile_worker.add_job('ordo.engine.step_timeout',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'epoch', c.epoch),
+      run_at => now() + make_interval(secs => (c.error->>'timeoutMs')::numeric / 1000),
+      job_key => 'timeout:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.epoch,
+      max_attempts => 25)
+    from unnest(v_c) c
+    where c.outcome = 'waiting' and c.error ? 'timeoutMs';
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -759,12 +774,12 @@ begin
         || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
     union all
-    -- (Its data, why it was skipped, is a flat object of strings and booleans: canonical JSON is its
-    -- members in key order.)
-    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.skipped', c.step_id, c.attempt, c.actor,
+    -- (Its data, why it was skipped or what it waits for, is a flat object of strings, integers and
+    -- booleans: canonical JSON is its members in key order.)
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.' || c.outcome, c.step_id, c.attempt, c.actor,
       (select '{' || string_agg(to_json(x.k)::text || ':' || x.v::text, ',' order by convert_to(x.k, 'UTF8')) || '}'
         from jsonb_each(c.error) as x(k, v)))::ordo_adv_event
-    from unnest(v_c) c where c.outcome = 'skipped'
+    from unnest(v_c) c where c.outcome in ('skipped', 'waiting')
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.orphaned', c.step_id, c.attempt, c.actor,
       '{"epoch":' || c.epoch || '}')::ordo_adv_event
@@ -1560,6 +1575,44 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_engine_resolve(p jsonb) RETURNS TABLE(kind text, item jsonb)
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_now timestamptz := date_trunc('milliseconds', now());
+  v_r jsonb := p->'result';
+  v_t text := v_r->>'tenant_id';
+  v_run uuid := (v_r->>'run_id')::uuid;
+  v_s text := v_r->>'step_id';
+  v_status text;
+  v_epoch integer;
+  v_attempt integer;
+  v_ch ordo_adv_chained[];
+begin
+  perform 1 from run x where x.tenant_id = v_t and x.run_id = v_run for update;
+  select s.status, s.epoch, s.attempts into v_status, v_epoch, v_attempt
+  from step s where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s;
+  if v_status is distinct from 'waiting' or v_epoch <> (v_r->>'epoch')::integer then
+    return query select 'refused'::text, jsonb_build_object('status', v_status, 'epoch', v_epoch);
+    return;
+  end if;
+
+  v_ch := ordo_append_events(array[row(v_t, v_run, 0, p->'decided'->>'type', v_s, v_attempt, v_r->>'actor',
+    p->'decided'->>'data')::ordo_adv_event], v_now);
+  update run x set event_seq = e.seq, event_hash = e.hash
+  from unnest(v_ch) e where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+  update step s set status = 'running'
+  where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s;
+
+  return query
+    select a.kind, a.item from ordo_engine_advance(jsonb_build_object(
+      'worker', v_r->>'actor', 'leaseMs', 0, 'capacity', 0, 'cap', 0,
+      'results', jsonb_build_array(v_r || jsonb_build_object('attempt', v_attempt, 'ord', 1)),
+      'artifacts', coalesce(p->'artifacts', '[]'))) a;
+end
+$$;
+
 CREATE FUNCTION public.ordo_error_json(p_error jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -2150,7 +2203,7 @@ CREATE TABLE public.step (
     deps_failed smallint DEFAULT 0 NOT NULL,
     deps_skipped smallint DEFAULT 0 NOT NULL,
     named_status text,
-    CONSTRAINT step_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text, 'retrying'::text, 'orphaned'::text])))
+    CONSTRAINT step_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text, 'retrying'::text, 'orphaned'::text])))
 )
 WITH (fillfactor='70');
 ALTER TABLE ONLY public.step ALTER COLUMN tenant_id SET STATISTICS 10;
@@ -2373,7 +2426,7 @@ CREATE TRIGGER run_transition AFTER UPDATE OF status ON public.run FOR EACH ROW 
 
 CREATE TRIGGER schedule_notify AFTER INSERT OR DELETE OR UPDATE OF dag_id, dag_version, cron, timezone, inputs, catch_up, overlap, paused ON public.schedule FOR EACH ROW EXECUTE FUNCTION public.schedule_notify();
 
-CREATE TRIGGER step_transition AFTER UPDATE OF status ON public.step FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{orphaned>cancelled,orphaned>failed,orphaned>queued,orphaned>retrying,pending>cancelled,pending>queued,pending>skipped,queued>cancelled,queued>failed,queued>running,queued>skipped,retrying>cancelled,retrying>queued,running>cancelled,running>failed,running>orphaned,running>retrying,running>skipped,running>succeeded}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('step');
+CREATE TRIGGER step_transition AFTER UPDATE OF status ON public.step FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{orphaned>cancelled,orphaned>failed,orphaned>queued,orphaned>retrying,pending>cancelled,pending>queued,pending>skipped,queued>cancelled,queued>failed,queued>running,queued>skipped,retrying>cancelled,retrying>queued,running>cancelled,running>failed,running>orphaned,running>retrying,running>skipped,running>succeeded,running>waiting,waiting>cancelled,waiting>running}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('step');
 
 CREATE TRIGGER tenant_status_notify AFTER UPDATE OF status ON public.tenant FOR EACH ROW WHEN ((old.status IS DISTINCT FROM new.status)) EXECUTE FUNCTION public.tenant_status_notify();
 
@@ -2554,6 +2607,9 @@ GRANT ALL ON FUNCTION public.ordo_engine_claim(p jsonb) TO ordo_system;
 REVOKE ALL ON FUNCTION public.ordo_engine_requeue(p_tenant text, p_run uuid, p_step text, p_attempt integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_engine_requeue(p_tenant text, p_run uuid, p_step text, p_attempt integer) TO ordo_system;
 
+REVOKE ALL ON FUNCTION public.ordo_engine_resolve(p jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_engine_resolve(p jsonb) TO ordo_system;
+
 REVOKE ALL ON FUNCTION public.ordo_error_json(p_error jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_error_json(p_error jsonb) TO ordo_system;
 
@@ -2584,7 +2640,7 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_system;
 GRANT SELECT,INSERT ON TABLE public.artifact TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.artifact TO ordo_system;
 
-GRANT SELECT ON TABLE public.attempt TO ordo_app;
+GRANT SELECT,UPDATE ON TABLE public.attempt TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.attempt TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.bundle TO ordo_app;

@@ -103,6 +103,7 @@ begin
             ) then 'orphaned' else 'dropped' end
           when cur and c.status = 'failed' then 'failed'
           when cur and c.status = 'skipped' then 'skipped'
+          when cur and c.status = 'waiting' then 'waiting'
           when cur and c.status = 'aborted' and x.status in ('queued', 'running') then 'failed'
           when cur and c.status = 'aborted' then 'cancelled'
           when s.status = 'cancelled' then 'cancelled'
@@ -131,7 +132,7 @@ begin
     started_at = coalesce(c.started_at, a.started_at), finished_at = coalesce(c.finished_at, a.finished_at), terminated_at = now()
   from unnest(v_c) c
   where a.tenant_id = c.tenant_id and a.run_id = c.run_id and a.step_id = c.step_id and a.attempt = c.attempt
-    and a.epoch = c.epoch and a.status = 'running' and c.outcome <> 'dropped';
+    and a.epoch = c.epoch and a.status = 'running' and c.outcome not in ('dropped', 'waiting');
 
   insert into artifact (tenant_id, sha256, media_type, size, body_json)
   select a.tenant_id, a.sha256, a.media_type, octet_length(a.body), a.body::jsonb
@@ -191,6 +192,20 @@ begin
       max_attempts => 25)
     from unnest(v_c) c join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
     where c.outcome like '%>retrying';
+
+    -- A step handed back as waiting waits for a decision, holding no slot and no lease (its attempt
+    -- stays open); its timeout, when it has one, is a job.
+    update step s set status = 'waiting'
+    from unnest(v_c) c
+    where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'waiting'
+      and s.status = 'running' and s.epoch = c.epoch;
+    perform graphile_worker.add_job('ordo.engine.step_timeout',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'epoch', c.epoch),
+      run_at => now() + make_interval(secs => (c.error->>'timeoutMs')::numeric / 1000),
+      job_key => 'timeout:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.epoch,
+      max_attempts => 25)
+    from unnest(v_c) c
+    where c.outcome = 'waiting' and c.error ? 'timeoutMs';
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -408,12 +423,12 @@ begin
         || '}')::ordo_adv_event
     from unnest(v_c) c where c.outcome = 'succeeded'
     union all
-    -- (Its data, why it was skipped, is a flat object of strings and booleans: canonical JSON is its
-    -- members in key order.)
-    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.skipped', c.step_id, c.attempt, c.actor,
+    -- (Its data, why it was skipped or what it waits for, is a flat object of strings, integers and
+    -- booleans: canonical JSON is its members in key order.)
+    select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.' || c.outcome, c.step_id, c.attempt, c.actor,
       (select '{' || string_agg(to_json(x.k)::text || ':' || x.v::text, ',' order by convert_to(x.k, 'UTF8')) || '}'
         from jsonb_each(c.error) as x(k, v)))::ordo_adv_event
-    from unnest(v_c) c where c.outcome = 'skipped'
+    from unnest(v_c) c where c.outcome in ('skipped', 'waiting')
     union all
     select row(c.tenant_id, c.run_id, c.ord * 4 + 1, 'step.orphaned', c.step_id, c.attempt, c.actor,
       '{"epoch":' || c.epoch || '}')::ordo_adv_event

@@ -67,6 +67,9 @@ export const TRIGGER_RULES = [
 ] as const;
 export type TriggerRule = (typeof TRIGGER_RULES)[number];
 
+/** The decisions on an approval step, which are its named statuses. */
+export const APPROVAL_DECISIONS = ['approved', 'rejected'] as const;
+
 /** A named status a step may end with (`approved`, `rejected`…). */
 export const STATUS_NAME = /^[a-z][a-z0-9_]{0,39}$/;
 const statusName = z
@@ -119,7 +122,13 @@ export const stepDefinition = stepFields.transform((s, ctx) => {
     on[d.step] = d.status;
   }
   const { onStatus: _given, ...rest } = s;
-  return { ...rest, dependsOn: ids, ...(Object.keys(on).length > 0 ? { onStatus: on } : {}) };
+  return {
+    ...rest,
+    dependsOn: ids,
+    ...(Object.keys(on).length > 0 ? { onStatus: on } : {}),
+    // An approval step ends with its decision.
+    ...(s.plugin === 'approval' && s.statuses === undefined ? { statuses: [...APPROVAL_DECISIONS] } : {}),
+  };
 });
 
 /** A DAG definition as published (JSON or YAML). Parsing normalizes durations to ms and fills defaults. */

@@ -4,6 +4,7 @@ import { PluginsModule } from '../plugins/plugins.module';
 import { RunsCoreModule } from '../runs/runs.module';
 import { SandboxModule } from '../sandbox/sandbox.module';
 import { SecretsCoreModule } from '../secrets/secrets.module';
+import { ApprovalsService } from './approvals.service';
 import { ConstraintsService } from './constraints.service';
 import { EngineRepository } from './engine.repository';
 import { EngineStore } from './engine.store';
@@ -11,11 +12,19 @@ import { JobRunnerService } from './job-runner.service';
 import { ReaperService } from './reaper.service';
 import { WorkerService } from './worker.service';
 
-/** The engine's transactions and its graphile-worker jobs (retry timers, webhooks); shared by the worker and scheduler roles. */
+/** The engine's statements, and the decisions on waiting steps (the API takes them, the job runner their timeouts). */
 @Module({
-  imports: [SandboxModule, RunsCoreModule, ArtifactsCoreModule],
-  providers: [EngineRepository, EngineStore, ConstraintsService, JobRunnerService],
-  exports: [EngineRepository, EngineStore, ConstraintsService],
+  imports: [RunsCoreModule, ArtifactsCoreModule],
+  providers: [EngineRepository, EngineStore, ApprovalsService],
+  exports: [EngineRepository, EngineStore, ApprovalsService],
+})
+export class EngineStoreModule {}
+
+/** The engine's transactions and its graphile-worker jobs (retry timers, webhooks, timeouts); shared by the worker and scheduler roles. */
+@Module({
+  imports: [EngineStoreModule, SandboxModule, RunsCoreModule],
+  providers: [ConstraintsService, JobRunnerService],
+  exports: [EngineStoreModule, ConstraintsService],
 })
 export class EngineCoreModule {}
 

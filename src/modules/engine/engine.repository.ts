@@ -17,6 +17,7 @@ export interface StepState {
   epoch: number;
   attempts: number;
   spec: unknown;
+  config: unknown;
   queued_at: Date | null;
 }
 
@@ -52,6 +53,13 @@ export interface ArtifactInput {
 }
 
 /** One attempt's result as ordo_engine_advance takes it. */
+/** A waiting step's result, with the event of the decision that produced it (canonical JSON data). */
+export interface ResolveInput {
+  result: ResultInput;
+  artifacts: ArtifactInput[];
+  decided: { type: string; data: string };
+}
+
 export interface ResultInput {
   tenant_id: string;
   run_id: string;
@@ -60,13 +68,17 @@ export interface ResultInput {
   /** The fencing epoch the attempt was claimed at: only a result at the step's current epoch applies. */
   epoch: number;
   /** As reported: `aborted` (stopped before it finished), `orphaned` (its lease expired; the reaper's). */
-  status: 'succeeded' | 'failed' | 'aborted' | 'orphaned' | 'skipped';
+  status: 'succeeded' | 'failed' | 'aborted' | 'orphaned' | 'skipped' | 'waiting';
   /** Outputs kept inline on the step (null when only the artifact holds them). */
   outputs: unknown;
   outputs_hash: string | null;
   logs_hash: string | null;
-  /** A failure's error; for `skipped`, why (`reason` and the step.skipped event's other data). */
-  error: { code: string; message: string; retryable: boolean } | ({ reason: string } & Record<string, unknown>) | null;
+  /** A failure's error; for `skipped`, why (`reason` and the step.skipped event's other data); for `waiting`, what for. */
+  error:
+    | { code: string; message: string; retryable: boolean }
+    | ({ reason: string } & Record<string, unknown>)
+    | ({ kind: string } & Record<string, unknown>)
+    | null;
   started_at: Date | null;
   finished_at: Date | null;
   /** Who reported it (default: the worker). */
@@ -178,7 +190,7 @@ export class EngineRepository {
   async stepStates(tx: SystemTx, keys: StepKey[]): Promise<StepState[]> {
     if (keys.length === 0) return [];
     const r = await sql<StepState>`
-      select s.tenant_id, s.run_id, s.step_id, s.status, s.epoch, s.attempts, s.spec, s.queued_at
+      select s.tenant_id, s.run_id, s.step_id, s.status, s.epoch, s.attempts, s.spec, s.config, s.queued_at
       from step s join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
         on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id`.execute(tx);
     return r.rows;
@@ -283,6 +295,16 @@ export class EngineRepository {
    */
   async chain(db: SystemDb, p: ChainInput): Promise<AdvanceRow[]> {
     return (await sql<AdvanceRow>`select kind, item from ordo_engine_chain(${JSON.stringify(p)}::jsonb)`.execute(db))
+      .rows;
+  }
+
+  /**
+   * A decision on a waiting step, committed on its own (db/functions/ordo_engine_resolve.sql): one
+   * row ('refused', {status, epoch}) when the step no longer waits at that epoch; else what
+   * ordo_engine_advance returns for its result.
+   */
+  async resolve(db: SystemDb, p: ResolveInput): Promise<AdvanceRow[]> {
+    return (await sql<AdvanceRow>`select kind, item from ordo_engine_resolve(${JSON.stringify(p)}::jsonb)`.execute(db))
       .rows;
   }
 

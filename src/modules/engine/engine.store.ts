@@ -1,6 +1,7 @@
 import { Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { sql } from 'kysely';
 import { Database } from '../../core/database/database';
+import { canonicalJson } from '../../core/json/canonical-json';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
 import { recordDispatch } from '../../core/telemetry/metrics';
@@ -36,7 +37,9 @@ export interface Completion extends StepKey {
     /** The attempt stopped because its run was cancelled (or its lease was lost): nothing to apply. */
     | { status: 'aborted'; logs: StepLogLine[] }
     /** The step ends skipped (its condition was false, or a constraint's `skip` action): `skip.reason` says why. */
-    | { status: 'skipped'; skip: { reason: string } & JsonObject; logs: StepLogLine[] };
+    | { status: 'skipped'; skip: { reason: string } & JsonObject; logs: StepLogLine[] }
+    /** The step waits for a decision (see PluginResult): handed back, holding no slot and no lease. */
+    | { status: 'waiting'; wait: { kind: string } & JsonObject; logs: StepLogLine[] };
   startedAt: Date | null;
   finishedAt: Date | null;
 }
@@ -300,6 +303,22 @@ export class EngineStore implements OnApplicationShutdown {
     return this.unlessRefused(() => this.engine.chain(this.sys, input), opts);
   }
 
+  /**
+   * Applies `result` to a step that waits at its epoch (ordo_engine_resolve), after the event of
+   * the decision that produced it. False, having written nothing, when the step no longer waits.
+   */
+  async resolve(result: Completion, decided: { type: string; data: JsonObject }): Promise<boolean> {
+    const artifacts: ArtifactInput[] = [];
+    const rows = await this.engine.resolve(this.sys, {
+      result: resultInput(result, artifacts, 1),
+      artifacts,
+      decided: { type: decided.type, data: canonicalJson(decided.data) },
+    });
+    if (rows.some((r) => (r.kind as string) === 'refused')) return false;
+    this.committed(rows);
+    return true;
+  }
+
   /** The definition of a DAG version, as published (for the worker's chains; versions never change). */
   dagDefinition(tenantId: string, dagId: string, version: number): Promise<unknown> {
     return this.engine.dagDefinition(this.sys, tenantId, dagId, version);
@@ -461,7 +480,9 @@ function resultInput(c: Completion, artifacts: ArtifactInput[], ord: number): Re
       ? { code: out.error.code, message: out.error.message, retryable: out.error.retryable }
       : out.status === 'skipped'
         ? out.skip
-        : null;
+        : out.status === 'waiting'
+          ? out.wait
+          : null;
   return {
     tenant_id: c.tenantId,
     run_id: c.runId,

@@ -4,6 +4,7 @@ import type { Runner, TaskList, WorkerEvents } from 'graphile-worker';
 import pg from 'pg';
 import { Database } from '../../core/database/database';
 import { queryThroughCallbacks } from '../../core/database/pg-query';
+import { ApprovalsService } from './approvals.service';
 import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
 import { JOBS } from './jobs';
@@ -33,6 +34,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     private readonly db: Database,
     private readonly store: EngineStore,
     private readonly constraints: ConstraintsService,
+    private readonly approvals: ApprovalsService,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -78,6 +80,8 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     const taskList: TaskList = {
       'ordo.engine.retry_step': async (payload) =>
         retryWhileDisconnected(() => this.store.requeue(JOBS['ordo.engine.retry_step'].payload.parse(payload))),
+      'ordo.engine.step_timeout': async (payload) =>
+        retryWhileDisconnected(() => this.approvals.timeout(JOBS['ordo.engine.step_timeout'].payload.parse(payload))),
       'ordo.engine.webhook': async (payload) =>
         retryWhileDisconnected(() => this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload))),
     };

@@ -19,6 +19,19 @@ export const JOBS = {
       attempt: z.number().int().min(1),
     }),
   },
+  /**
+   * A waiting step's timeout passed (epoch = the epoch it waits at): its default decision applies,
+   * or it fails. Added by db/functions/ordo_engine_advance.sql when the step starts waiting (job key
+   * `timeout:<tenant>:<run>:<step>:<epoch>`).
+   */
+  'ordo.engine.step_timeout': {
+    payload: z.strictObject({
+      tenantId: z.string(),
+      runId: z.uuid(),
+      stepId: z.string(),
+      epoch: z.number().int().min(0),
+    }),
+  },
   /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
   'ordo.engine.webhook': {
     payload: z.strictObject({ tenantId: z.string(), runId: z.uuid(), seq: z.number().int().min(1) }),

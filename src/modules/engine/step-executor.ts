@@ -1,6 +1,6 @@
 import { recordStepFinished } from '../../core/telemetry/metrics';
 import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
-import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine } from '../plugins/plugin';
+import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine, WaitRequest } from '../plugins/plugin';
 import type { PluginRegistry } from '../plugins/plugin-registry';
 import type { Sandbox } from '../sandbox/sandbox';
 import { makeRedactor } from '../secrets/redact';
@@ -81,7 +81,7 @@ export class StepExecutor {
       );
     }
     const startedAt = new Date();
-    let result: PluginResult;
+    let result: PluginResult | Waiting;
     try {
       const { tenantId: tenant, dagId, runId, stepId, attempt, traceId, traceparent, plugin } = w;
       const attrs = { tenant, dagId, runId, stepId, attempt, traceId, traceparent, plugin };
@@ -98,10 +98,11 @@ export class StepExecutor {
     const finishedAt = new Date();
     const done = (outcome: Completion['outcome']) => completionFor(w, this.workerId, outcome, startedAt, finishedAt);
     recordStepFinished(w.tenantId, r.reason ? 'aborted' : result.status, startedAt, finishedAt);
+    const own = result.status === 'waiting' ? [] : (result.logs ?? []);
     const lines =
-      logs.length === 0 && !result.logs?.length
+      logs.length === 0 && own.length === 0
         ? []
-        : [...logs, ...(result.logs ?? [])].slice(0, MAX_LOG_LINES).map((l) => ({ ...l, message: redact(l.message) }));
+        : [...logs, ...own].slice(0, MAX_LOG_LINES).map((l) => ({ ...l, message: redact(l.message) }));
     switch (r.reason) {
       case 'cancelled':
       case 'lease_lost':
@@ -151,6 +152,7 @@ export class StepExecutor {
       case null:
         break;
     }
+    if (result.status === 'waiting') return done({ status: 'waiting', wait: result.wait, logs: lines });
     const unknown = result.status === 'succeeded' ? unknownStatus(w, result.namedStatus) : null;
     if (unknown)
       return done({
@@ -200,7 +202,7 @@ export class StepExecutor {
     logs: StepLogLine[],
     secrets: { redact: (text: string) => string },
     redact: (t: string) => string,
-  ): Promise<PluginResult> {
+  ): Promise<PluginResult | Waiting> {
     const plugin = this.plugins.get(w.plugin);
     if (!plugin) return fail('PLUGIN_NOT_FOUND', `no plugin named ${w.plugin}`, false);
     let config: unknown = w.config;
@@ -225,6 +227,7 @@ export class StepExecutor {
         redact(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')),
         false,
       );
+    if (plugin.waitFor) return { status: 'waiting', wait: plugin.waitFor(parsed.data) };
     const ctx: PluginContext = {
       tenantId: w.tenantId,
       dagId: w.dagId,
@@ -274,6 +277,12 @@ function unknownStatus(w: ClaimedWork, named: string | undefined): string | null
     return named === undefined ? null : `the step ended with status "${named}" but declares no statuses`;
   if (named === undefined) return `the step must end with one of its statuses (${declared.join(', ')})`;
   return declared.includes(named) ? null : `status "${named}" is not one of the step's (${declared.join(', ')})`;
+}
+
+/** A step handed back to wait (its plugin's waitFor). */
+interface Waiting {
+  status: 'waiting';
+  wait: WaitRequest;
 }
 
 /** The redactor of an attempt that was given no secret. */

@@ -60,6 +60,13 @@ export type PluginResult =
   | { status: 'failed'; error: PluginError; outputs?: JsonObject; logs?: StepLogLine[] };
 
 /**
+ * What a step waits for, outside the engine (a decision): the step is handed back, holding no
+ * slot and no lease, until it comes. Its members (strings, integers, booleans) are recorded in the
+ * step.waiting event; `timeoutMs` schedules the wait's timeout.
+ */
+export type WaitRequest = { kind: string; timeoutMs?: number } & Record<string, string | number | boolean>;
+
+/**
  * A plugin: one self-contained module under `plugins/<name>/index.ts` whose default export is
  * this object. `configSchema` validates a step's `with` at publish time (before templating,
  * template strings are accepted wherever a string is) and again, templated, before execution.
@@ -69,6 +76,11 @@ export interface Plugin<C = unknown> {
   description: string;
   configSchema: z.ZodType<C>;
   execute(config: C, ctx: PluginContext): Promise<PluginResult>;
+  /**
+   * A plugin whose steps wait for something outside the engine: the worker calls this instead of
+   * `execute`, hands the step back as waiting, and the step resumes when what it waits for comes.
+   */
+  waitFor?(config: C): WaitRequest;
   /** The engine fills `ctx.inputs` and `ctx.steps` for this plugin even when its config has no template. */
   receivesRunData?: boolean;
   /**

@@ -369,15 +369,27 @@ export class RunsRepository {
 
   // ---- cancel ----
 
-  /** Moves every not-yet-terminal step of a run to cancelled; returns their ids and former states. */
+  /**
+   * Moves every not-yet-terminal step of a run to cancelled; returns their ids and former states.
+   * A waiting step's attempt, which no worker holds, ends cancelled with it.
+   */
   async cancelSteps(tx: TenantTx, runId: string): Promise<{ step_id: string; old: string }[]> {
     const r = await sql<{ step_id: string; old: string }>`
-      update step s set status = 'cancelled', reason = 'cancelled', finished_at = now()
-      from step o
-      where s.tenant_id = ${tenantOf(tx)} and s.run_id = ${runId}
-        and o.tenant_id = s.tenant_id and o.run_id = s.run_id and o.step_id = s.step_id
-        and s.status in ('pending', 'queued', 'running', 'retrying', 'orphaned')
-      returning s.step_id, o.status as old`.execute(asTrx(tx));
+      with c as (
+        update step s set status = 'cancelled', reason = 'cancelled', finished_at = now()
+        from step o
+        where s.tenant_id = ${tenantOf(tx)} and s.run_id = ${runId}
+          and o.tenant_id = s.tenant_id and o.run_id = s.run_id and o.step_id = s.step_id
+          and s.status in ('pending', 'queued', 'running', 'waiting', 'retrying', 'orphaned')
+        returning s.step_id, s.epoch, o.status as old
+      ),
+      a as (
+        update attempt a set status = 'cancelled', terminated_at = now()
+        from c
+        where a.tenant_id = ${tenantOf(tx)} and a.run_id = ${runId} and a.step_id = c.step_id
+          and a.epoch = c.epoch and a.status = 'running' and c.old = 'waiting'
+      )
+      select c.step_id, c.old from c`.execute(asTrx(tx));
     return r.rows;
   }
 

@@ -5,6 +5,7 @@ export const STEP_STATES = [
   'pending',
   'queued',
   'running',
+  'waiting',
   'succeeded',
   'failed',
   'skipped',
@@ -35,7 +36,8 @@ export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, read
   step: {
     pending: ['queued', 'skipped', 'cancelled'],
     queued: ['running', 'skipped', 'failed', 'cancelled'],
-    running: ['succeeded', 'failed', 'retrying', 'orphaned', 'cancelled', 'skipped'],
+    running: ['succeeded', 'failed', 'retrying', 'orphaned', 'cancelled', 'skipped', 'waiting'],
+    waiting: ['running', 'cancelled'],
     retrying: ['queued', 'cancelled'],
     orphaned: ['queued', 'retrying', 'failed', 'cancelled'],
     succeeded: [],

@@ -6,7 +6,7 @@ const cursor = z
   .max(48)
   .refine((s) => parseCursor(s) !== undefined, 'is not a stream cursor');
 const RUN_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
-const STEP_STATUSES = ['pending', 'retrying', 'orphaned', 'skipped'] as const;
+const STEP_STATUSES = ['pending', 'retrying', 'orphaned', 'skipped', 'waiting'] as const;
 export const EVENT_STATUSES = [...RUN_STATUSES, ...STEP_STATUSES] as const;
 
 export const subscriptionFilter = z.strictObject({

@@ -4,6 +4,7 @@ import { AuthModule } from '../../modules/auth/auth.module';
 import { BundlesModule } from '../../modules/bundles/bundles.module';
 import { DagsModule } from '../../modules/dags/dags.module';
 import { ExportModule } from '../../modules/export/export.module';
+import { FlowModule } from '../../modules/flow/flow.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { ObservabilityModule } from '../../modules/observability/observability.module';
 import { RunsModule } from '../../modules/runs/runs.module';
@@ -21,6 +22,7 @@ import { TrustModule } from '../../modules/trust/trust.module';
     TenantsModule,
     DagsModule,
     RunsModule,
+    FlowModule,
     ArtifactsModule,
     SchedulesModule,
     TrustModule,

@@ -273,9 +273,11 @@ function objectArb(s: JsonSchema, ctx: SchemaContext, depth: number): fc.Arbitra
     const valueSchema = typeof extra === 'object' && extra !== null ? (extra as JsonSchema) : {};
     const keySchema = (s.propertyNames as JsonSchema | undefined) ?? { type: 'string', maxLength: 16 };
     if (depth >= MAX_DEPTH) return fc.constant({});
-    return fc.dictionary(valid(keySchema, ctx, depth + 1) as fc.Arbitrary<string>, valid(valueSchema, ctx, depth + 1), {
-      maxKeys: 3,
-    });
+    // (A `__proto__` or `constructor` key may make the body one the API refuses as a whole: not valid.)
+    const key = (valid(keySchema, ctx, depth + 1) as fc.Arbitrary<string>).filter(
+      (k) => k !== '__proto__' && k !== 'constructor',
+    );
+    return fc.dictionary(key, valid(valueSchema, ctx, depth + 1), { maxKeys: 3 });
   }
   const model: Record<string, fc.Arbitrary<unknown>> = {};
   for (const name of names) {
