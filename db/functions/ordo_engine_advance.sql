@@ -73,10 +73,11 @@ begin
   order by x.tenant_id, x.run_id
   for update of x;
 
-  -- Successes whose step still runs at the reported epoch: the common case, applied at once.
+  -- Successes whose step still runs at the reported epoch: the common case, applied at once (the
+  -- error of an earlier attempt stays on that attempt only).
   with u as (
     update step s set status = 'succeeded', outputs = coalesce(c.outputs, s.outputs), outputs_hash = c.outputs_hash,
-      logs_hash = coalesce(c.logs_hash, s.logs_hash), named_status = c.named_status, finished_at = now()
+      logs_hash = coalesce(c.logs_hash, s.logs_hash), named_status = c.named_status, error = null, finished_at = now()
     from unnest(v_c) c
     where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.status = 'succeeded'
       and s.status = 'running' and s.epoch = c.epoch

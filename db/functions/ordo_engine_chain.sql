@@ -122,7 +122,7 @@ begin
   -- topological order, ties by step id).
   with res as (
     update step s set status = 'succeeded', outputs = coalesce(v_o, s.outputs), outputs_hash = v_oh,
-      logs_hash = coalesce(v_lh, s.logs_hash), finished_at = now()
+      logs_hash = coalesce(v_lh, s.logs_hash), error = null, finished_at = now()
     where s.tenant_id = v_t and s.run_id = v_r and s.step_id = v_s and s.status = 'running' and s.epoch = v_ep
     returning 1
   ),

@@ -133,6 +133,8 @@ describe('examples/', () => {
     flakyCalls = 0;
     const { run: r, steps } = await run('flaky-api', { url: `${base}/flaky` });
     expect(steps.get('call')!.attempts).toBe(3);
+    // The step that succeeded carries no error; its attempts keep theirs.
+    expect(steps.get('call')!.error).toBeNull();
     const attempts = await app.request('GET', `/api/v1/runs/${r.runId as string}/steps/call/attempts`, { as });
     expect(attempts.body.items.map((a: { error: { code: string } | null }) => a.error?.code ?? null)).toEqual([
       'HTTP_STATUS',
