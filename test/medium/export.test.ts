@@ -260,7 +260,7 @@ describe('NDJSON export', () => {
     await exportTo(dir, 'exp-a');
     const other = await SigningKeys.open(path.join(tmp, 'other-keys'), { create: true });
     fs.writeFileSync(path.join(dir, KEY_FILE), JSON.stringify(other.active.publicJwk));
-    expect((await verifyExport(dir)).problem?.message).toMatch(/signature does not verify/);
+    expect((await verifyExport(dir)).problem?.message).toMatch(/signed by key \S+, which is not the pinned key/);
     const good = path.join(tmp, 'edited-manifest');
     const signed = await exportTo(good, 'exp-a');
     fs.writeFileSync(path.join(good, MANIFEST_FILE), JSON.stringify({ ...signed.manifest, tenant: 'exp-b' }));
