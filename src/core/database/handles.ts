@@ -14,7 +14,7 @@ const statementBrand: unique symbol = Symbol('ordo.tenantStatement');
 export type TenantTx = Transaction<DB> & { readonly [tenantBrand]: true };
 
 /**
- * The cross-tenant handle for system work (scheduler scans, reaper, retention, queue claims).
+ * The cross-tenant handle for system work (scheduler scans, the reaper, queue claims).
  * Connected as the system role; never handed to request code.
  */
 export type SystemDb = Kysely<DB> & { readonly [systemBrand]: true };
