@@ -9,12 +9,14 @@ import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
 import { JOBS } from './jobs';
 
+/** How often locks older than ABANDONED_LOCK are released: a job is held at most about a minute. */
+const UNLOCK_SWEEP_MS = 10_000;
+const ABANDONED_LOCK = '45 seconds';
+
 /**
- * Runs graphile-worker in this process (system role) for the engine's jobs: retry timers and
- * constraint webhooks. Started and stopped with the application.
+ * Runs graphile-worker in this process (system role) for the engine's jobs: retry timers, waiting
+ * steps' timeouts and constraint webhooks. Started and stopped with the application.
  */
-const UNLOCK_SWEEP_MS = 30_000;
-const ABANDONED_LOCK = '2 minutes';
 
 @Injectable()
 export class JobRunnerService implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -132,9 +134,10 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
   }
 
   /**
-   * graphile-worker keeps a job locked by a process that died mid-job (SIGKILL, crash) for 4 hours.
-   * The engine's jobs take seconds (webhooks time out after 10 s) and are safe to run again, so
-   * one locked for longer than ABANDONED_LOCK is released for another runner.
+   * graphile-worker keeps a job locked by a process that died mid-job (SIGKILL, crash) for 4 hours,
+   * and a runner whose connection was lost while it recorded a result may keep one locked too. The
+   * engine's jobs take seconds (webhooks time out after 10 s) and are safe to run again, so one
+   * locked for longer than ABANDONED_LOCK is released for another runner.
    */
   private async unlockAbandoned(): Promise<void> {
     try {
