@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
-import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import { verifyChain } from '../../src/modules/runs/run-events';
 import { startTestApp, type TestApp } from '../support/test-app';
-import { waitForRun } from './runs-support';
+import { chainOf, runEvents, waitForRun } from './runs-support';
 
 type Step = {
   stepId: string;
@@ -10,14 +10,6 @@ type Step = {
   namedStatus: string | null;
   outputs: unknown;
   error: { code: string } | null;
-};
-type Event = {
-  seq: number;
-  type: string;
-  stepId: string | null;
-  actor: string;
-  data: Record<string, unknown>;
-  createdUtc: string;
 };
 
 /** Approval steps: they wait holding nothing, a decision (or its timeout) moves the run on. */
@@ -42,8 +34,7 @@ describe('approval steps and decisions', () => {
   };
   const decide = (runId: string, stepId: string, body: unknown, who = as) =>
     app.request('POST', `/api/v1/runs/${runId}/steps/${stepId}/decision`, { as: who, body });
-  const events = async (runId: string) =>
-    (await app.request('GET', `/api/v1/runs/${runId}/events?limit=1000`, { as })).body.items as Event[];
+  const events = (runId: string) => runEvents(app, as, runId);
 
   beforeAll(async () => {
     app = await startTestApp({ ORDO_ROLES: 'api,worker,scheduler' });
@@ -93,8 +84,7 @@ describe('approval steps and decisions', () => {
     expect(decided.data).toEqual({ decision: 'approved', comment: 'looks good', decidedBy: d.body.decidedBy });
     const types = ev.map((e) => e.type);
     expect(types.indexOf('step.decided')).toBeLessThan(types.lastIndexOf('step.succeeded'));
-    const chained = ev.map((e) => ({ ...e, tenantId: as.tenantId, runId, createdAt: e.createdUtc }));
-    expect(verifyChain(chained as unknown as ChainedEvent[])).toEqual({ ok: true });
+    expect(verifyChain(chainOf(ev, as.tenantId, runId))).toEqual({ ok: true });
 
     // Decided already: a second decision changes nothing.
     const again = await decide(runId, 'review', { decision: 'rejected' });

@@ -1,6 +1,6 @@
-import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import { verifyChain } from '../../src/modules/runs/run-events';
 import { startTestApp, type TestApp } from '../support/test-app';
-import { waitForRun } from './runs-support';
+import { chainOf, runEvents, waitForRun } from './runs-support';
 
 type Step = {
   stepId: string;
@@ -8,14 +8,6 @@ type Step = {
   reason: string | null;
   dispatchSeq: number | null;
   error: { code: string } | null;
-};
-type Event = {
-  seq: number;
-  type: string;
-  stepId: string | null;
-  data: Record<string, unknown>;
-  hash: string;
-  createdUtc: string;
 };
 
 /** Conditions (`when`) and trigger rules, through the API and a worker. */
@@ -37,8 +29,7 @@ describe('conditions and trigger rules', () => {
     };
   };
   const byId = (r: { steps: Step[] }) => Object.fromEntries(r.steps.map((s) => [s.stepId, s]));
-  const events = async (runId: string) =>
-    (await app.request('GET', `/api/v1/runs/${runId}/events?limit=1000`, { as })).body.items as Event[];
+  const events = (runId: string) => runEvents(app, as, runId);
 
   beforeAll(async () => {
     app = await startTestApp({ ORDO_ROLES: 'api,worker' });
@@ -92,16 +83,7 @@ describe('conditions and trigger rules', () => {
     ]);
     expect(s.no.reason).toBe('condition_false');
     const ev = await events(yes.runId);
-    expect(
-      verifyChain(
-        ev.map((e) => ({
-          ...e,
-          tenantId: as.tenantId,
-          runId: yes.runId,
-          createdAt: e.createdUtc,
-        })) as unknown as ChainedEvent[],
-      ),
-    ).toEqual({ ok: true });
+    expect(verifyChain(chainOf(ev, as.tenantId, yes.runId))).toEqual({ ok: true });
     expect(ev.find((e) => e.type === 'step.skipped' && e.stepId === 'no')?.data).toEqual({
       reason: 'condition_false',
       value: false,

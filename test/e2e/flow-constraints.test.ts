@@ -1,9 +1,8 @@
-import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import { verifyChain } from '../../src/modules/runs/run-events';
 import { startTestApp, type TestApp } from '../support/test-app';
-import { waitForRun } from './runs-support';
+import { chainOf, runEvents, waitForRun } from './runs-support';
 
 type Step = { stepId: string; status: string; reason: string | null; error: { code: string; message: string } | null };
-type Event = { seq: number; type: string; stepId: string | null; data: Record<string, unknown>; createdUtc: string };
 
 /** Constraint actions that end a step (fail, skip) and the queue-wait cap (dispatchTimeout). */
 describe('constraint actions and dispatchTimeout', () => {
@@ -18,8 +17,7 @@ describe('constraint actions and dispatchTimeout', () => {
   const finished = async (runId: string) =>
     (await waitForRun(app, as, runId)) as { runId: string; status: string; steps: Step[] };
   const step = (r: { steps: Step[] }, id: string) => r.steps.find((s) => s.stepId === id)!;
-  const events = async (runId: string) =>
-    (await app.request('GET', `/api/v1/runs/${runId}/events?limit=1000`, { as })).body.items as Event[];
+  const events = (runId: string) => runEvents(app, as, runId);
 
   beforeAll(async () => {
     app = await startTestApp({ ORDO_ROLES: 'api,worker' });
@@ -74,8 +72,7 @@ describe('constraint actions and dispatchTimeout', () => {
       afterMs: 150,
     });
     expect(ev.find((e) => e.type === 'step.constraint_breached')?.data).toMatchObject({ effect: 'skipped' });
-    const chained = ev.map((e) => ({ ...e, tenantId: as.tenantId, runId: r.runId, createdAt: e.createdUtc }));
-    expect(verifyChain(chained as unknown as ChainedEvent[])).toEqual({ ok: true });
+    expect(verifyChain(chainOf(ev, as.tenantId, r.runId))).toEqual({ ok: true });
   });
 
   it('skips instead of failing a step killed at maxAllowedRunTime with a skip action', async () => {

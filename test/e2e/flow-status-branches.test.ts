@@ -1,6 +1,6 @@
-import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
+import { verifyChain } from '../../src/modules/runs/run-events';
 import { startTestApp, type TestApp } from '../support/test-app';
-import { waitForRun } from './runs-support';
+import { chainOf, runEvents, waitForRun } from './runs-support';
 
 type Step = {
   stepId: string;
@@ -9,7 +9,6 @@ type Step = {
   namedStatus: string | null;
   error: { code: string; message: string } | null;
 };
-type Event = { seq: number; type: string; stepId: string | null; data: Record<string, unknown>; createdUtc: string };
 
 /** Status branches: a step ends with a named status, its dependents follow the branch they name. */
 describe('status branches', () => {
@@ -63,12 +62,11 @@ describe('status branches', () => {
       'succeeded',
     ]);
     expect(s.notify.reason).toBe('upstream_skipped');
-    const ev = (await app.request('GET', `/api/v1/runs/${ok.runId}/events?limit=1000`, { as })).body.items as Event[];
+    const ev = await runEvents(app, as, ok.runId);
     expect(ev.find((e) => e.type === 'step.succeeded' && e.stepId === 'review')?.data).toMatchObject({
       status: 'approved',
     });
-    const chained = ev.map((e) => ({ ...e, tenantId: as.tenantId, runId: ok.runId, createdAt: e.createdUtc }));
-    expect(verifyChain(chained as unknown as ChainedEvent[])).toEqual({ ok: true });
+    expect(verifyChain(chainOf(ev, as.tenantId, ok.runId))).toEqual({ ok: true });
 
     const no = byId(await run('review-rejected'));
     expect([no.ship.status, no.notify.status, no.after_ship.status, no.audit.status, no.close.status]).toEqual([
@@ -127,9 +125,11 @@ describe('status branches', () => {
   it('gives the same steps, statuses and events on every run of the same DAG', async () => {
     const shape = async (r: { runId: string; steps: Step[] }) => ({
       steps: r.steps.map((x) => [x.stepId, x.status, x.reason, x.namedStatus]).sort(),
-      events: (
-        (await app.request('GET', `/api/v1/runs/${r.runId}/events?limit=1000`, { as })).body.items as Event[]
-      ).map((e) => [e.type, e.stepId, e.type === 'step.skipped' ? e.data : null]),
+      events: (await runEvents(app, as, r.runId)).map((e) => [
+        e.type,
+        e.stepId,
+        e.type === 'step.skipped' ? e.data : null,
+      ]),
     });
     const want = await shape(await run('review-rejected'));
     for (let i = 1; i < 20; i++) expect(await shape(await run('review-rejected'))).toEqual(want);

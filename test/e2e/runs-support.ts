@@ -1,4 +1,6 @@
 import { dagDefinition, type DagDefinitionInput } from '../../src/modules/dags/dag-definition';
+import type { JsonObject } from '../../src/modules/plugins/plugin';
+import type { ChainedEvent } from '../../src/modules/runs/run-events';
 import { DagsRepository } from '../../src/modules/dags/dags.repository';
 import { canonicalHash } from '../../src/core/json/canonical-json';
 import type { TestApp } from '../support/test-app';
@@ -57,3 +59,26 @@ export const chainDag = (id: string, n: number, extra: Record<string, unknown> =
     ...extra,
   })),
 });
+
+/** A run event as GET /api/v1/runs/{runId}/events answers it. */
+export interface ApiEvent {
+  seq: number;
+  type: string;
+  stepId: string | null;
+  attempt: number | null;
+  actor: string;
+  data: JsonObject;
+  createdUtc: string;
+  prevHash: string;
+  hash: string;
+}
+
+/** A run's events, through the API (the first 1,000). */
+export async function runEvents(app: TestApp, as: { token: string; tenantId: string }, runId: string) {
+  return (await app.request('GET', `/api/v1/runs/${runId}/events?limit=1000`, { as })).body.items as ApiEvent[];
+}
+
+/** A run's events from the API as the chain verifier (verifyChain) takes them. */
+export function chainOf(events: ApiEvent[], tenantId: string, runId: string): ChainedEvent[] {
+  return events.map((e) => ({ ...e, tenantId, runId, createdAt: e.createdUtc }));
+}
