@@ -33,8 +33,8 @@ export class StepExecutor {
   /** Runs `r`'s step to its result (never throws: a plugin's exception is its step's failure). */
   async execute(r: RunningStep): Promise<Completion> {
     const w = r.work;
-    const waited = w.spec.dispatchTimeout !== undefined ? Date.now() - w.queuedAt.getTime() : 0;
-    if (waited > w.spec.dispatchTimeout!) {
+    const waited = Date.now() - w.queuedAt.getTime();
+    if (w.spec.dispatchTimeout !== undefined && waited > w.spec.dispatchTimeout) {
       const at = new Date();
       return completionFor(
         w,
