@@ -558,6 +558,10 @@ begin
       max_attempts => 25)
     from unnest(v_c) c
     where c.outcome = 'waiting' and c.error ? 'timeoutMs';
+    -- A map step handed back as waiting with its elements fans out to its instances (ordo_map_expand).
+    if p ? 'maps' then
+      v_e := v_e || ordo_map_expand(p->'maps', v_c);
+    end if;
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -845,6 +849,12 @@ begin
     returning x.run_id, fin.type is not null as ended
   )
   select array_agg(upd.run_id) into v_ended from upd where upd.ended;
+
+  -- Map instances that ended count down their map steps, and a map step with none left ends
+  -- (ordo_map_join, after everything above).
+  if exists (select 1 from unnest(v_c) c where right(c.step_id, 1) = ']') then
+    return query select j.kind, j.item from ordo_map_join(v_c) j;
+  end if;
 
   if v_ended is null and cardinality(v_admitted) = 0
     and not exists (select 1 from unnest(v_c) c where c.outcome like '%>retrying') then
@@ -1666,6 +1676,126 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_map_expand(p_maps jsonb, p_c public.ordo_adv_result[]) RETURNS public.ordo_adv_event[]
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_e ordo_adv_event[];
+begin
+  with m as (
+    select s.tenant_id, s.run_id, s.step_id, s.plugin, s.config, s.spec, s.depends_on, s.topo_index, r.dag_id, c.ord, x.items
+    from jsonb_to_recordset(p_maps) as x(tenant_id text, run_id uuid, step_id text, epoch integer, items jsonb)
+    join unnest(p_c) c on c.tenant_id = x.tenant_id and c.run_id = x.run_id and c.step_id = x.step_id
+      and c.epoch = x.epoch and c.outcome = 'waiting'
+    join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
+      and s.status = 'waiting' and s.epoch = x.epoch
+    join run r on r.tenant_id = x.tenant_id and r.run_id = x.run_id
+  ),
+  i as (
+    select m.tenant_id, m.run_id, m.step_id as map_of, m.step_id || '[' || (e.n - 1) || ']' as step_id, m.ord,
+      (e.n - 1)::integer as idx, m.plugin, m.config, m.depends_on, m.topo_index, m.dag_id,
+      (m.spec - 'map' - 'maxParallel' - 'when' - 'concurrency')
+        || jsonb_build_object('mapOf', m.step_id, 'mapIndex', e.n - 1, 'item', e.item)
+        || case when m.spec ? 'maxParallel' then jsonb_build_object('concurrency', m.spec->'maxParallel',
+             'gate', 'map/' || m.run_id::text || '/' || m.step_id) else '{}'::jsonb end as spec
+    from m cross join lateral jsonb_array_elements(m.items) with ordinality as e(item, n)
+  ),
+  st as (
+    insert into step (tenant_id, run_id, step_id, status, plugin, config, spec, depends_on, topo_index, pending_deps,
+      queued_at)
+    select i.tenant_id, i.run_id, i.step_id, 'queued', i.plugin, i.config, i.spec, i.depends_on, i.topo_index, 0, now()
+    from i
+    returning 1
+  ),
+  q as (
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+    select i.tenant_id, i.run_id, i.step_id, ordo_step_gate(i.dag_id, i.map_of, i.spec), (i.spec->>'concurrency')::integer
+    from i
+    order by i.tenant_id, i.run_id, i.ord, i.idx
+    returning 1
+  ),
+  ms as (
+    update step s set map_size = k.n, map_left = k.n
+    from (select i.tenant_id, i.run_id, i.map_of, count(*)::integer as n from i group by 1, 2, 3) k
+    where s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.map_of
+    returning 1
+  ),
+  ru as (
+    update run x set steps_total = x.steps_total + k.n, steps_remaining = x.steps_remaining + k.n
+    from (select i.tenant_id, i.run_id, count(*)::integer as n from i group by 1, 2) k
+    where x.tenant_id = k.tenant_id and x.run_id = k.run_id
+    returning 1
+  )
+  select coalesce(array_agg(row(i.tenant_id, i.run_id, 4000000 + i.ord * 10001 + i.idx, 'step.queued', i.step_id,
+      null, 'engine', '{}')::ordo_adv_event order by i.tenant_id, i.run_id, i.ord, i.idx), '{}')
+  into v_e
+  from i;
+
+  perform ordo_notify('ordo_ready', n.tenant_id) from (select distinct e.tenant_id from unnest(v_e) e) n;
+  return v_e;
+end
+$$;
+
+CREATE FUNCTION public.ordo_map_join(p_c public.ordo_adv_result[]) RETURNS TABLE(kind text, item jsonb)
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_r jsonb;
+begin
+  with k as (
+    select c.tenant_id, c.run_id, left(c.step_id, strpos(c.step_id, '[') - 1) as step_id, count(*)::integer as n
+    from unnest(p_c) c
+    where right(c.step_id, 1) = ']' and (c.outcome in ('succeeded', 'skipped') or c.outcome like '%>failed')
+    group by 1, 2, 3
+  ),
+  u as (
+    update step s set map_left = s.map_left - k.n
+    from k
+    where s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id and s.status = 'waiting'
+      and s.map_left is not null
+    returning s.tenant_id, s.run_id, s.step_id, s.attempts, s.epoch, s.map_size, s.map_left
+  )
+  select jsonb_agg(jsonb_build_object('tenant_id', u.tenant_id, 'run_id', u.run_id, 'step_id', u.step_id,
+      'attempt', u.attempts, 'epoch', u.epoch, 'actor', 'engine',
+      'status', case when j.failed = 0 then 'succeeded' else 'failed' end,
+      'outputs', case when j.failed = 0 then jsonb_build_object('results', j.results) end,
+      'outputs_hash', case when j.failed = 0 then j.hash end,
+      'error', case when j.failed > 0 then jsonb_build_object('code', 'MAP_INSTANCE_FAILED',
+        'message', j.failed || ' of ' || u.map_size || ' instances failed (the first: ' || u.step_id || '['
+          || j.first_failed || '])', 'retryable', false) end)
+    order by u.tenant_id, u.run_id, u.step_id)
+  into v_r
+  from u
+  cross join lateral (
+    select coalesce(jsonb_agg(case when i.status = 'succeeded' then coalesce(i.outputs, (
+          select a.body_json from artifact a where a.tenant_id = i.tenant_id and a.sha256 = i.outputs_hash limit 1
+        ), '{}'::jsonb) end order by g.n), '[]'::jsonb) as results,
+      count(*) filter (where i.status = 'failed')::integer as failed,
+      min(g.n) filter (where i.status = 'failed') as first_failed,
+      encode(sha256(convert_to('{"results":[' || coalesce(string_agg(case when i.status = 'succeeded'
+        then to_json(i.outputs_hash)::text else 'null' end, ',' order by g.n), '') || ']}', 'UTF8')), 'hex') as hash
+    from generate_series(0, u.map_size - 1) as g(n)
+    join step i on i.tenant_id = u.tenant_id and i.run_id = u.run_id and i.step_id = u.step_id || '[' || g.n || ']'
+  ) j
+  where u.map_left = 0;
+  if v_r is null then
+    return;
+  end if;
+
+  update step s set status = 'running'
+  from jsonb_to_recordset(v_r) as x(tenant_id text, run_id uuid, step_id text)
+  where s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id and s.status = 'waiting';
+
+  return query
+    select a.kind, a.item from ordo_engine_advance(jsonb_build_object(
+      'worker', 'engine', 'leaseMs', 0, 'capacity', 0, 'cap', 0,
+      'results', (select jsonb_agg(r || jsonb_build_object('ord', n)) from jsonb_array_elements(v_r) with ordinality as x(r, n)),
+      'artifacts', '[]'::jsonb)) a;
+end
+$$;
+
 CREATE FUNCTION public.ordo_notify(p_channel text, p_payload text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -1705,7 +1835,7 @@ CREATE FUNCTION public.ordo_run_outputs_hash(p_tenant text, p_run uuid) RETURNS 
 
 CREATE FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ select case when p_spec->>'concurrency' is not null then p_dag || '/' || p_step end $$;
+    AS $$ select case when p_spec->>'concurrency' is not null then coalesce(p_spec->>'gate', p_dag || '/' || p_step) end $$;
 
 CREATE FUNCTION public.ordo_take_notifications() RETURNS SETOF jsonb
     LANGUAGE plpgsql
@@ -2204,6 +2334,8 @@ CREATE TABLE public.step (
     deps_failed smallint DEFAULT 0 NOT NULL,
     deps_skipped smallint DEFAULT 0 NOT NULL,
     named_status text,
+    map_size integer,
+    map_left integer,
     CONSTRAINT step_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text, 'waiting'::text, 'succeeded'::text, 'failed'::text, 'skipped'::text, 'cancelled'::text, 'retrying'::text, 'orphaned'::text])))
 )
 WITH (fillfactor='70');
@@ -2232,6 +2364,8 @@ ALTER TABLE ONLY public.step ALTER COLUMN finished_at SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN deps_failed SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN deps_skipped SET STATISTICS 0;
 ALTER TABLE ONLY public.step ALTER COLUMN named_status SET STATISTICS 0;
+ALTER TABLE ONLY public.step ALTER COLUMN map_size SET STATISTICS 0;
+ALTER TABLE ONLY public.step ALTER COLUMN map_left SET STATISTICS 0;
 
 ALTER TABLE ONLY public.step FORCE ROW LEVEL SECURITY;
 
@@ -2620,6 +2754,12 @@ GRANT ALL ON FUNCTION public.ordo_event_hash(p_prev text, p_run uuid, p_seq inte
 
 REVOKE ALL ON FUNCTION public.ordo_events_out(p_ch public.ordo_adv_chained[], p_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_events_out(p_ch public.ordo_adv_chained[], p_at timestamp with time zone) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_map_expand(p_maps jsonb, p_c public.ordo_adv_result[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_map_expand(p_maps jsonb, p_c public.ordo_adv_result[]) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_map_join(p_c public.ordo_adv_result[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_map_join(p_c public.ordo_adv_result[]) TO ordo_system;
 
 GRANT ALL ON FUNCTION public.ordo_notify(p_channel text, p_payload text) TO ordo_app;
 GRANT ALL ON FUNCTION public.ordo_notify(p_channel text, p_payload text) TO ordo_system;

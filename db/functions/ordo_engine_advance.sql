@@ -16,6 +16,8 @@
 --     queue), queues the rest and wakes the workers;
 --   - ends the runs with no step left (failed if any step failed), with the hash of their steps'
 --     outputs, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
+--   - fans map steps handed back with their elements out to their instances (ordo_map_expand), and
+--     ends the map steps whose instances all ended (ordo_map_join);
 --   - appends the hash-chained events of all this to each run, in the order it happened.
 -- Returns the steps dispatched to the worker ('dispatch'), the events that start or end runs or
 -- retry steps ('event', for metrics and spans) and the notifications to send after the commit
@@ -207,6 +209,10 @@ begin
       max_attempts => 25)
     from unnest(v_c) c
     where c.outcome = 'waiting' and c.error ? 'timeoutMs';
+    -- A map step handed back as waiting with its elements fans out to its instances (ordo_map_expand).
+    if p ? 'maps' then
+      v_e := v_e || ordo_map_expand(p->'maps', v_c);
+    end if;
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -494,6 +500,12 @@ begin
     returning x.run_id, fin.type is not null as ended
   )
   select array_agg(upd.run_id) into v_ended from upd where upd.ended;
+
+  -- Map instances that ended count down their map steps, and a map step with none left ends
+  -- (ordo_map_join, after everything above).
+  if exists (select 1 from unnest(v_c) c where right(c.step_id, 1) = ']') then
+    return query select j.kind, j.item from ordo_map_join(v_c) j;
+  end if;
 
   if v_ended is null and cardinality(v_admitted) = 0
     and not exists (select 1 from unnest(v_c) c where c.outcome like '%>retrying') then

@@ -357,6 +357,8 @@ export interface Step {
   finished_at: Timestamp | null;
   from_rerun: Generated<boolean>;
   logs_hash: string | null;
+  map_left: number | null;
+  map_size: number | null;
   named_status: string | null;
   outputs: Json | null;
   outputs_hash: string | null;

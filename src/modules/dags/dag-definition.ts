@@ -76,6 +76,9 @@ const statusName = z
   .string()
   .regex(STATUS_NAME, 'lower-case letters, digits and _, starting with a letter, at most 40');
 
+/** The most elements a map step fans out to; more fail the step (MAP_TOO_LARGE). */
+export const MAX_MAP_ITEMS = 10_000;
+
 /** A dependency: a step id, or a step and the named status this step needs it to end with. */
 const dependency = z.union([z.string(), z.strictObject({ step: z.string(), status: statusName })]);
 
@@ -102,6 +105,10 @@ const stepFields = z.strictObject({
   statuses: z.array(statusName).min(1).max(32).optional(),
   /** The named status needed of each dependency listed here (what `{step, status}` entries of dependsOn normalize to). */
   onStatus: z.record(z.string(), statusName).optional(),
+  /** Dynamic fan-out: one whole template (`${{ steps.<id>.outputs.x }}`, `${{ inputs.x }}`) giving an array; the step runs once per element. */
+  map: z.string().min(1).max(4000).optional(),
+  /** How many of a map step's instances run at once (all when absent). */
+  maxParallel: z.number().int().min(1).max(MAX_MAP_ITEMS).optional(),
 });
 
 /**

@@ -129,6 +129,9 @@ export interface GraphNode {
   when?: string;
   /** Its trigger rule, when not all_success. */
   trigger?: string;
+  /** A map step's list (it runs once per element) and how many of its instances run at once. */
+  map?: string;
+  maxParallel?: number;
 }
 
 type GraphInput = GraphStep & {
@@ -136,6 +139,8 @@ type GraphInput = GraphStep & {
   disabled?: boolean;
   when?: string;
   trigger?: string;
+  map?: string;
+  maxParallel?: number;
   onStatus?: Record<string, string>;
 };
 
@@ -157,6 +162,8 @@ export function graphJson(steps: ReadonlyArray<GraphInput>): DagGraphJson {
       disabled: s.disabled ?? false,
       ...(s.when !== undefined ? { when: s.when } : {}),
       ...(s.trigger !== undefined && s.trigger !== 'all_success' ? { trigger: s.trigger } : {}),
+      ...(s.map !== undefined ? { map: s.map } : {}),
+      ...(s.maxParallel !== undefined ? { maxParallel: s.maxParallel } : {}),
     }));
   const edges = steps
     .flatMap((s) =>
@@ -176,7 +183,8 @@ function dotString(s: string): string {
 
 /**
  * Graphviz DOT: steps as boxes labelled with id and plugin (disabled ones dashed), a condition's
- * expression and a trigger rule on their own lines, in dispatch order.
+ * expression, a trigger rule and a map step's list and maxParallel on their own lines (a map step
+ * drawn as a stack), in dispatch order.
  */
 export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string {
   const g = graphJson(steps);
@@ -184,12 +192,14 @@ export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string
   const lines = [`digraph ${dotString(name)} {`, '  rankdir=LR;', '  node [shape=box, fontname="Helvetica"];'];
   for (const id of g.order) {
     const n = node.get(id)!;
-    const style = n.disabled ? ', style=dashed, fontcolor=gray40' : '';
+    const style = (n.disabled ? ', style=dashed, fontcolor=gray40' : '') + (n.map ? ', shape=box3d' : '');
     const label = [
       n.id,
       n.plugin,
       ...(n.when ? [`when ${n.when}`] : []),
       ...(n.trigger ? [`trigger ${n.trigger}`] : []),
+      ...(n.map ? [`map: ${n.map.replace(/^\$\{\{\s*([\s\S]*?)\s*\}\}$/, '$1')}`] : []),
+      ...(n.maxParallel ? [`maxParallel ${n.maxParallel}`] : []),
     ];
     lines.push(`  ${dotString(n.id)} [label=${dotString(label.join('\n'))}${style}];`);
   }

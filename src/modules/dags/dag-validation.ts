@@ -5,6 +5,7 @@ import { isTemplated, templatedStrings, type TemplatedString, type TemplateRef }
 import { findCycle, upstreamOf } from './dag-graph';
 import { dagDefinition, type DagDefinition } from './dag-definition';
 import { checkCondition, ConditionError } from '../flow/condition';
+import { mapIssues } from '../flow/map-step';
 import {
   cliEgressWarnings,
   httpEgressIssues,
@@ -247,6 +248,8 @@ export function checkDagDefinition(
     }
 
     if (s.when !== undefined) issues.push(...conditionIssues(s.when, s.dependsOn, `${at}.when`, s.id));
+    if (s.map !== undefined || s.maxParallel !== undefined || JSON.stringify(s.with).includes('map.'))
+      issues.push(...mapIssues(s, at));
 
     let strings: TemplatedString[] = [];
     try {

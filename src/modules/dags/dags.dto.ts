@@ -115,6 +115,8 @@ export const dagGraphSchema = z
         disabled: z.boolean(),
         when: z.string().optional().describe('the condition (CEL); false skips the step'),
         trigger: z.string().optional().describe('the trigger rule, when not all_success'),
+        map: z.string().optional().describe("a map step's list: it runs once per element"),
+        maxParallel: z.number().int().optional().describe("how many of a map step's instances run at once"),
       }),
     ),
     edges: z.array(

@@ -56,6 +56,8 @@ export function nextLink(
   // A condition is evaluated, and a trigger rule decided, only where a result is applied.
   if (s.spec.when !== undefined || s.spec.trigger !== undefined) return null;
   if (s.spec.statuses !== undefined || s.spec.onStatus !== undefined) return null;
+  // A map step fans out where its result is applied.
+  if (s.spec.map !== undefined) return null;
   if (c && Object.keys(c).length > 0) return null;
   if (!plugins.sideEffectFree(s.plugin)) return null;
   const runData = plugins.receivesRunData(s.plugin);

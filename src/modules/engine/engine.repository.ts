@@ -97,6 +97,17 @@ export interface AdvanceInput {
   cap: number;
   results: ResultInput[];
   artifacts: ArtifactInput[];
+  /** The elements of map steps handed back as waiting in `results` (ordo_map_expand), when there are any. */
+  maps?: MapInput[];
+}
+
+/** A map step's elements, one instance each. */
+export interface MapInput {
+  tenant_id: string;
+  run_id: string;
+  step_id: string;
+  epoch: number;
+  items: unknown[];
 }
 
 /** A step a worker ran after the one before it succeeded, before that result committed. */

@@ -8,6 +8,7 @@ import { recordDispatch } from '../../core/telemetry/metrics';
 import { observeCommittedEvents } from '../../core/telemetry/run-observer';
 import { jsonArtifact, type NewArtifact, ArtifactsRepository } from '../artifacts/artifacts.repository';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
+import { isMapInstance } from '../flow/map-step';
 import { runKey } from '../runs/run-book';
 import type { StepSpec } from '../runs/run-plan';
 import {
@@ -38,8 +39,11 @@ export interface Completion extends StepKey {
     | { status: 'aborted'; logs: StepLogLine[] }
     /** The step ends skipped (its condition was false, or a constraint's `skip` action): `skip.reason` says why. */
     | { status: 'skipped'; skip: { reason: string } & JsonObject; logs: StepLogLine[] }
-    /** The step waits for a decision (see PluginResult): handed back, holding no slot and no lease. */
-    | { status: 'waiting'; wait: { kind: string } & JsonObject; logs: StepLogLine[] };
+    /**
+     * The step waits for a decision (see PluginResult), or for its map instances (`items`, one
+     * each): handed back, holding no slot and no lease.
+     */
+    | { status: 'waiting'; wait: { kind: string } & JsonObject; items?: JsonValue[]; logs: StepLogLine[] };
   startedAt: Date | null;
   finishedAt: Date | null;
 }
@@ -210,7 +214,10 @@ export class EngineStore implements OnApplicationShutdown {
         upstream: {},
         queuedAt: d.queued_at ? new Date(d.queued_at) : now,
         needsData:
-          isTemplated(config) || opts.receivesRunData?.(d.plugin) === true || (d.spec as StepSpec).when !== undefined,
+          isTemplated(config) ||
+          opts.receivesRunData?.(d.plugin) === true ||
+          (d.spec as StepSpec).when !== undefined ||
+          (d.spec as StepSpec).map !== undefined,
         dependsOn: d.depends_on,
       });
     }
@@ -226,7 +233,8 @@ export class EngineStore implements OnApplicationShutdown {
   async advance(completions: Completion[], opts: ClaimOptions): Promise<ClaimedWork[]> {
     if (completions.length === 0) return [];
     const one = completions.length === 1 ? completions[0].outcome : null;
-    if (one?.status === 'succeeded' && one.namedStatus === undefined) {
+    // (A map instance's end may end its map step: ordo_engine_advance's work, not a chain's.)
+    if (one?.status === 'succeeded' && one.namedStatus === undefined && !isMapInstance(completions[0].stepId)) {
       const single = await this.chain(completions[0], [], opts);
       if (single) return single;
     }
@@ -239,6 +247,12 @@ export class EngineStore implements OnApplicationShutdown {
       results: completions.map((c, n) => resultInput(c, artifacts, n + 1)),
       artifacts,
     };
+    const maps = completions.flatMap((c) =>
+      c.outcome.status === 'waiting' && c.outcome.items
+        ? [{ tenant_id: c.tenantId, run_id: c.runId, step_id: c.stepId, epoch: c.epoch, items: c.outcome.items }]
+        : [],
+    );
+    if (maps.length > 0) input.maps = maps;
     return this.committedWork(await this.engine.advance(this.sys, input), opts);
   }
 

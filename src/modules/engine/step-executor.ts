@@ -1,11 +1,20 @@
 import { recordStepFinished } from '../../core/telemetry/metrics';
 import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
-import type { JsonObject, PluginContext, PluginError, PluginResult, StepLogLine, WaitRequest } from '../plugins/plugin';
+import type {
+  JsonObject,
+  JsonValue,
+  PluginContext,
+  PluginError,
+  PluginResult,
+  StepLogLine,
+  WaitRequest,
+} from '../plugins/plugin';
 import type { PluginRegistry } from '../plugins/plugin-registry';
 import type { Sandbox } from '../sandbox/sandbox';
 import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, type SecretsService } from '../secrets/secrets.service';
 import { ConditionError, evaluateCondition, type ConditionScope } from '../flow/condition';
+import { MapError, mapItems } from '../flow/map-step';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import type { ConstraintsService } from './constraints.service';
 import { completionFor, type ClaimedWork, type Completion } from './engine.store';
@@ -57,6 +66,7 @@ export class StepExecutor {
       const verdict = this.condition(w);
       if (verdict !== true) return completionFor(w, this.workerId, verdict, at, new Date());
     }
+    if (w.spec.map !== undefined) return this.fanOut(w);
     const logs: StepLogLine[] = [];
     // Replaced by a redactor of the secret values injected into this attempt's config (once resolved).
     const secrets: { redact: (text: string) => string } = { redact: unredacted };
@@ -196,6 +206,25 @@ export class StepExecutor {
     }
   }
 
+  /**
+   * A map step's attempt: its list rendered and handed back as waiting with the elements, for the
+   * engine to write one instance each; an empty list succeeds at once with no results; a list that
+   * is not an array, or is longer than MAX_MAP_ITEMS, fails the step (no retry).
+   */
+  private fanOut(w: ClaimedWork): Completion {
+    const at = new Date();
+    const done = (outcome: Completion['outcome']) => completionFor(w, this.workerId, outcome, at, new Date());
+    let items: JsonValue[];
+    try {
+      items = mapItems(w.spec.map!, { inputs: w.inputs, steps: w.upstream });
+    } catch (e) {
+      if (!(e instanceof MapError)) throw e;
+      return done({ status: 'failed', error: { code: e.code, message: e.message, retryable: false }, logs: [] });
+    }
+    if (items.length === 0) return done({ status: 'succeeded', outputs: { results: [] }, logs: [] });
+    return done({ status: 'waiting', wait: { kind: 'map', count: items.length }, items, logs: [] });
+  }
+
   private async invoke(
     w: ClaimedWork,
     r: RunningStep,
@@ -212,7 +241,12 @@ export class StepExecutor {
           .filter((ref) => ref.kind === 'secrets')
           .map((ref) => ref.path[0]);
         const values = names.length > 0 ? await this.secrets.resolve(w.tenantId, names) : {};
-        const rendered = renderTemplate(w.config, { inputs: w.inputs, steps: w.upstream, secrets: values });
+        const rendered = renderTemplate(w.config, {
+          inputs: w.inputs,
+          steps: w.upstream,
+          secrets: values,
+          ...(w.spec.mapOf !== undefined ? { map: { item: w.spec.item ?? null, index: w.spec.mapIndex ?? 0 } } : {}),
+        });
         secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
         config = rendered.value;
       } catch (e) {

@@ -21,6 +21,16 @@ export interface StepSpec {
   statuses?: string[];
   /** The named status needed of a dependency: any other counts as skipped here. */
   onStatus?: Record<string, string>;
+  /** A map step's list (a whole template): it runs once per element (see db/functions/ordo_map_expand.sql). */
+  map?: string;
+  /** How many of a map step's instances run at once. */
+  maxParallel?: number;
+  /** A map instance's step, index and element (set by the engine on the instance's row). */
+  mapOf?: string;
+  mapIndex?: number;
+  item?: JsonValue;
+  /** The gate of a map instance under maxParallel (its run and map step; see ordo_step_gate). */
+  gate?: string;
 }
 
 /**
@@ -135,6 +145,8 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         ...(s.dispatchTimeout !== undefined ? { dispatchTimeout: s.dispatchTimeout } : {}),
         ...(s.statuses !== undefined ? { statuses: s.statuses } : {}),
         ...(s.onStatus !== undefined ? { onStatus: s.onStatus } : {}),
+        ...(s.map !== undefined ? { map: s.map } : {}),
+        ...(s.maxParallel !== undefined ? { maxParallel: s.maxParallel } : {}),
       },
       dependsOn: [...s.dependsOn],
       topoIndex,

@@ -15,7 +15,12 @@ export const createRunBody = z
 export type CreateRunBody = z.infer<typeof createRunBody>;
 
 export const runParams = z.strictObject({ runId: z.uuid() });
-export const stepParams = z.strictObject({ runId: z.uuid(), stepId: z.string().regex(STEP_ID, 'a step id') });
+/** A step of a run: a step id, or a map instance's (`resize[17]`). */
+const RUN_STEP_ID = new RegExp(`${STEP_ID.source.slice(0, -1)}(\\[\\d{1,5}\\])?$`);
+export const stepParams = z.strictObject({
+  runId: z.uuid(),
+  stepId: z.string().regex(RUN_STEP_ID, 'a step id, or a map instance id like resize[17]'),
+});
 
 export const runListQuery = z.strictObject({
   dagId: z.string().regex(DAG_ID, 'a DAG id').optional(),

@@ -3,13 +3,13 @@ import type { JsonValue } from '../plugins/plugin';
 
 /**
  * Templating on JSON values: `${{ inputs.a.b }}`, `${{ steps.<id>.outputs.x[0].y }}` and
- * `${{ secrets.NAME }}` inside strings. Expressions are paths, never code: there are no operators,
+ * `${{ secrets.NAME }}` inside strings (and, in a map step, `${{ map.item… }}` and `${{ map.index }}`). Expressions are paths, never code: there are no operators,
  * calls or filters. A string that is exactly one expression becomes the referenced JSON value (its
  * type kept); expressions inside a longer string are replaced by their text (JSON for objects and
  * arrays). `$${{` stands for a literal `${{`. Substituted values are never templated again.
  */
 
-export type TemplateRefKind = 'inputs' | 'steps' | 'secrets';
+export type TemplateRefKind = 'inputs' | 'steps' | 'secrets' | 'map';
 
 export interface TemplateRef {
   kind: TemplateRefKind;
@@ -21,6 +21,8 @@ export interface TemplateScope {
   inputs: JsonValue;
   steps: Record<string, { outputs: JsonValue }>;
   secrets?: Record<string, string>;
+  /** A map instance's element and index. */
+  map?: { item: JsonValue; index: number };
 }
 
 export interface RenderResult {
@@ -101,8 +103,11 @@ export function parseExpression(expression: string): TemplateRef {
     case 'secrets':
       if (path.length !== 1) fail('expected secrets.NAME');
       return { kind: 'secrets', path };
+    case 'map':
+      if (!(path[0] === 'item' || (path[0] === 'index' && path.length === 1))) fail('expected map.item… or map.index');
+      return { kind: 'map', path };
     default:
-      return fail('must start with inputs, steps or secrets');
+      return fail('must start with inputs, steps, secrets or map');
   }
 }
 
@@ -217,6 +222,10 @@ function resolve(ref: TemplateRef, expression: string, scope: TemplateScope, use
       break;
     case 'steps':
       cur = scope.steps;
+      break;
+    case 'map':
+      if (scope.map === undefined) return unresolved(0);
+      cur = scope.map;
       break;
     case 'secrets': {
       const r = own(scope.secrets ?? {}, ref.path[0]);
