@@ -19,6 +19,7 @@ import { RunsRepository } from '../src/modules/runs/runs.repository';
 import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
 import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { conditionCost } from './conditions-bench';
+import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 import { cpuMs, Processes, rssMiB, untilAll, type OrdoProcess } from './support-load';
 
@@ -35,6 +36,8 @@ Options:
   --shared-cap <n>         ORDO_TENANT_SHARED_IN_FLIGHT, the cap while two or more tenants have work (default 8;
                            0: the tenant cap always)
   --burst-repeats <n>      burst repeats (default 3; throughput is the median)
+  --map-width <n>          map: elements of the 1 → n → 1 map run (default 1000)
+  --map-repeats <n>        map runs, one after another (default 3; the figures are the median)
   --light-runs <n>         light-phase runs, one every --light-interval ms (default 50)
   --light-interval <ms>    (default 100)
   --backlog <n>            fairness: queued steps of the busy tenant (default 50000)
@@ -50,7 +53,7 @@ Options:
                            write transactions that mostly wait for their WAL flush
   --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
   --idle-seconds <s>       idle query-rate window (default 10)
-  --only <list>            comma list of burst,light,fairness,idle (default all), conditions (the cost of a step's
+  --only <list>            comma list of burst,map,light,fairness,idle (default all), conditions (the cost of a step's
                            condition, no database); load or load-<name>: the load figures below
   --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
                            one, which then only creates runs and measures, like an api apart from the workers
@@ -222,6 +225,8 @@ async function main(): Promise<void> {
       'tenant-cap': { type: 'string', default: '128' },
       'shared-cap': { type: 'string', default: '8' },
       'burst-repeats': { type: 'string', default: '3' },
+      'map-width': { type: 'string', default: '1000' },
+      'map-repeats': { type: 'string', default: '3' },
       'light-runs': { type: 'string', default: '50' },
       'light-interval': { type: 'string', default: '100' },
       backlog: { type: 'string', default: '50000' },
@@ -231,7 +236,7 @@ async function main(): Promise<void> {
       'control-work': { type: 'string', default: '150000' },
       'control-pause': { type: 'string', default: '8' },
       'idle-seconds': { type: 'string', default: '10' },
-      only: { type: 'string', default: 'burst,light,fairness,idle' },
+      only: { type: 'string', default: 'burst,map,light,fairness,idle' },
       out: { type: 'string', default: 'bench/results' },
       'worker-process': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -383,6 +388,7 @@ async function main(): Promise<void> {
   };
   await publish('bench', chain('chain'));
   await publish('bench', diamond('diamond'));
+  await publish('bench', fanOutDag('fanout'));
   await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
   await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
 
@@ -494,6 +500,31 @@ async function main(): Promise<void> {
       await sleep(500);
     }
     result.burst = { repeats: reps, stepsPerSMedian: median(reps.map((r) => r.stepsPerS as number)) };
+  }
+
+  // ---- map: one run of a 1 → n → 1 map DAG at a time ----
+  if (only.has('map')) {
+    const width = Number(values['map-width']);
+    const items = Array.from({ length: width }, (_, i) => i);
+    const reps: MapRow[] = [];
+    for (let rep = 0; rep < Number(values['map-repeats']); rep++) {
+      const t0 = now();
+      const [made] = await runs.createRuns('bench', [
+        { dagId: 'fanout', inputs: { items }, runToken: `m${rep}-${token++}`, requestedBy: 'bench' },
+      ]);
+      const ok = await waitAll([made.runId], 120_000);
+      const status = (await owner.query<{ status: string }>('select status from run where run_id = $1', [made.runId]))
+        .rows[0]?.status;
+      const row = mapRow(rep, width, (finishedAt.get(made.runId) ?? now()) - t0, ok && status === 'succeeded');
+      log(`map #${rep}: 1 → ${width} → 1 in ${row.makespanMs} ms, ${row.stepsPerS} steps/s (${status})`);
+      reps.push(row);
+      await sleep(500);
+    }
+    result.map = {
+      repeats: reps,
+      makespanMsMedian: median(reps.map((r) => r.makespanMs)),
+      stepsPerSMedian: median(reps.map((r) => r.stepsPerS)),
+    };
   }
 
   // ---- light ----
@@ -983,6 +1014,11 @@ function printTable(r: Record<string, any>): void {
         : String((r.burst.repeats as { queriesPerStep: number }[]).map((x) => x.queriesPerStep).join(' / ')),
       '',
     ]);
+  }
+  if (r.map) {
+    const w = (r.map.repeats as MapRow[])[0]?.width;
+    rows.push([`map: 1 → ${w} → 1 makespan ms (median)`, String(r.map.makespanMsMedian), '']);
+    rows.push([`map: 1 → ${w} → 1 steps/s (median)`, String(r.map.stepsPerSMedian), '']);
   }
   if (r.light) {
     rows.push([
