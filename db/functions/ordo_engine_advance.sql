@@ -213,6 +213,15 @@ begin
     if p ? 'maps' then
       v_e := v_e || ordo_map_expand(p->'maps', v_c);
     end if;
+    -- A signal step's wait is matched with the signals kept for its key, or registered for the next
+    -- one, by a job (under the key's lock; see SignalsService).
+    perform graphile_worker.add_job('ordo.engine.signal_wait',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'epoch', c.epoch,
+        'name', c.error->>'name', 'correlationKey', c.error->>'correlationKey'),
+      job_key => 'signal:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.epoch,
+      max_attempts => 25)
+    from unnest(v_c) c
+    where c.outcome = 'waiting' and c.error->>'kind' = 'signal';
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()

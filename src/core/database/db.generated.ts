@@ -323,6 +323,29 @@ export interface Secret {
   updated_by: string;
 }
 
+export interface Signal {
+  correlation_key: string;
+  delivered_at: Timestamp | null;
+  name: string;
+  payload: Json;
+  received_at: Timestamp;
+  run_id: string | null;
+  sent_by: string;
+  signal_id: string;
+  step_id: string | null;
+  tenant_id: string;
+}
+
+export interface SignalWait {
+  correlation_key: string;
+  epoch: number;
+  name: string;
+  run_id: string;
+  step_id: string;
+  tenant_id: string;
+  waiting_since: Timestamp;
+}
+
 export interface Span {
   attributes: Json;
   ended_at: Timestamp;
@@ -433,6 +456,8 @@ export interface DB {
   schedule: Schedule;
   schedule_fire: ScheduleFire;
   secret: Secret;
+  signal: Signal;
+  signal_wait: SignalWait;
   span: Span;
   state_transition: StateTransition;
   step: Step;

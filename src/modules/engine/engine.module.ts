@@ -10,13 +10,15 @@ import { EngineRepository } from './engine.repository';
 import { EngineStore } from './engine.store';
 import { JobRunnerService } from './job-runner.service';
 import { ReaperService } from './reaper.service';
+import { SignalsRepository } from './signals.repository';
+import { SignalsService } from './signals.service';
 import { WorkerService } from './worker.service';
 
-/** The engine's statements, and the decisions on waiting steps (the API takes them, the job runner their timeouts). */
+/** The engine's statements, and what resumes waiting steps: decisions and signals (the API takes them, the job runner their timeouts). */
 @Module({
   imports: [RunsCoreModule, ArtifactsCoreModule],
-  providers: [EngineRepository, EngineStore, ApprovalsService],
-  exports: [EngineRepository, EngineStore, ApprovalsService],
+  providers: [EngineRepository, EngineStore, ApprovalsService, SignalsRepository, SignalsService],
+  exports: [EngineRepository, EngineStore, ApprovalsService, SignalsService],
 })
 export class EngineStoreModule {}
 

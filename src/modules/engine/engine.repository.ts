@@ -314,7 +314,7 @@ export class EngineRepository {
    * row ('refused', {status, epoch}) when the step no longer waits at that epoch; else what
    * ordo_engine_advance returns for its result.
    */
-  async resolve(db: SystemDb, p: ResolveInput): Promise<AdvanceRow[]> {
+  async resolve(db: SystemDb | SystemTx, p: ResolveInput): Promise<AdvanceRow[]> {
     return (await sql<AdvanceRow>`select kind, item from ordo_engine_resolve(${JSON.stringify(p)}::jsonb)`.execute(db))
       .rows;
   }

@@ -333,6 +333,35 @@ export class EngineStore implements OnApplicationShutdown {
     return true;
   }
 
+  /**
+   * Runs `fn` in a system transaction whose `resolve` applies results to waiting steps as `resolve`
+   * does, inside it (so a caller's own writes and locks commit with them); what they committed is
+   * announced after the commit.
+   */
+  async withResolve<T>(
+    fn: (
+      tx: SystemTx,
+      resolve: (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>,
+    ) => Promise<T>,
+  ): Promise<T> {
+    const done: AdvanceRow[] = [];
+    const out = await this.withSystem((tx) =>
+      fn(tx, async (result, decided) => {
+        const artifacts: ArtifactInput[] = [];
+        const rows = await this.engine.resolve(tx, {
+          result: resultInput(result, artifacts, 1),
+          artifacts,
+          decided: { type: decided.type, data: canonicalJson(decided.data) },
+        });
+        if (rows.some((r) => (r.kind as string) === 'refused')) return false;
+        done.push(...rows);
+        return true;
+      }),
+    );
+    this.committed(done);
+    return out;
+  }
+
   /** The definition of a DAG version, as published (for the worker's chains; versions never change). */
   dagDefinition(tenantId: string, dagId: string, version: number): Promise<unknown> {
     return this.engine.dagDefinition(this.sys, tenantId, dagId, version);

@@ -8,6 +8,7 @@ import { ApprovalsService } from './approvals.service';
 import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
 import { JOBS } from './jobs';
+import { SignalsService } from './signals.service';
 
 /** How often locks older than ABANDONED_LOCK are released: a job is held at most about a minute. */
 const UNLOCK_SWEEP_MS = 10_000;
@@ -37,6 +38,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     private readonly store: EngineStore,
     private readonly constraints: ConstraintsService,
     private readonly approvals: ApprovalsService,
+    private readonly signals: SignalsService,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -83,7 +85,12 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
       'ordo.engine.retry_step': async (payload) =>
         retryWhileDisconnected(() => this.store.requeue(JOBS['ordo.engine.retry_step'].payload.parse(payload))),
       'ordo.engine.step_timeout': async (payload) =>
-        retryWhileDisconnected(() => this.approvals.timeout(JOBS['ordo.engine.step_timeout'].payload.parse(payload))),
+        retryWhileDisconnected(async () => {
+          const p = JOBS['ordo.engine.step_timeout'].payload.parse(payload);
+          if (!(await this.signals.timeout(p))) await this.approvals.timeout(p);
+        }),
+      'ordo.engine.signal_wait': async (payload) =>
+        retryWhileDisconnected(() => this.signals.waiting(JOBS['ordo.engine.signal_wait'].payload.parse(payload))),
       'ordo.engine.webhook': async (payload) =>
         retryWhileDisconnected(() => this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload))),
     };

@@ -32,6 +32,22 @@ export const JOBS = {
       epoch: z.number().int().min(0),
     }),
   },
+  /**
+   * A signal step started waiting (at epoch) for the signal `name` with `correlationKey` (as its
+   * config rendered them): it takes the oldest signal kept for that key, or registers its wait for
+   * the next one. Added by db/functions/ordo_engine_advance.sql with the wait (job key
+   * `signal:<tenant>:<run>:<step>:<epoch>`).
+   */
+  'ordo.engine.signal_wait': {
+    payload: z.strictObject({
+      tenantId: z.string(),
+      runId: z.uuid(),
+      stepId: z.string(),
+      epoch: z.number().int().min(0),
+      name: z.string(),
+      correlationKey: z.string(),
+    }),
+  },
   /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
   'ordo.engine.webhook': {
     payload: z.strictObject({ tenantId: z.string(), runId: z.uuid(), seq: z.number().int().min(1) }),
