@@ -14,7 +14,7 @@ const config = z.strictObject({
   /** How long to wait for the signal; then `defaultPayload` applies, or the step fails (SIGNAL_TIMEOUT). */
   timeout: duration.optional(),
   /** The payload the step succeeds with when its timeout passes with no signal (taken as written). */
-  defaultPayload: z.json().optional(),
+  defaultPayload: z.unknown().optional(),
 });
 
 /**

@@ -1,4 +1,9 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { sql } from 'kysely';
+import { JWS_FILE, KEY_FILE, MANIFEST_FILE, NDJSON_FILE } from '../../src/modules/export/export-format';
+import { verifyExport } from '../../src/modules/export/export-verify';
 import { verifyChain } from '../../src/modules/runs/run-events';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { chainOf, runEvents, waitForRun } from './runs-support';
@@ -144,6 +149,40 @@ describe('signal steps and signals', () => {
     const g = await getSignal(`pay-${k}`);
     expect(g.status).toBe(200);
     expect(g.body).toEqual(s.body);
+  });
+
+  it('carries the delivery into the signed NDJSON export, which verifies', async () => {
+    const k = key();
+    const runId = await start('checkout', { orderId: k });
+    await registered(runId, 'paid');
+    const s = await signal({
+      signalId: `exp-${k}`,
+      name: 'payment.settled',
+      correlationKey: `order-${k}`,
+      payload: { amount: 11 },
+    });
+    await waitForRun(app, as, runId);
+    const r = await app.request('GET', '/api/v1/export', { as });
+    expect(r.status).toBe(200);
+    const lines = r.text.split('\n').filter(Boolean);
+    const last = JSON.parse(lines.pop()!) as { manifest: unknown; jws: string; publicJwk: unknown };
+    const records = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+    const ev = records.find((x) => x.runId === runId && x.type === 'event' && x.eventType === 'step.signalled');
+    expect(ev).toMatchObject({
+      stepId: 'paid',
+      actor: s.body.sentBy,
+      data: { signalId: `exp-${k}`, payload: { amount: 11 } },
+    });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-signals-'));
+    try {
+      fs.writeFileSync(path.join(dir, NDJSON_FILE), lines.map((l) => `${l}\n`).join(''));
+      fs.writeFileSync(path.join(dir, MANIFEST_FILE), JSON.stringify(last.manifest));
+      fs.writeFileSync(path.join(dir, JWS_FILE), last.jws);
+      fs.writeFileSync(path.join(dir, KEY_FILE), JSON.stringify(last.publicJwk));
+      expect(await verifyExport(dir)).toMatchObject({ ok: true });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('keeps a signal that arrives before its step waits, and delivers it when the step starts waiting', async () => {

@@ -2,7 +2,6 @@
 export const SIGNAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 
 /** A correlation key: 1 to 500 characters, none of them a control character. */
-// eslint-disable-next-line no-control-regex
 export const CORRELATION_KEY = /^[^\u0000-\u001f\u007f]{1,500}$/;
 
 /** A client-chosen signal id (the generated ones are UUIDs): like a name, 128 at most. */

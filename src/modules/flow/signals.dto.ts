@@ -13,7 +13,7 @@ export const signalBody = z
       .string()
       .regex(CORRELATION_KEY, 'a correlation key: 1 to 500 characters, no control character')
       .describe('which waiting step of that name the signal is for'),
-    payload: z.json().optional().describe('any JSON value, 64 KiB at most as canonical JSON (default null)'),
+    payload: z.unknown().optional().describe('any JSON value, 64 KiB at most as canonical JSON (default null)'),
   })
   .meta({ id: 'SignalRequest' });
 
@@ -26,7 +26,7 @@ export const signalSchema = z
     signalId: z.string(),
     name: z.string(),
     correlationKey: z.string(),
-    payload: z.json(),
+    payload: z.unknown(),
     sentBy: z.string().describe('the subject of the token that posted it'),
     receivedUtc: z.iso.datetime(),
     status: z.enum(['pending', 'delivered']).describe('pending: kept until a step waits for its name and key'),
