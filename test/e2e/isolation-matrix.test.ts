@@ -51,6 +51,7 @@ const RESOURCE: Record<string, string> = {
   tokenJti: 'token',
   trustKid: 'trust key',
   tenantId: 'tenant',
+  signalId: 'signal',
 };
 
 const isTenantRoute = (r: StaticRoute) => r.spec.access !== 'public' && r.spec.access !== 'platform:admin';
