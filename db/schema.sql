@@ -562,6 +562,15 @@ begin
     if p ? 'maps' then
       v_e := v_e || ordo_map_expand(p->'maps', v_c);
     end if;
+    -- A signal step's wait is matched with the signals kept for its key, or registered for the next
+    -- one, by a job (under the key's lock; see SignalsService).
+    perform graphile_worker.add_job('ordo.engine.signal_wait',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'epoch', c.epoch,
+        'name', c.error->>'name', 'correlationKey', c.error->>'correlationKey'),
+      job_key => 'signal:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.epoch,
+      max_attempts => 25)
+    from unnest(v_c) c
+    where c.outcome = 'waiting' and c.error->>'kind' = 'signal';
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -2268,6 +2277,34 @@ CREATE TABLE public.secret (
 
 ALTER TABLE ONLY public.secret FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.signal (
+    tenant_id text NOT NULL,
+    signal_id text NOT NULL,
+    name text NOT NULL,
+    correlation_key text NOT NULL,
+    payload jsonb NOT NULL,
+    sent_by text NOT NULL,
+    received_at timestamp with time zone NOT NULL,
+    run_id uuid,
+    step_id text,
+    delivered_at timestamp with time zone,
+    CONSTRAINT signal_delivery_check CHECK ((((run_id IS NULL) = (step_id IS NULL)) AND ((run_id IS NULL) = (delivered_at IS NULL))))
+);
+
+ALTER TABLE ONLY public.signal FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.signal_wait (
+    tenant_id text NOT NULL,
+    run_id uuid NOT NULL,
+    step_id text NOT NULL,
+    epoch integer NOT NULL,
+    name text NOT NULL,
+    correlation_key text NOT NULL,
+    waiting_since timestamp with time zone NOT NULL
+);
+
+ALTER TABLE ONLY public.signal_wait FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.span (
     tenant_id text NOT NULL,
     trace_id text NOT NULL,
@@ -2482,6 +2519,12 @@ ALTER TABLE ONLY public.schedule
 ALTER TABLE ONLY public.secret
     ADD CONSTRAINT secret_pk PRIMARY KEY (tenant_id, name);
 
+ALTER TABLE ONLY public.signal
+    ADD CONSTRAINT signal_pk PRIMARY KEY (tenant_id, signal_id);
+
+ALTER TABLE ONLY public.signal_wait
+    ADD CONSTRAINT signal_wait_pk PRIMARY KEY (tenant_id, run_id, step_id, epoch);
+
 ALTER TABLE ONLY public.span
     ADD CONSTRAINT span_pk PRIMARY KEY (tenant_id, trace_id, span_id, started_at);
 
@@ -2540,6 +2583,10 @@ CREATE INDEX schedule_due_idx ON public.schedule USING btree (next_fire_at) WHER
 CREATE INDEX schedule_list_idx ON public.schedule USING btree (tenant_id, created_at, id);
 
 CREATE INDEX schedule_queued_idx ON public.schedule USING btree (queued_fire_at) WHERE ((queued_fire_at IS NOT NULL) AND (NOT paused));
+
+CREATE INDEX signal_pending_idx ON public.signal USING btree (tenant_id, name, correlation_key, received_at, signal_id) WHERE (run_id IS NULL);
+
+CREATE INDEX signal_wait_key_idx ON public.signal_wait USING btree (tenant_id, name, correlation_key, waiting_since, run_id, step_id);
 
 CREATE INDEX span_run_idx ON public.span USING btree (tenant_id, run_id, started_at, span_id);
 
@@ -2610,6 +2657,12 @@ ALTER TABLE ONLY public.schedule
 ALTER TABLE ONLY public.secret
     ADD CONSTRAINT secret_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
+ALTER TABLE ONLY public.signal
+    ADD CONSTRAINT signal_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.signal_wait
+    ADD CONSTRAINT signal_wait_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE ONLY public.tenant_queue
     ADD CONSTRAINT tenant_queue_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
@@ -2651,6 +2704,10 @@ ALTER TABLE public.schedule_fire ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.secret ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE public.signal ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.signal_wait ENABLE ROW LEVEL SECURITY;
+
 ALTER TABLE public.span ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.step ENABLE ROW LEVEL SECURITY;
@@ -2688,6 +2745,10 @@ CREATE POLICY tenant_isolation ON public.schedule USING ((tenant_id = public.ord
 CREATE POLICY tenant_isolation ON public.schedule_fire USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.secret USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.signal USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.signal_wait USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.span USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
@@ -2842,6 +2903,17 @@ GRANT UPDATE(error) ON TABLE public.schedule_fire TO ordo_system;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.secret TO ordo_app;
 GRANT SELECT ON TABLE public.secret TO ordo_system;
+
+GRANT SELECT ON TABLE public.signal TO ordo_app;
+GRANT SELECT,INSERT ON TABLE public.signal TO ordo_system;
+
+GRANT UPDATE(run_id) ON TABLE public.signal TO ordo_system;
+
+GRANT UPDATE(step_id) ON TABLE public.signal TO ordo_system;
+
+GRANT UPDATE(delivered_at) ON TABLE public.signal TO ordo_system;
+
+GRANT SELECT,INSERT,DELETE ON TABLE public.signal_wait TO ordo_system;
 
 GRANT SELECT ON TABLE public.span TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.span TO ordo_system;
