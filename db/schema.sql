@@ -113,6 +113,21 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_add_start_job(p_run uuid, p_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public'
+    AS $$
+declare
+  v_t text := ordo_current_tenant();
+begin
+  if v_t is null then
+    raise exception 'ordo_add_start_job: the transaction is bound to no tenant' using errcode = 'insufficient_privilege';
+  end if;
+  perform graphile_worker.add_job('ordo.engine.start_run', json_build_object('tenantId', v_t, 'runId', p_run),
+    run_at => p_at, job_key => 'start:' || v_t || ':' || p_run, max_attempts => 25);
+end
+$$;
+
 CREATE FUNCTION public.ordo_admit_waiting(p_ended public.ordo_adv_ending[], p_at timestamp with time zone) RETURNS public.ordo_adv_chained[]
     LANGUAGE plpgsql
     SET jit TO 'off'
@@ -169,9 +184,9 @@ begin
     returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.spec
   ),
   i as (
-    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
     select q.tenant_id, q.run_id, q.step_id,
-      ordo_step_gate(r.dag_id, q.step_id, q.spec), (q.spec->>'concurrency')::integer
+      ordo_step_gate(r.dag_id, q.step_id, q.spec), (q.spec->>'concurrency')::integer, coalesce((q.spec->>'priority')::smallint, 5)
     from q join run r on r.tenant_id = q.tenant_id and r.run_id = q.run_id
     order by q.tenant_id, q.run_id, q.topo_index, q.step_id
     returning 1
@@ -301,16 +316,16 @@ begin
   with r as (
     insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
       trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
-      event_seq, event_hash, finished_at)
+      event_seq, event_hash, finished_at, priority, not_before)
     select v_t, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs, u.inputs_hash, u.status,
       u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
-      u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end
+      u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end, coalesce(u.priority, 5), u.not_before
     from jsonb_to_recordset(p->'runs') as u(run_id uuid, dag_id text, dag_version integer, content_hash text,
       run_token text, inputs jsonb, inputs_hash text, status text, reason text, trace_id text, requested_by text,
       replay_of uuid, rerun_of uuid, rerun_from_step text, admitted boolean, steps_total integer, steps_remaining integer,
-      event_seq integer, event_hash text, finished boolean)
+      event_seq integer, event_hash text, finished boolean, priority smallint, not_before timestamptz)
     on conflict (tenant_id, dag_id, run_token) do nothing
-    returning run.run_id, run.dag_id
+    returning run.run_id, run.dag_id, run.status, run.not_before
   ),
   s as (
     insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
@@ -344,8 +359,9 @@ begin
     returning 1
   ),
   q as (
-    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-    select v_t, u.run_id, u.step_id, ordo_step_gate(r.dag_id, u.step_id, s.spec), (s.spec->>'concurrency')::integer
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
+    select v_t, u.run_id, u.step_id, ordo_step_gate(r.dag_id, u.step_id, s.spec), (s.spec->>'concurrency')::integer,
+      coalesce((s.spec->>'priority')::smallint, 5)
     from rows from (jsonb_to_recordset(p->'queue') as (run_id uuid, step_id text)) with ordinality as u(run_id, step_id, n)
     join r on r.run_id = u.run_id
     join s on s.run_id = u.run_id and s.step_id = u.step_id
@@ -353,6 +369,8 @@ begin
     returning 1
   ),
   w as (select pg_notify('ordo_ready', v_t) where exists (select 1 from q)),
+  -- A scheduled run's start at its notBefore (job ordo.engine.start_run, src/modules/engine/jobs.ts).
+  j as (select ordo_add_start_job(r.run_id, r.not_before) from r where r.status = 'scheduled'),
   -- Runs whose token was used already: the stored run, for the caller to compare its inputs.
   x as (
     select jsonb_build_object('run_id', o.run_id, 'dag_id', o.dag_id, 'run_token', o.run_token,
@@ -361,8 +379,10 @@ begin
     join run o on o.tenant_id = v_t and o.dag_id = u.dag_id and o.run_token = u.run_token
     where u.run_id not in (select r.run_id from r)
   )
-  -- The inserts (s, e, tq, q) run to completion whether read or not; w only when read.
-  select 'created'::text, jsonb_build_object('run_id', r.run_id, 'woken', (select count(*) from w)) from r
+  -- The inserts (s, e, tq, q) run to completion whether read or not; w and j only when read.
+  select 'created'::text,
+    jsonb_build_object('run_id', r.run_id, 'woken', (select count(*) from w), 'start_jobs', (select count(*) from j))
+  from r
   union all
   select 'existing'::text, x.item from x;
 end
@@ -733,9 +753,10 @@ begin
 
     -- Steps left for the queue (a gated one under its gate), and the workers woken for them.
     with q as (
-      insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+      insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
       select x.tenant_id, x.run_id, x.step_id,
-        ordo_step_gate(r.dag_id, x.step_id, s.spec), (s.spec->>'concurrency')::integer
+        ordo_step_gate(r.dag_id, x.step_id, s.spec), (s.spec->>'concurrency')::integer,
+        coalesce((s.spec->>'priority')::smallint, 5)
       from unnest(v_ready) x
       join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
       join run r on r.tenant_id = x.tenant_id and r.run_id = x.run_id
@@ -1154,9 +1175,10 @@ begin
     end if;
 
     if v_claim < v_want then
-      insert into queue_item (tenant_id, run_id, step_id)
-      select x.tenant_id, x.run_id, x.step_id
+      insert into queue_item (tenant_id, run_id, step_id, priority)
+      select x.tenant_id, x.run_id, x.step_id, coalesce((s.spec->>'priority')::smallint, 5)
       from unnest(v_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, k)
+      join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
       where x.k > v_claim
       order by x.k;
       perform ordo_notify('ordo_ready', v_t);
@@ -1368,7 +1390,8 @@ begin
   for v_round in 1..3 loop
     exit when v_left <= 0 or cardinality(v_eligible) = 0;
     -- Each eligible tenant's share of what is left (by weight, at least one, within its cap), then
-    -- up to that many of its oldest ready items, skipping items another claimer holds.
+    -- up to that many of its ready items, highest priority first and oldest first within a
+    -- priority, skipping items another claimer holds.
     with t as (
       select u.tenant_id, u.ord, tq.weight, u.used as in_flight,
         (select count(*) from unnest(v_items) i where i.tenant_id = u.tenant_id)::integer as got
@@ -1382,21 +1405,21 @@ begin
       from t
     ),
     q as (
-      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.gate, i.gate_limit, s.ord, s.share
+      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.gate, i.gate_limit, i.priority, s.ord, s.share
       from s cross join lateral (
-        -- The tenant's oldest ready items: those without a gate, and under each gate this claim holds
+        -- The tenant's first ready items: those without a gate, and under each gate this claim holds
         -- as many as the gate has slots for (its limit less its leased items and the items this
         -- claim took). A full gate is passed over without reading the items that wait under it.
         select y.* from (
-          select x.tenant_id, x.id, x.run_id, x.step_id, x.enqueued_at, x.gate, x.gate_limit from (
+          select x.tenant_id, x.id, x.run_id, x.step_id, x.enqueued_at, x.gate, x.gate_limit, x.priority from (
             select x.* from queue_item x
             where x.tenant_id = s.tenant_id and x.state = 'ready' and x.gate is null
               and x.id <> all(array(select c.id from unnest(v_items) c where c.tenant_id = s.tenant_id))
-            order by x.id limit greatest(s.share, 0)
+            order by x.priority desc, x.id limit greatest(s.share, 0)
             for update skip locked
           ) x
           union all
-          select z.tenant_id, z.id, z.run_id, z.step_id, z.enqueued_at, z.gate, z.gate_limit
+          select z.tenant_id, z.id, z.run_id, z.step_id, z.enqueued_at, z.gate, z.gate_limit, z.priority
           from unnest(v_gt, v_gg, v_gl) as gl(tenant_id, gate, lim)
           cross join lateral (
             select gl.lim - (select count(*) from queue_item g
@@ -1407,24 +1430,25 @@ begin
             select x.* from queue_item x
             where x.tenant_id = gl.tenant_id and x.state = 'ready' and x.gate = gl.gate and x.gate_limit = gl.lim
               and x.id <> all(array(select c.id from unnest(v_items) c where c.tenant_id = s.tenant_id))
-            order by x.id limit least(greatest(f.free, 0), greatest(s.share, 0))
+            order by x.priority desc, x.id limit least(greatest(f.free, 0), greatest(s.share, 0))
             for update skip locked
           ) z
           where gl.tenant_id = s.tenant_id and f.free > 0 and gl.tenant_id || '/' || gl.gate = any(v_gates)
         ) y
-        order by y.id limit greatest(s.share, 0)
+        order by y.priority desc, y.id limit greatest(s.share, 0)
       ) i
     ),
     -- Of one gate's items taken together, as many as it has slots.
     f as (
       select q.* from (
-        select q.*, row_number() over (partition by q.tenant_id, q.gate order by q.id) as gk from q
+        select q.*, row_number() over (partition by q.tenant_id, q.gate order by q.priority desc, q.id) as gk from q
       ) q
       where q.gate is null or q.gk + cardinality(array_positions(v_picked, q.tenant_id || '/' || q.gate))
         + (select count(*) from queue_item g where g.tenant_id = q.tenant_id and g.gate = q.gate and g.state = 'leased')
         <= q.gate_limit
     )
-    select array_agg(row(q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, 0)::ordo_claim_item order by q.ord, q.id),
+    select array_agg(row(q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, 0)::ordo_claim_item
+        order by q.ord, q.priority desc, q.id),
       array_agg(distinct q.tenant_id) filter (where q.full_share),
       coalesce(array_agg(q.tenant_id || '/' || q.gate) filter (where q.gate is not null), '{}')
     into v_new, v_eligible, v_new_gates
@@ -1465,7 +1489,7 @@ begin
   end if;
 
   -- Items of active runs whose step is still queued are dispatched (running, new epoch, attempt
-  -- row, lease, dispatch numbers after the run's last one in queue order); the others leave the
+  -- row, lease, dispatch numbers after the run's last one in claim order); the others leave the
   -- queue. A queued run's first dispatch starts it.
   with o0 as (
     select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.rk, r.status as run_status, r.dispatch_count,
@@ -1478,7 +1502,7 @@ begin
     where v_locked ? (i.tenant_id || '/' || i.run_id::text)
   ),
   o as (
-    select o0.*, o0.dispatch_count + row_number() over (partition by o0.tenant_id, o0.run_id order by o0.id) as seq
+    select o0.*, o0.dispatch_count + row_number() over (partition by o0.tenant_id, o0.run_id order by o0.rk) as seq
     from o0 where o0.ok
   ),
   gone as (
@@ -1580,9 +1604,10 @@ begin
   if not found then
     return false;
   end if;
-  insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+  insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
   select s.tenant_id, s.run_id, s.step_id,
-    ordo_step_gate(r.dag_id, s.step_id, s.spec), (s.spec->>'concurrency')::integer
+    ordo_step_gate(r.dag_id, s.step_id, s.spec), (s.spec->>'concurrency')::integer,
+    coalesce((s.spec->>'priority')::smallint, 5)
   from step s join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
   where s.tenant_id = p_tenant and s.run_id = p_run and s.step_id = p_step;
   perform ordo_notify('ordo_ready', p_tenant);
@@ -1718,8 +1743,9 @@ begin
     returning 1
   ),
   q as (
-    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-    select i.tenant_id, i.run_id, i.step_id, ordo_step_gate(i.dag_id, i.map_of, i.spec), (i.spec->>'concurrency')::integer
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
+    select i.tenant_id, i.run_id, i.step_id, ordo_step_gate(i.dag_id, i.map_of, i.spec), (i.spec->>'concurrency')::integer,
+      coalesce((i.spec->>'priority')::smallint, 5)
     from i
     order by i.tenant_id, i.run_id, i.ord, i.idx
     returning 1
@@ -1841,6 +1867,57 @@ CREATE FUNCTION public.ordo_run_outputs_hash(p_tenant text, p_run uuid) RETURNS 
       from step s where s.tenant_id = p_tenant and s.run_id = p_run and s.status = 'succeeded'
     ), '') || '}', 'UTF8')), 'hex')
   $$;
+
+CREATE FUNCTION public.ordo_start_scheduled(p_tenant text, p_run uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_now timestamptz := date_trunc('milliseconds', now());
+  v_steps ordo_adv_ready[];
+  v_ch ordo_adv_chained[];
+begin
+  perform 1 from run x where x.tenant_id = p_tenant and x.run_id = p_run and x.status = 'scheduled'
+  for update of x;
+  if not found then
+    return false;
+  end if;
+  update run x set status = 'queued' where x.tenant_id = p_tenant and x.run_id = p_run;
+  with q as (
+    update step s set status = 'queued', queued_at = now()
+    where s.tenant_id = p_tenant and s.run_id = p_run and s.status = 'pending' and s.pending_deps = 0
+    returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.spec
+  ),
+  i as (
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
+    select q.tenant_id, q.run_id, q.step_id, ordo_step_gate(r.dag_id, q.step_id, q.spec),
+      (q.spec->>'concurrency')::integer, coalesce((q.spec->>'priority')::smallint, 5)
+    from q join run r on r.tenant_id = q.tenant_id and r.run_id = q.run_id
+    order by q.topo_index, q.step_id
+    returning 1
+  )
+  select coalesce(array_agg(row(q.tenant_id, q.run_id, q.step_id, q.topo_index, false)::ordo_adv_ready
+    order by q.topo_index, q.step_id), '{}')
+  into v_steps
+  from q;
+  insert into tenant_queue (tenant_id) values (p_tenant) on conflict (tenant_id) do nothing;
+  perform ordo_notify('ordo_ready', p_tenant);
+
+  v_ch := ordo_append_events(array(
+    select row(p_tenant, p_run, 0, 'run.queued', null, null, 'engine', '{"reason":"not_before"}')::ordo_adv_event
+    union all
+    select row(s.tenant_id, s.run_id, n::integer, 'step.queued', s.step_id, null, 'engine', '{}')::ordo_adv_event
+    from unnest(v_steps) with ordinality as s(tenant_id, run_id, step_id, topo_index, claim, n)
+  ), v_now);
+  update run x set event_seq = e.seq, event_hash = e.hash
+  from (
+    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
+    order by e.tenant_id, e.run_id, e.seq desc
+  ) e
+  where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+  return true;
+end
+$$;
 
 CREATE FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -2130,10 +2207,12 @@ CREATE TABLE public.queue_item (
     enqueued_at timestamp with time zone DEFAULT now() NOT NULL,
     gate text,
     gate_limit integer,
+    priority smallint DEFAULT 5 NOT NULL,
     CONSTRAINT queue_item_gate_limit CHECK ((((gate IS NULL) = (gate_limit IS NULL)) AND (COALESCE(gate_limit, 1) >= 1))),
     CONSTRAINT queue_item_lease_epoch CHECK (((state = 'leased'::text) = (epoch IS NOT NULL))),
     CONSTRAINT queue_item_state_check CHECK ((state = ANY (ARRAY['ready'::text, 'leased'::text])))
 );
+ALTER TABLE ONLY public.queue_item ALTER COLUMN priority SET STATISTICS 0;
 
 ALTER TABLE ONLY public.queue_item FORCE ROW LEVEL SECURITY;
 
@@ -2173,8 +2252,11 @@ CREATE TABLE public.run (
     event_seq integer DEFAULT 0 NOT NULL,
     event_hash text DEFAULT ''::text NOT NULL,
     outputs_hash text,
+    priority smallint DEFAULT 5 NOT NULL,
+    not_before timestamp with time zone,
     CONSTRAINT run_inputs_hash_format CHECK (((octet_length(inputs_hash) = 64) AND (inputs_hash !~ '[^0-9a-f]'::text))),
-    CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT run_priority_range CHECK (((priority >= 0) AND (priority <= 9))),
+    CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT run_trace_id_check CHECK (((octet_length(trace_id) = 32) AND (trace_id !~ '[^0-9a-f]'::text)))
 )
 WITH (fillfactor='70');
@@ -2556,7 +2638,7 @@ CREATE INDEX idempotency_key_expiry_idx ON public.idempotency_key USING btree (e
 
 CREATE INDEX queue_item_gate_idx ON public.queue_item USING btree (tenant_id, gate, state) WHERE (gate IS NOT NULL);
 
-CREATE INDEX queue_item_gated_ready_idx ON public.queue_item USING btree (tenant_id, gate, gate_limit, id) WHERE ((state = 'ready'::text) AND (gate IS NOT NULL));
+CREATE INDEX queue_item_gated_ready_idx ON public.queue_item USING btree (tenant_id, gate, gate_limit, priority DESC, id) WHERE ((state = 'ready'::text) AND (gate IS NOT NULL));
 
 CREATE INDEX queue_item_lease_idx ON public.queue_item USING btree (lease_expires_at) WHERE (state = 'leased'::text);
 
@@ -2564,7 +2646,7 @@ CREATE INDEX queue_item_leased_idx ON public.queue_item USING btree (tenant_id, 
 
 CREATE INDEX queue_item_ready_idx ON public.queue_item USING btree (tenant_id, id) WHERE (state = 'ready'::text);
 
-CREATE INDEX queue_item_ungated_ready_idx ON public.queue_item USING btree (tenant_id, id) WHERE ((state = 'ready'::text) AND (gate IS NULL));
+CREATE INDEX queue_item_ungated_ready_idx ON public.queue_item USING btree (tenant_id, priority DESC, id) WHERE ((state = 'ready'::text) AND (gate IS NULL));
 
 CREATE INDEX run_dag_active_idx ON public.run USING btree (tenant_id, dag_id, created_at) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text]));
 
@@ -2604,7 +2686,7 @@ CREATE TRIGGER run_event_append_only BEFORE DELETE OR UPDATE ON public.run_event
 
 CREATE TRIGGER run_event_notify AFTER INSERT ON public.run_event REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.run_event_notify();
 
-CREATE TRIGGER run_transition AFTER UPDATE OF status ON public.run FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{queued>cancelled,queued>failed,queued>running,queued>succeeded,running>cancelled,running>failed,running>succeeded}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('run');
+CREATE TRIGGER run_transition AFTER UPDATE OF status ON public.run FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{queued>cancelled,queued>failed,queued>running,queued>succeeded,running>cancelled,running>failed,running>succeeded,scheduled>cancelled,scheduled>queued}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('run');
 
 CREATE TRIGGER schedule_notify AFTER INSERT OR DELETE OR UPDATE OF dag_id, dag_version, cron, timezone, inputs, catch_up, overlap, paused ON public.schedule FOR EACH ROW EXECUTE FUNCTION public.schedule_notify();
 
@@ -2771,6 +2853,9 @@ ALTER TABLE public.trust_key ENABLE ROW LEVEL SECURITY;
 GRANT USAGE ON SCHEMA public TO ordo_app;
 GRANT USAGE ON SCHEMA public TO ordo_system;
 
+REVOKE ALL ON FUNCTION public.ordo_add_start_job(p_run uuid, p_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_add_start_job(p_run uuid, p_at timestamp with time zone) TO ordo_app;
+
 REVOKE ALL ON FUNCTION public.ordo_admit_waiting(p_ended public.ordo_adv_ending[], p_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_admit_waiting(p_ended public.ordo_adv_ending[], p_at timestamp with time zone) TO ordo_system;
 GRANT ALL ON FUNCTION public.ordo_admit_waiting(p_ended public.ordo_adv_ending[], p_at timestamp with time zone) TO ordo_app;
@@ -2827,6 +2912,9 @@ GRANT ALL ON FUNCTION public.ordo_notify(p_channel text, p_payload text) TO ordo
 
 REVOKE ALL ON FUNCTION public.ordo_run_outputs_hash(p_tenant text, p_run uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_run_outputs_hash(p_tenant text, p_run uuid) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_start_scheduled(p_tenant text, p_run uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_start_scheduled(p_tenant text, p_run uuid) TO ordo_system;
 
 GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec jsonb) TO ordo_system;
 GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec jsonb) TO ordo_app;

@@ -62,9 +62,9 @@ begin
     returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.spec
   ),
   i as (
-    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
     select q.tenant_id, q.run_id, q.step_id,
-      ordo_step_gate(r.dag_id, q.step_id, q.spec), (q.spec->>'concurrency')::integer
+      ordo_step_gate(r.dag_id, q.step_id, q.spec), (q.spec->>'concurrency')::integer, coalesce((q.spec->>'priority')::smallint, 5)
     from q join run r on r.tenant_id = q.tenant_id and r.run_id = q.run_id
     order by q.tenant_id, q.run_id, q.topo_index, q.step_id
     returning 1

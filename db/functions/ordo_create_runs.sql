@@ -1,9 +1,10 @@
 -- Run creation in one statement, committed on its own: binds the tenant named in the input, checks
 -- that each DAG version the caller planned with is still the one to use (active, and the latest
 -- active one when the request named none; else it writes nothing and says which DAG to look up
--- again), and writes the runs, their steps, events and ready queue items. Inside a transaction
--- already bound to the same tenant (replay, rerun, a DAG with a maxConcurrentRuns limit, whose
--- slots are counted first) it is that transaction's insert. A run token already used is not written
+-- again), and writes the runs, their steps, events and ready queue items (a scheduled run: its start
+-- job instead of queue items). Inside a transaction already bound to the same tenant (replay,
+-- rerun, a DAG with a maxConcurrentRuns limit, whose slots are counted first) it is that
+-- transaction's insert. A run token already used is not written
 -- again: its run is returned instead.
 --
 -- Called by the application role: row-level security applies to every statement, bound to the
@@ -48,16 +49,16 @@ begin
   with r as (
     insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
       trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
-      event_seq, event_hash, finished_at)
+      event_seq, event_hash, finished_at, priority, not_before)
     select v_t, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs, u.inputs_hash, u.status,
       u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
-      u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end
+      u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end, coalesce(u.priority, 5), u.not_before
     from jsonb_to_recordset(p->'runs') as u(run_id uuid, dag_id text, dag_version integer, content_hash text,
       run_token text, inputs jsonb, inputs_hash text, status text, reason text, trace_id text, requested_by text,
       replay_of uuid, rerun_of uuid, rerun_from_step text, admitted boolean, steps_total integer, steps_remaining integer,
-      event_seq integer, event_hash text, finished boolean)
+      event_seq integer, event_hash text, finished boolean, priority smallint, not_before timestamptz)
     on conflict (tenant_id, dag_id, run_token) do nothing
-    returning run.run_id, run.dag_id
+    returning run.run_id, run.dag_id, run.status, run.not_before
   ),
   s as (
     insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
@@ -91,8 +92,9 @@ begin
     returning 1
   ),
   q as (
-    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-    select v_t, u.run_id, u.step_id, ordo_step_gate(r.dag_id, u.step_id, s.spec), (s.spec->>'concurrency')::integer
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
+    select v_t, u.run_id, u.step_id, ordo_step_gate(r.dag_id, u.step_id, s.spec), (s.spec->>'concurrency')::integer,
+      coalesce((s.spec->>'priority')::smallint, 5)
     from rows from (jsonb_to_recordset(p->'queue') as (run_id uuid, step_id text)) with ordinality as u(run_id, step_id, n)
     join r on r.run_id = u.run_id
     join s on s.run_id = u.run_id and s.step_id = u.step_id
@@ -100,6 +102,8 @@ begin
     returning 1
   ),
   w as (select pg_notify('ordo_ready', v_t) where exists (select 1 from q)),
+  -- A scheduled run's start at its notBefore (job ordo.engine.start_run, src/modules/engine/jobs.ts).
+  j as (select ordo_add_start_job(r.run_id, r.not_before) from r where r.status = 'scheduled'),
   -- Runs whose token was used already: the stored run, for the caller to compare its inputs.
   x as (
     select jsonb_build_object('run_id', o.run_id, 'dag_id', o.dag_id, 'run_token', o.run_token,
@@ -108,8 +112,10 @@ begin
     join run o on o.tenant_id = v_t and o.dag_id = u.dag_id and o.run_token = u.run_token
     where u.run_id not in (select r.run_id from r)
   )
-  -- The inserts (s, e, tq, q) run to completion whether read or not; w only when read.
-  select 'created'::text, jsonb_build_object('run_id', r.run_id, 'woken', (select count(*) from w)) from r
+  -- The inserts (s, e, tq, q) run to completion whether read or not; w and j only when read.
+  select 'created'::text,
+    jsonb_build_object('run_id', r.run_id, 'woken', (select count(*) from w), 'start_jobs', (select count(*) from j))
+  from r
   union all
   select 'existing'::text, x.item from x;
 end

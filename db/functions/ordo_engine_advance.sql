@@ -384,9 +384,10 @@ begin
 
     -- Steps left for the queue (a gated one under its gate), and the workers woken for them.
     with q as (
-      insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+      insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
       select x.tenant_id, x.run_id, x.step_id,
-        ordo_step_gate(r.dag_id, x.step_id, s.spec), (s.spec->>'concurrency')::integer
+        ordo_step_gate(r.dag_id, x.step_id, s.spec), (s.spec->>'concurrency')::integer,
+        coalesce((s.spec->>'priority')::smallint, 5)
       from unnest(v_ready) x
       join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
       join run r on r.tenant_id = x.tenant_id and r.run_id = x.run_id

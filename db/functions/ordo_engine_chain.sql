@@ -285,9 +285,10 @@ begin
     end if;
 
     if v_claim < v_want then
-      insert into queue_item (tenant_id, run_id, step_id)
-      select x.tenant_id, x.run_id, x.step_id
+      insert into queue_item (tenant_id, run_id, step_id, priority)
+      select x.tenant_id, x.run_id, x.step_id, coalesce((s.spec->>'priority')::smallint, 5)
       from unnest(v_ready) with ordinality as x(tenant_id, run_id, step_id, topo_index, claim, k)
+      join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
       where x.k > v_claim
       order by x.k;
       perform ordo_notify('ordo_ready', v_t);

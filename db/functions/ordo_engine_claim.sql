@@ -127,7 +127,8 @@ begin
   for v_round in 1..3 loop
     exit when v_left <= 0 or cardinality(v_eligible) = 0;
     -- Each eligible tenant's share of what is left (by weight, at least one, within its cap), then
-    -- up to that many of its oldest ready items, skipping items another claimer holds.
+    -- up to that many of its ready items, highest priority first and oldest first within a
+    -- priority, skipping items another claimer holds.
     with t as (
       select u.tenant_id, u.ord, tq.weight, u.used as in_flight,
         (select count(*) from unnest(v_items) i where i.tenant_id = u.tenant_id)::integer as got
@@ -141,21 +142,21 @@ begin
       from t
     ),
     q as (
-      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.gate, i.gate_limit, s.ord, s.share
+      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.gate, i.gate_limit, i.priority, s.ord, s.share
       from s cross join lateral (
-        -- The tenant's oldest ready items: those without a gate, and under each gate this claim holds
+        -- The tenant's first ready items: those without a gate, and under each gate this claim holds
         -- as many as the gate has slots for (its limit less its leased items and the items this
         -- claim took). A full gate is passed over without reading the items that wait under it.
         select y.* from (
-          select x.tenant_id, x.id, x.run_id, x.step_id, x.enqueued_at, x.gate, x.gate_limit from (
+          select x.tenant_id, x.id, x.run_id, x.step_id, x.enqueued_at, x.gate, x.gate_limit, x.priority from (
             select x.* from queue_item x
             where x.tenant_id = s.tenant_id and x.state = 'ready' and x.gate is null
               and x.id <> all(array(select c.id from unnest(v_items) c where c.tenant_id = s.tenant_id))
-            order by x.id limit greatest(s.share, 0)
+            order by x.priority desc, x.id limit greatest(s.share, 0)
             for update skip locked
           ) x
           union all
-          select z.tenant_id, z.id, z.run_id, z.step_id, z.enqueued_at, z.gate, z.gate_limit
+          select z.tenant_id, z.id, z.run_id, z.step_id, z.enqueued_at, z.gate, z.gate_limit, z.priority
           from unnest(v_gt, v_gg, v_gl) as gl(tenant_id, gate, lim)
           cross join lateral (
             select gl.lim - (select count(*) from queue_item g
@@ -166,24 +167,25 @@ begin
             select x.* from queue_item x
             where x.tenant_id = gl.tenant_id and x.state = 'ready' and x.gate = gl.gate and x.gate_limit = gl.lim
               and x.id <> all(array(select c.id from unnest(v_items) c where c.tenant_id = s.tenant_id))
-            order by x.id limit least(greatest(f.free, 0), greatest(s.share, 0))
+            order by x.priority desc, x.id limit least(greatest(f.free, 0), greatest(s.share, 0))
             for update skip locked
           ) z
           where gl.tenant_id = s.tenant_id and f.free > 0 and gl.tenant_id || '/' || gl.gate = any(v_gates)
         ) y
-        order by y.id limit greatest(s.share, 0)
+        order by y.priority desc, y.id limit greatest(s.share, 0)
       ) i
     ),
     -- Of one gate's items taken together, as many as it has slots.
     f as (
       select q.* from (
-        select q.*, row_number() over (partition by q.tenant_id, q.gate order by q.id) as gk from q
+        select q.*, row_number() over (partition by q.tenant_id, q.gate order by q.priority desc, q.id) as gk from q
       ) q
       where q.gate is null or q.gk + cardinality(array_positions(v_picked, q.tenant_id || '/' || q.gate))
         + (select count(*) from queue_item g where g.tenant_id = q.tenant_id and g.gate = q.gate and g.state = 'leased')
         <= q.gate_limit
     )
-    select array_agg(row(q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, 0)::ordo_claim_item order by q.ord, q.id),
+    select array_agg(row(q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, 0)::ordo_claim_item
+        order by q.ord, q.priority desc, q.id),
       array_agg(distinct q.tenant_id) filter (where q.full_share),
       coalesce(array_agg(q.tenant_id || '/' || q.gate) filter (where q.gate is not null), '{}')
     into v_new, v_eligible, v_new_gates
@@ -224,7 +226,7 @@ begin
   end if;
 
   -- Items of active runs whose step is still queued are dispatched (running, new epoch, attempt
-  -- row, lease, dispatch numbers after the run's last one in queue order); the others leave the
+  -- row, lease, dispatch numbers after the run's last one in claim order); the others leave the
   -- queue. A queued run's first dispatch starts it.
   with o0 as (
     select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.rk, r.status as run_status, r.dispatch_count,
@@ -237,7 +239,7 @@ begin
     where v_locked ? (i.tenant_id || '/' || i.run_id::text)
   ),
   o as (
-    select o0.*, o0.dispatch_count + row_number() over (partition by o0.tenant_id, o0.run_id order by o0.id) as seq
+    select o0.*, o0.dispatch_count + row_number() over (partition by o0.tenant_id, o0.run_id order by o0.rk) as seq
     from o0 where o0.ok
   ),
   gone as (

@@ -22,9 +22,10 @@ begin
   if not found then
     return false;
   end if;
-  insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
+  insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
   select s.tenant_id, s.run_id, s.step_id,
-    ordo_step_gate(r.dag_id, s.step_id, s.spec), (s.spec->>'concurrency')::integer
+    ordo_step_gate(r.dag_id, s.step_id, s.spec), (s.spec->>'concurrency')::integer,
+    coalesce((s.spec->>'priority')::smallint, 5)
   from step s join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
   where s.tenant_id = p_tenant and s.run_id = p_run and s.step_id = p_step;
   perform ordo_notify('ordo_ready', p_tenant);

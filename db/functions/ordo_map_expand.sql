@@ -41,8 +41,9 @@ begin
     returning 1
   ),
   q as (
-    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit)
-    select i.tenant_id, i.run_id, i.step_id, ordo_step_gate(i.dag_id, i.map_of, i.spec), (i.spec->>'concurrency')::integer
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
+    select i.tenant_id, i.run_id, i.step_id, ordo_step_gate(i.dag_id, i.map_of, i.spec), (i.spec->>'concurrency')::integer,
+      coalesce((i.spec->>'priority')::smallint, 5)
     from i
     order by i.tenant_id, i.run_id, i.ord, i.idx
     returning 1

@@ -229,6 +229,7 @@ export interface QueueItem {
   gate_limit: number | null;
   id: Generated<number>;
   lease_expires_at: Timestamp | null;
+  priority: Generated<number>;
   run_id: string;
   state: Generated<string>;
   step_id: string;
@@ -248,7 +249,9 @@ export interface Run {
   finished_at: Timestamp | null;
   inputs: Json;
   inputs_hash: string;
+  not_before: Timestamp | null;
   outputs_hash: string | null;
+  priority: Generated<number>;
   reason: string | null;
   replay_of: string | null;
   requested_by: string;

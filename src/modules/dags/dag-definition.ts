@@ -109,6 +109,8 @@ const stepFields = z.strictObject({
   map: z.string().min(1).max(4000).optional(),
   /** How many of a map step's instances run at once (all when absent). */
   maxParallel: z.number().int().min(1).max(MAX_MAP_ITEMS).optional(),
+  /** Its place in the tenant's ready queue (0-9, higher first), instead of its run's priority. */
+  priority: z.number().int().min(0).max(9).optional(),
 });
 
 /**

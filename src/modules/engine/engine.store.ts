@@ -451,6 +451,11 @@ export class EngineStore implements OnApplicationShutdown {
     await sql`select ordo_engine_requeue(${p.tenantId}, ${p.runId}::uuid, ${p.stepId}, ${p.attempt})`.execute(this.sys);
   }
 
+  /** A scheduled run's notBefore came: the run, still scheduled, is queued with its ready steps (ordo_start_scheduled). */
+  async startScheduled(p: JobPayload<'ordo.engine.start_run'>): Promise<void> {
+    await sql`select ordo_start_scheduled(${p.tenantId}, ${p.runId}::uuid)`.execute(this.sys);
+  }
+
   /** Extends this worker's leases; returns the steps it still holds. */
   async heartbeat(workerId: string, items: (StepKey & { epoch: number })[], leaseMs: number): Promise<StepKey[]> {
     if (items.length === 0) return [];

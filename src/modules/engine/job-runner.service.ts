@@ -16,7 +16,7 @@ const ABANDONED_LOCK = '45 seconds';
 
 /**
  * Runs graphile-worker in this process (system role) for the engine's jobs: retry timers, waiting
- * steps' timeouts and constraint webhooks. Started and stopped with the application.
+ * steps' timeouts, scheduled runs' starts and constraint webhooks. Started and stopped with the application.
  */
 
 @Injectable()
@@ -91,6 +91,8 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
         }),
       'ordo.engine.signal_wait': async (payload) =>
         retryWhileDisconnected(() => this.signals.waiting(JOBS['ordo.engine.signal_wait'].payload.parse(payload))),
+      'ordo.engine.start_run': async (payload) =>
+        retryWhileDisconnected(() => this.store.startScheduled(JOBS['ordo.engine.start_run'].payload.parse(payload))),
       'ordo.engine.webhook': async (payload) =>
         retryWhileDisconnected(() => this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload))),
     };

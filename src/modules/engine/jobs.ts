@@ -48,6 +48,14 @@ export const JOBS = {
       correlationKey: z.string(),
     }),
   },
+  /**
+   * A scheduled run's notBefore came: the run is queued and its ready steps with it, unless it is no
+   * longer scheduled (cancelled). Added by db/functions/ordo_create_runs.sql with the run, run_at =
+   * notBefore (job key `start:<tenant>:<run>`, 25 attempts).
+   */
+  'ordo.engine.start_run': {
+    payload: z.strictObject({ tenantId: z.string(), runId: z.uuid() }),
+  },
   /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
   'ordo.engine.webhook': {
     payload: z.strictObject({ tenantId: z.string(), runId: z.uuid(), seq: z.number().int().min(1) }),

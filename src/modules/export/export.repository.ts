@@ -38,6 +38,8 @@ export class ExportRepository {
         'replay_of',
         'rerun_of',
         'rerun_from_step',
+        'priority',
+        'not_before',
         'created_at',
         'started_at',
         'finished_at',

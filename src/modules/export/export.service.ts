@@ -8,6 +8,7 @@ import { SigningKeys } from '../auth/signing-keys';
 import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord, type Manifest } from './export-format';
 import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
 import { runSpan, stepSpan } from './step-spans';
+import { DEFAULT_PRIORITY } from '../runs/run-plan';
 
 const RUN_PAGE = 100;
 const EVENT_PAGE = 2000;
@@ -98,6 +99,9 @@ export class ExportService {
           replayOf: run.replay_of,
           rerunOf: run.rerun_of,
           rerunFromStep: run.rerun_from_step,
+          // Only where they were given (a run without them exports as before).
+          ...(run.priority !== DEFAULT_PRIORITY ? { priority: run.priority } : {}),
+          ...(run.not_before !== null ? { notBeforeUtc: iso(run.not_before) } : {}),
           createdUtc: iso(run.created_at),
           startedUtc: iso(run.started_utc),
           finishedUtc: iso(run.finished_at),

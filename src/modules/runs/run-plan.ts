@@ -31,7 +31,12 @@ export interface StepSpec {
   item?: JsonValue;
   /** The gate of a map instance under maxParallel (its run and map step; see ordo_step_gate). */
   gate?: string;
+  /** Its priority in the tenant's ready queue (0-9, higher first; DEFAULT_PRIORITY when absent). */
+  priority?: number;
 }
+
+/** The priority of a run, and of its steps, that names none. */
+export const DEFAULT_PRIORITY = 5;
 
 /**
  * A ready step put into the queue. A step with a concurrency limit waits there under its gate
@@ -147,6 +152,7 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         ...(s.onStatus !== undefined ? { onStatus: s.onStatus } : {}),
         ...(s.map !== undefined ? { map: s.map } : {}),
         ...(s.maxParallel !== undefined ? { maxParallel: s.maxParallel } : {}),
+        ...(s.priority !== undefined ? { priority: s.priority } : {}),
       },
       dependsOn: [...s.dependsOn],
       topoIndex,
@@ -158,4 +164,13 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
       outputsHash: status === 'succeeded' ? (reused?.outputsHash ?? null) : null,
     };
   });
+}
+
+/**
+ * The plan of a run created with a priority: each step that names none takes the run's (a step's
+ * own priority holds over its run's). A run without one keeps the shared plan as it is.
+ */
+export function withRunPriority(plan: readonly PlannedStep[], priority: number | undefined): readonly PlannedStep[] {
+  if (priority === undefined) return plan;
+  return plan.map((s) => (s.spec.priority !== undefined ? s : { ...s, spec: { ...s.spec, priority } }));
 }

@@ -10,6 +10,19 @@ export const createRunBody = z
     version: z.number().int().min(1).max(2_147_483_647).optional(),
     inputs: z.record(z.string(), z.unknown()).default({}),
     runToken: z.string().min(1).max(200),
+    priority: z
+      .number()
+      .int()
+      .min(0)
+      .max(9)
+      .optional()
+      .describe("the run's place in the tenant's ready queue: 0-9, higher first (5 when absent)"),
+    notBefore: z.iso
+      .datetime({ offset: true })
+      .optional()
+      .describe(
+        'RFC 3339: the run waits, status scheduled, until then (at most a year ahead); now or past starts it at once',
+      ),
   })
   .meta({ id: 'CreateRunRequest' });
 export type CreateRunBody = z.infer<typeof createRunBody>;
@@ -62,6 +75,11 @@ export const runSchema = z
     replayOf: z.uuid().nullable(),
     rerunOf: z.uuid().nullable(),
     rerunFromStep: z.string().nullable(),
+    priority: z.number().int().describe("the run's priority in the tenant's ready queue (0-9, higher first)"),
+    notBefore: z.iso
+      .datetime()
+      .nullable()
+      .describe('the time the run was created to wait for (status scheduled until then)'),
     startedUtc: z.iso.datetime(),
     dispatchedUtc: z.iso.datetime().nullable(),
     finishedUtc: z.iso.datetime().nullable(),

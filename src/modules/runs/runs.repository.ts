@@ -23,7 +23,7 @@ export interface NewRun {
   runToken: string;
   inputs: JsonValue;
   inputsHash: string;
-  status: 'queued' | 'succeeded' | 'cancelled';
+  status: 'scheduled' | 'queued' | 'succeeded' | 'cancelled';
   reason: string | null;
   traceId: string;
   requestedBy: string;
@@ -36,6 +36,9 @@ export interface NewRun {
   eventSeq: number;
   eventHash: string;
   finished: boolean;
+  priority: number;
+  /** A scheduled run is started then (job ordo.engine.start_run). */
+  notBefore: Date | null;
 }
 
 /** A run already created under a run token that a create request repeated. */
@@ -94,6 +97,8 @@ export interface RunRow {
   replay_of: string | null;
   rerun_of: string | null;
   rerun_from_step: string | null;
+  priority: number;
+  not_before: Date | null;
   created_at: Date;
   started_at: Date | null;
   finished_at: Date | null;
@@ -119,6 +124,8 @@ const RUN_COLUMNS = [
   'replay_of',
   'rerun_of',
   'rerun_from_step',
+  'priority',
+  'not_before',
   'created_at',
   'started_at',
   'finished_at',
@@ -208,6 +215,8 @@ export class RunsRepository {
         event_seq: r.eventSeq,
         event_hash: r.eventHash,
         finished: r.finished,
+        priority: r.priority,
+        not_before: r.notBefore,
       })),
       steps: w.steps.map((s) => ({
         run_id: s.runId,

@@ -16,7 +16,15 @@ import { compileInputSchema } from '../dags/input-schema';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
-import { descendants, planRun, type PlannedStep, type QueuedStep, type ReusedOutputs } from './run-plan';
+import {
+  DEFAULT_PRIORITY,
+  descendants,
+  planRun,
+  withRunPriority,
+  type PlannedStep,
+  type QueuedStep,
+  type ReusedOutputs,
+} from './run-plan';
 import type { RunDto, RunListQuery, StepDto } from './runs.dto';
 import { DagVersionCache, versionKey } from './dag-version-cache';
 import {
@@ -35,7 +43,14 @@ export interface CreateRunRequest {
   inputs: unknown;
   runToken: string;
   requestedBy: string;
+  /** 0-9, higher first in the tenant's ready queue (DEFAULT_PRIORITY when absent). */
+  priority?: number;
+  /** RFC 3339: a later time parks the run (scheduled) until then. */
+  notBefore?: string;
 }
+
+/** How far ahead a run may be scheduled. */
+const MAX_NOT_BEFORE_MS = 366 * 24 * 3600 * 1000;
 
 export interface CreateRunResult {
   runId: string;
@@ -80,6 +95,7 @@ export class RunsService {
    * gets its own answer and its own error.
    */
   async createRun(tenantId: string, req: CreateRunRequest): Promise<CreateRunResult> {
+    checkSchedule(req);
     return this.batcher.submit(tenantId, req);
   }
 
@@ -89,6 +105,7 @@ export class RunsService {
    * existing run (created: false); the same token with other inputs is RUN_TOKEN_CONFLICT.
    */
   async createRuns(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateRunResult[]> {
+    reqs.forEach(checkSchedule);
     return this.db.withTenant(tenantId, (tx) => this.createdInTx(tx, tenantId, reqs, {}, true));
   }
 
@@ -220,9 +237,23 @@ export class RunsService {
       seenTokens.set(tokenKey, { hash: inputsHash, first: i });
       const runId = randomUUID();
       const traceId = newTraceId();
-      let plan = planRun(v.definition, lineage.reuse);
+      let plan = withRunPriority(planRun(v.definition, lineage.reuse), r.priority);
       let admission: 'admitted' | 'waiting' | 'skipped' = 'admitted';
       const limit = v.definition.constraints?.maxConcurrentRuns;
+      // A notBefore still ahead parks the run (scheduled): nothing is queued until it is started.
+      const notBefore = r.notBefore === undefined ? undefined : new Date(r.notBefore);
+      const scheduled = notBefore !== undefined && notBefore.getTime() > now.getTime();
+      if (scheduled && limit) {
+        refuse(
+          i,
+          badRequest(
+            'NOT_BEFORE_UNSUPPORTED',
+            `DAG ${v.dagId} limits its concurrent runs (maxConcurrentRuns): it cannot be scheduled with notBefore`,
+          ),
+        );
+        continue;
+      }
+      if (scheduled) plan = plan.map((s) => (s.status === 'queued' ? { ...s, status: 'pending' } : s));
       if (limit) {
         const left = slots.get(v.dagId)!;
         if (left > 0) slots.set(v.dagId, left - 1);
@@ -250,6 +281,8 @@ export class RunsService {
             inputsHash,
             runToken: r.runToken,
             traceId,
+            ...(r.priority !== undefined ? { priority: r.priority } : {}),
+            ...(notBefore !== undefined ? { notBefore: notBefore.toISOString() } : {}),
             ...(lineage.replayOf ? { replayOf: lineage.replayOf } : {}),
             ...(lineage.rerunOf ? { rerunOf: lineage.rerunOf, rerunFromStep: lineage.rerunFromStep ?? null } : {}),
           },
@@ -265,6 +298,8 @@ export class RunsService {
       ];
       if (admission === 'waiting')
         drafts.push({ type: 'run.waiting', actor: 'engine', data: { reason: 'max_concurrent_runs' } });
+      if (scheduled && remaining > 0)
+        drafts.push({ type: 'run.scheduled', actor: 'engine', data: { notBefore: notBefore.toISOString() } });
       const finishedNow = remaining === 0;
       const endStatus = admission === 'skipped' ? 'cancelled' : 'succeeded';
       if (finishedNow)
@@ -282,7 +317,7 @@ export class RunsService {
         runToken: r.runToken,
         inputs: inputs,
         inputsHash,
-        status: finishedNow ? endStatus : 'queued',
+        status: finishedNow ? endStatus : scheduled ? 'scheduled' : 'queued',
         reason: admission === 'skipped' ? 'max_concurrent_runs' : null,
         traceId,
         requestedBy: r.requestedBy,
@@ -295,6 +330,8 @@ export class RunsService {
         eventSeq: chained.length,
         eventHash: chained[chained.length - 1].hash,
         finished: finishedNow,
+        priority: r.priority ?? DEFAULT_PRIORITY,
+        notBefore: notBefore ?? null,
       };
       newRuns.push(run);
       runOf[i] = run;
@@ -597,6 +634,15 @@ export class RunsService {
   }
 }
 
+/** Refuses a notBefore more than MAX_NOT_BEFORE_MS ahead (its format is checked at the edge). */
+function checkSchedule(r: CreateRunRequest): void {
+  if (r.notBefore === undefined) return;
+  const at = Date.parse(r.notBefore);
+  if (Number.isNaN(at)) throw badRequest('NOT_BEFORE_INVALID', `notBefore ${r.notBefore} is not an RFC 3339 time`);
+  if (at - Date.now() > MAX_NOT_BEFORE_MS)
+    throw badRequest('NOT_BEFORE_TOO_FAR', `notBefore ${r.notBefore} is more than 366 days ahead`);
+}
+
 const compareTokens = (a: NewRun, b: NewRun): number =>
   a.dagId !== b.dagId ? (a.dagId < b.dagId ? -1 : 1) : a.runToken < b.runToken ? -1 : a.runToken > b.runToken ? 1 : 0;
 
@@ -713,6 +759,8 @@ export function runDto(r: RunRow): RunDto {
     replayOf: r.replay_of,
     rerunOf: r.rerun_of,
     rerunFromStep: r.rerun_from_step,
+    priority: r.priority,
+    notBefore: iso(r.not_before),
     startedUtc: iso(r.created_at)!,
     dispatchedUtc: iso(r.started_at),
     finishedUtc: iso(r.finished_at),

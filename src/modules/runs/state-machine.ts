@@ -1,6 +1,6 @@
 import { DomainError } from '../../core/errors/domain-error';
 
-export const RUN_STATES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
+export const RUN_STATES = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
 export const STEP_STATES = [
   'pending',
   'queued',
@@ -27,6 +27,7 @@ export type Entity = 'run' | 'step' | 'attempt';
  */
 export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, readonly string[]>> } = {
   run: {
+    scheduled: ['queued', 'cancelled'],
     queued: ['running', 'succeeded', 'failed', 'cancelled'],
     running: ['succeeded', 'failed', 'cancelled'],
     succeeded: [],
