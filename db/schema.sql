@@ -591,6 +591,19 @@ begin
       max_attempts => 25)
     from unnest(v_c) c
     where c.outcome = 'waiting' and c.error->>'kind' = 'signal';
+    -- A step whose preconditions do not hold waits for them (its attempt's ConditionPending phase,
+    -- from its first check that did not hold), checked again by a job (checkEveryMs).
+    update attempt a set condition_pending_at = coalesce(a.condition_pending_at, now())
+    from unnest(v_c) c
+    where a.tenant_id = c.tenant_id and a.run_id = c.run_id and a.step_id = c.step_id and a.attempt = c.attempt
+      and a.epoch = c.epoch and a.status = 'running' and c.outcome = 'waiting' and c.error->>'kind' = 'precondition';
+    perform graphile_worker.add_job('ordo.engine.precondition_check',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'epoch', c.epoch, 'check', 1),
+      run_at => now() + make_interval(secs => (c.error->>'checkEveryMs')::numeric / 1000),
+      job_key => 'precondition:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.epoch || ':1',
+      max_attempts => 25)
+    from unnest(v_c) c
+    where c.outcome = 'waiting' and c.error->>'kind' = 'precondition';
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -995,6 +1008,7 @@ begin
         and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
         and s.spec->>'when' is null and s.spec->>'trigger' is null and not s.spec ? 'onStatus' and not s.spec ? 'statuses'
+        and not s.spec ? 'preconditions'
         and not exists (
           select 1 from step o
           where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)
@@ -1489,13 +1503,16 @@ begin
   end if;
 
   -- Items of active runs whose step is still queued are dispatched (running, new epoch, attempt
-  -- row, lease, dispatch numbers after the run's last one in claim order); the others leave the
-  -- queue. A queued run's first dispatch starts it.
+  -- row or the open attempt it resumes, lease, dispatch numbers after the run's last one in claim
+  -- order); the others leave the queue. A queued run's first dispatch starts it.
   with o0 as (
     select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.rk, r.status as run_status, r.dispatch_count,
       -- The live states as a variable: a generic plan cannot prove the partial index of active runs
       -- (tenant_id, dag_id, ...) applies, and reaches each run by its key.
-      r.status = any (v_live) and st.status = 'queued' as ok
+      r.status = any (v_live) and st.status = 'queued' as ok,
+      -- A step whose preconditions came to hold (db/functions/ordo_engine_precondition.sql) resumes
+      -- its open attempt.
+      st.reason is not distinct from 'precondition_held' as resumes
     from unnest(v_items) i
     join run r on r.tenant_id = i.tenant_id and r.run_id = i.run_id
     join step st on st.tenant_id = i.tenant_id and st.run_id = i.run_id and st.step_id = i.step_id
@@ -1511,13 +1528,14 @@ begin
     returning 1
   ),
   d as (
-    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + (not o.resumes)::integer,
+      reason = case when o.resumes then null else s.reason end,
       dispatch_seq = coalesce(s.dispatch_seq, o.seq::integer), started_at = coalesce(s.started_at, now())
     from o
     where s.tenant_id = o.tenant_id and s.run_id = o.run_id and s.step_id = o.step_id and s.status = 'queued'
     returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on,
       coalesce(s.queued_at, o.enqueued_at) as queued_at, o.seq::integer as dispatch_seq, o.id as item_id, o.rk,
-      o.run_status = 'queued' and o.seq = o.dispatch_count + 1 as starts_run
+      o.run_status = 'queued' and o.seq = o.dispatch_count + 1 as starts_run, o.resumes
   ),
   t as (
     select d.*, r.dag_id, r.dag_version, r.trace_id,
@@ -1533,7 +1551,15 @@ begin
     insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
       claimed_at, constraint_checked_at)
     select t.tenant_id, t.run_id, t.step_id, t.attempts, t.epoch, v_worker, now() + v_lease, t.traceparent, t.queued_at, now(), now()
+    from t where not t.resumes
+    returning 1
+  ),
+  ra as (
+    update attempt a set epoch = t.epoch, worker_id = v_worker, lease_expires_at = now() + v_lease,
+      traceparent = t.traceparent, constraint_checked_at = now()
     from t
+    where t.resumes and a.tenant_id = t.tenant_id and a.run_id = t.run_id and a.step_id = t.step_id
+      and a.attempt = t.attempts and a.status = 'running'
     returning 1
   )
   select coalesce(array_agg(to_jsonb(t) order by t.rk), '{}'),
@@ -1582,6 +1608,63 @@ begin
     select 'dispatch'::text, x - 'rk' - 'item_id' - 'starts_run' from unnest(v_d) x
     union all
     select 'notify'::text, x from ordo_take_notifications() x;
+end
+$$;
+
+CREATE FUNCTION public.ordo_engine_precondition(p jsonb) RETURNS boolean
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_now timestamptz := date_trunc('milliseconds', now());
+  v_t text := p->>'tenantId';
+  v_run uuid := (p->>'runId')::uuid;
+  v_s text := p->>'stepId';
+  v_epoch integer := (p->>'epoch')::integer;
+  v_holds boolean := (p->>'holds')::boolean;
+  v_attempt integer;
+  v_ch ordo_adv_chained[];
+begin
+  perform 1 from run x where x.tenant_id = v_t and x.run_id = v_run and x.status in ('queued', 'running')
+  for update of x;
+  if not found then
+    return false;
+  end if;
+  select s.attempts into v_attempt from step s
+  where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s and s.status = 'waiting' and s.epoch = v_epoch;
+  if not found then
+    return false;
+  end if;
+
+  if v_holds then
+    -- (The reason marks the step for the claim that resumes its open attempt.)
+    update step s set status = 'queued', reason = 'precondition_held', queued_at = now()
+    where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s;
+    insert into queue_item (tenant_id, run_id, step_id, gate, gate_limit, priority)
+    select s.tenant_id, s.run_id, s.step_id,
+      ordo_step_gate(r.dag_id, s.step_id, s.spec), (s.spec->>'concurrency')::integer,
+      coalesce((s.spec->>'priority')::smallint, 5)
+    from step s join run r on r.tenant_id = s.tenant_id and r.run_id = s.run_id
+    where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s;
+    perform ordo_notify('ordo_ready', v_t);
+  else
+    perform graphile_worker.add_job('ordo.engine.precondition_check',
+      json_build_object('tenantId', v_t, 'runId', v_run, 'stepId', v_s, 'epoch', v_epoch,
+        'check', (p->>'check')::integer + 1),
+      run_at => now() + make_interval(secs => (p->>'nextMs')::numeric / 1000),
+      job_key => 'precondition:' || v_t || ':' || v_run || ':' || v_s || ':' || v_epoch || ':' || ((p->>'check')::integer + 1),
+      max_attempts => 25);
+  end if;
+
+  v_ch := ordo_append_events(array[
+    row(v_t, v_run, 1, 'step.precondition_checked', v_s, v_attempt, 'engine', p->>'data')::ordo_adv_event
+  ] || case when v_holds then array[
+    row(v_t, v_run, 2, 'step.queued', v_s, v_attempt, 'engine', '{"precondition":true}')::ordo_adv_event
+  ] else '{}'::ordo_adv_event[] end, v_now);
+  update run x set event_seq = e.seq, event_hash = e.hash
+  from (select distinct on (c.tenant_id, c.run_id) c.* from unnest(v_ch) c order by c.tenant_id, c.run_id, c.seq desc) e
+  where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+  return true;
 end
 $$;
 
@@ -2059,6 +2142,7 @@ CREATE TABLE public.attempt (
     error jsonb,
     outputs_hash text,
     logs_hash text,
+    condition_pending_at timestamp with time zone,
     CONSTRAINT attempt_status_check CHECK ((status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text, 'orphaned'::text, 'cancelled'::text, 'skipped'::text])))
 )
 WITH (fillfactor='70');
@@ -2081,6 +2165,7 @@ ALTER TABLE ONLY public.attempt ALTER COLUMN terminated_at SET STATISTICS 0;
 ALTER TABLE ONLY public.attempt ALTER COLUMN error SET STATISTICS 0;
 ALTER TABLE ONLY public.attempt ALTER COLUMN outputs_hash SET STATISTICS 0;
 ALTER TABLE ONLY public.attempt ALTER COLUMN logs_hash SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt ALTER COLUMN condition_pending_at SET STATISTICS 0;
 
 ALTER TABLE ONLY public.attempt FORCE ROW LEVEL SECURITY;
 
@@ -2690,7 +2775,7 @@ CREATE TRIGGER run_transition AFTER UPDATE OF status ON public.run FOR EACH ROW 
 
 CREATE TRIGGER schedule_notify AFTER INSERT OR DELETE OR UPDATE OF dag_id, dag_version, cron, timezone, inputs, catch_up, overlap, paused ON public.schedule FOR EACH ROW EXECUTE FUNCTION public.schedule_notify();
 
-CREATE TRIGGER step_transition AFTER UPDATE OF status ON public.step FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{orphaned>cancelled,orphaned>failed,orphaned>queued,orphaned>retrying,pending>cancelled,pending>queued,pending>skipped,queued>cancelled,queued>failed,queued>running,queued>skipped,retrying>cancelled,retrying>queued,running>cancelled,running>failed,running>orphaned,running>retrying,running>skipped,running>succeeded,running>waiting,waiting>cancelled,waiting>running}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('step');
+CREATE TRIGGER step_transition AFTER UPDATE OF status ON public.step FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (((old.status || '>'::text) || new.status) <> ALL ('{orphaned>cancelled,orphaned>failed,orphaned>queued,orphaned>retrying,pending>cancelled,pending>queued,pending>skipped,queued>cancelled,queued>failed,queued>running,queued>skipped,retrying>cancelled,retrying>queued,running>cancelled,running>failed,running>orphaned,running>retrying,running>skipped,running>succeeded,running>waiting,waiting>cancelled,waiting>queued,waiting>running}'::text[])))) EXECUTE FUNCTION public.ordo_refuse_transition('step');
 
 CREATE TRIGGER tenant_status_notify AFTER UPDATE OF status ON public.tenant FOR EACH ROW WHEN ((old.status IS DISTINCT FROM new.status)) EXECUTE FUNCTION public.tenant_status_notify();
 
@@ -2884,6 +2969,9 @@ GRANT ALL ON FUNCTION public.ordo_engine_chain(p jsonb) TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_engine_claim(p jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_engine_claim(p jsonb) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_engine_precondition(p jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_engine_precondition(p jsonb) TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_engine_requeue(p_tenant text, p_run uuid, p_step text, p_attempt integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_engine_requeue(p_tenant text, p_run uuid, p_step text, p_attempt integer) TO ordo_system;

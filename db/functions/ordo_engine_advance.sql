@@ -222,6 +222,19 @@ begin
       max_attempts => 25)
     from unnest(v_c) c
     where c.outcome = 'waiting' and c.error->>'kind' = 'signal';
+    -- A step whose preconditions do not hold waits for them (its attempt's ConditionPending phase,
+    -- from its first check that did not hold), checked again by a job (checkEveryMs).
+    update attempt a set condition_pending_at = coalesce(a.condition_pending_at, now())
+    from unnest(v_c) c
+    where a.tenant_id = c.tenant_id and a.run_id = c.run_id and a.step_id = c.step_id and a.attempt = c.attempt
+      and a.epoch = c.epoch and a.status = 'running' and c.outcome = 'waiting' and c.error->>'kind' = 'precondition';
+    perform graphile_worker.add_job('ordo.engine.precondition_check',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'epoch', c.epoch, 'check', 1),
+      run_at => now() + make_interval(secs => (c.error->>'checkEveryMs')::numeric / 1000),
+      job_key => 'precondition:' || c.tenant_id || ':' || c.run_id || ':' || c.step_id || ':' || c.epoch || ':1',
+      max_attempts => 25)
+    from unnest(v_c) c
+    where c.outcome = 'waiting' and c.error->>'kind' = 'precondition';
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()

@@ -105,6 +105,7 @@ begin
         and s.plugin = l.x->>'plugin' and s.config = l.x->'config'
         and not coalesce((s.spec->>'disabled')::boolean, false) and s.spec->>'concurrency' is null
         and s.spec->>'when' is null and s.spec->>'trigger' is null and not s.spec ? 'onStatus' and not s.spec ? 'statuses'
+        and not s.spec ? 'preconditions'
         and not exists (
           select 1 from step o
           where o.tenant_id = v_t and o.run_id = v_r and o.step_id <> s.step_id and s.depends_on[1] = any(o.depends_on)

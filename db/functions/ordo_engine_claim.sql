@@ -226,13 +226,16 @@ begin
   end if;
 
   -- Items of active runs whose step is still queued are dispatched (running, new epoch, attempt
-  -- row, lease, dispatch numbers after the run's last one in claim order); the others leave the
-  -- queue. A queued run's first dispatch starts it.
+  -- row or the open attempt it resumes, lease, dispatch numbers after the run's last one in claim
+  -- order); the others leave the queue. A queued run's first dispatch starts it.
   with o0 as (
     select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.rk, r.status as run_status, r.dispatch_count,
       -- The live states as a variable: a generic plan cannot prove the partial index of active runs
       -- (tenant_id, dag_id, ...) applies, and reaches each run by its key.
-      r.status = any (v_live) and st.status = 'queued' as ok
+      r.status = any (v_live) and st.status = 'queued' as ok,
+      -- A step whose preconditions came to hold (db/functions/ordo_engine_precondition.sql) resumes
+      -- its open attempt.
+      st.reason is not distinct from 'precondition_held' as resumes
     from unnest(v_items) i
     join run r on r.tenant_id = i.tenant_id and r.run_id = i.run_id
     join step st on st.tenant_id = i.tenant_id and st.run_id = i.run_id and st.step_id = i.step_id
@@ -248,13 +251,14 @@ begin
     returning 1
   ),
   d as (
-    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + 1,
+    update step s set status = 'running', epoch = s.epoch + 1, attempts = s.attempts + (not o.resumes)::integer,
+      reason = case when o.resumes then null else s.reason end,
       dispatch_seq = coalesce(s.dispatch_seq, o.seq::integer), started_at = coalesce(s.started_at, now())
     from o
     where s.tenant_id = o.tenant_id and s.run_id = o.run_id and s.step_id = o.step_id and s.status = 'queued'
     returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.attempts, s.plugin, s.config, s.spec, s.depends_on,
       coalesce(s.queued_at, o.enqueued_at) as queued_at, o.seq::integer as dispatch_seq, o.id as item_id, o.rk,
-      o.run_status = 'queued' and o.seq = o.dispatch_count + 1 as starts_run
+      o.run_status = 'queued' and o.seq = o.dispatch_count + 1 as starts_run, o.resumes
   ),
   t as (
     select d.*, r.dag_id, r.dag_version, r.trace_id,
@@ -270,7 +274,15 @@ begin
     insert into attempt (tenant_id, run_id, step_id, attempt, epoch, worker_id, lease_expires_at, traceparent, queued_at,
       claimed_at, constraint_checked_at)
     select t.tenant_id, t.run_id, t.step_id, t.attempts, t.epoch, v_worker, now() + v_lease, t.traceparent, t.queued_at, now(), now()
+    from t where not t.resumes
+    returning 1
+  ),
+  ra as (
+    update attempt a set epoch = t.epoch, worker_id = v_worker, lease_expires_at = now() + v_lease,
+      traceparent = t.traceparent, constraint_checked_at = now()
     from t
+    where t.resumes and a.tenant_id = t.tenant_id and a.run_id = t.run_id and a.step_id = t.step_id
+      and a.attempt = t.attempts and a.status = 'running'
     returning 1
   )
   select coalesce(array_agg(to_jsonb(t) order by t.rk), '{}'),

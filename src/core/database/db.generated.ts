@@ -50,6 +50,7 @@ export interface Artifact {
 export interface Attempt {
   attempt: number;
   claimed_at: Timestamp;
+  condition_pending_at: Timestamp | null;
   constraint_checked_at: Timestamp | null;
   created_at: Generated<Timestamp>;
   epoch: number;

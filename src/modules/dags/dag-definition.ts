@@ -45,6 +45,25 @@ export const stepConstraints = z.strictObject({
     .optional(),
 });
 
+/**
+ * Pre-execution constraints: CEL expressions over `inputs`, `steps.<dependency>` and `now`, all of
+ * which must hold before the step's plugin runs. Otherwise `onViolation`: `fail` (PRECONDITION_FAILED),
+ * `skip` (skipped, reason precondition_false), or `wait`: checked again every `checkEvery`, without
+ * holding a slot or a lease, until they hold or `maxWait` passes (then PRECONDITION_TIMEOUT).
+ */
+export const stepPreconditions = z
+  .strictObject({
+    expressions: z.array(z.string().min(1).max(4000)).min(1).max(16),
+    onViolation: z.enum(['wait', 'skip', 'fail']).default('fail'),
+    maxWait: duration.optional(),
+    checkEvery: duration.default(5000),
+  })
+  .superRefine((p, ctx) => {
+    if (p.onViolation === 'wait' && p.maxWait === undefined)
+      ctx.addIssue({ code: 'custom', path: ['maxWait'], message: 'onViolation wait needs a maxWait' });
+    if (p.checkEvery < 500) ctx.addIssue({ code: 'custom', path: ['checkEvery'], message: 'at least 500ms' });
+  });
+
 export const dagConstraints = z.strictObject({
   /** At most `limit` runs of this DAG running at once; the next ones wait (`queue`) or are skipped. */
   maxConcurrentRuns: z
@@ -101,6 +120,8 @@ const stepFields = z.strictObject({
   trigger: z.enum(TRIGGER_RULES).optional(),
   /** The longest the step may wait for a slot once ready: past it, it fails (DISPATCH_TIMEOUT) instead of running. */
   dispatchTimeout: duration.optional(),
+  /** Expressions that must hold before the step runs, and what happens while they do not. */
+  preconditions: stepPreconditions.optional(),
   /** The named statuses the step may end with; it must end with one of them (else UNKNOWN_STATUS). */
   statuses: z.array(statusName).min(1).max(32).optional(),
   /** The named status needed of each dependency listed here (what `{step, status}` entries of dependsOn normalize to). */

@@ -4,7 +4,7 @@ import type { Plugin } from '../plugins/plugin';
 import { isTemplated, templatedStrings, type TemplatedString, type TemplateRef } from '../templating/template';
 import { findCycle, upstreamOf } from './dag-graph';
 import { dagDefinition, type DagDefinition } from './dag-definition';
-import { checkCondition, ConditionError } from '../flow/condition';
+import { checkCondition, checkPrecondition, ConditionError } from '../flow/condition';
 import { mapIssues } from '../flow/map-step';
 import {
   cliEgressWarnings,
@@ -101,20 +101,27 @@ function jsonShapeProblem(raw: unknown): DagIssue | undefined {
   return undefined;
 }
 
-/** A step's condition: valid CEL of type bool that reads only the step's own dependencies. */
-function conditionIssues(when: string, dependsOn: string[], path: string, step: string): DagIssue[] {
+/** A step's condition (or precondition): valid CEL of type bool that reads only the step's own dependencies. */
+function conditionIssues(
+  when: string,
+  dependsOn: string[],
+  path: string,
+  step: string,
+  check: (expression: string) => { steps: string[] } = checkCondition,
+  label = 'condition',
+): DagIssue[] {
   try {
-    const { steps } = checkCondition(when);
+    const { steps } = check(when);
     return steps
       .filter((id) => !dependsOn.includes(id))
       .map((id) => ({
         path,
         step,
-        message: `condition reads step "${id}", which is not a dependency of "${step}" (add it to dependsOn)`,
+        message: `${label} reads step "${id}", which is not a dependency of "${step}" (add it to dependsOn)`,
       }));
   } catch (e) {
     if (!(e instanceof ConditionError)) throw e;
-    return [{ path, step, message: `condition: ${e.message}` }];
+    return [{ path, step, message: `${label}: ${e.message}` }];
   }
 }
 
@@ -250,6 +257,18 @@ export function checkDagDefinition(
     if (s.when !== undefined) issues.push(...conditionIssues(s.when, s.dependsOn, `${at}.when`, s.id));
     if (s.map !== undefined || s.maxParallel !== undefined || JSON.stringify(s.with).includes('map.'))
       issues.push(...mapIssues(s, at));
+    s.preconditions?.expressions.forEach((x, j) =>
+      issues.push(
+        ...conditionIssues(
+          x,
+          s.dependsOn,
+          `${at}.preconditions.expressions.${j}`,
+          s.id,
+          checkPrecondition,
+          'precondition',
+        ),
+      ),
+    );
 
     let strings: TemplatedString[] = [];
     try {

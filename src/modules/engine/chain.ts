@@ -55,6 +55,7 @@ export function nextLink(
   if (s.spec.disabled || s.spec.concurrency != null || s.spec.egress.length > 0) return null;
   // A condition is evaluated, and a trigger rule decided, only where a result is applied.
   if (s.spec.when !== undefined || s.spec.trigger !== undefined) return null;
+  if (s.spec.preconditions !== undefined) return null;
   if (s.spec.statuses !== undefined || s.spec.onStatus !== undefined) return null;
   // A map step fans out where its result is applied.
   if (s.spec.map !== undefined) return null;

@@ -18,7 +18,7 @@ export const WEBHOOK_SIGNATURE_HEADER = 'x-ordo-signature';
 export const WEBHOOK_TIMESTAMP_HEADER = 'x-ordo-timestamp';
 
 /**
- * Post-execution constraints of a running step (maxExpectedRunTime, maxAllowedRunTime): each
+ * Pre-execution constraints (the record of preconditions that held) and post-execution constraints of a running step (maxExpectedRunTime, maxAllowedRunTime): each
  * breach appends an event to the run and, for webhook actions, a webhook job in the same
  * transaction. Webhooks POST the event as JSON signed with the tenant's secret
  * (`x-ordo-signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`), retried with backoff by graphile-worker.
@@ -82,6 +82,38 @@ export class ConstraintsService {
     } catch (e) {
       this.log.error({ err: e, runId: w.runId, stepId: w.stepId }, 'recording a constraint breach failed');
     }
+  }
+
+  /**
+   * Records the check of a step's preconditions that found them holding when it was claimed
+   * (`step.precondition_checked`): the checks that do not hold are recorded with the result they
+   * give (skipped, failed, waiting), the later checks of a waiting step by PreconditionsService.
+   */
+  async preconditionHeld(w: ClaimedWork, data: JsonObject): Promise<void> {
+    try {
+      await this.recordHeld(w, data);
+    } catch (e) {
+      this.log.error({ err: e, runId: w.runId, stepId: w.stepId }, 'recording a precondition check failed');
+    }
+  }
+
+  private async recordHeld(w: ClaimedWork, data: JsonObject): Promise<void> {
+    await this.db.withSystem(async (tx) => {
+      const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: w.tenantId, runId: w.runId }]));
+      const b = books.get(w.tenantId, w.runId);
+      if (!b) return;
+      const [st] = await this.engine.stepStates(tx, [w]);
+      if (!st || st.status !== 'running' || st.epoch !== w.epoch) return;
+      books.event(b, {
+        type: 'step.precondition_checked',
+        stepId: w.stepId,
+        attempt: w.attempt,
+        actor: 'engine',
+        data,
+      });
+      await this.runs.insertEvents(tx, books.events());
+      await this.runs.updateRunBooks(tx, books.updates());
+    });
   }
 
   /** Delivers one webhook event; throws (so graphile-worker retries with backoff) unless the receiver answers 2xx. */

@@ -9,6 +9,7 @@ import { ConstraintsService } from './constraints.service';
 import { EngineRepository } from './engine.repository';
 import { EngineStore } from './engine.store';
 import { JobRunnerService } from './job-runner.service';
+import { PreconditionsService } from './preconditions.service';
 import { ReaperService } from './reaper.service';
 import { SignalsRepository } from './signals.repository';
 import { SignalsService } from './signals.service';
@@ -22,10 +23,10 @@ import { WorkerService } from './worker.service';
 })
 export class EngineStoreModule {}
 
-/** The engine's transactions and its graphile-worker jobs (retry timers, webhooks, timeouts); shared by the worker and scheduler roles. */
+/** The engine's transactions and its graphile-worker jobs (retry timers, webhooks, timeouts, precondition checks); shared by the worker and scheduler roles. */
 @Module({
   imports: [EngineStoreModule, SandboxModule, RunsCoreModule],
-  providers: [ConstraintsService, JobRunnerService],
+  providers: [ConstraintsService, PreconditionsService, JobRunnerService],
   exports: [EngineStoreModule, ConstraintsService],
 })
 export class EngineCoreModule {}

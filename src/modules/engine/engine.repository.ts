@@ -165,6 +165,8 @@ export type AdvanceRow =
         dag_id: string;
         dag_version: number;
         trace_id: string;
+        /** (Claims only) the step resumes its open attempt, which waited for its preconditions. */
+        resumes?: boolean;
       };
     }
   | {
@@ -205,6 +207,51 @@ export class EngineRepository {
       from step s join ${keysSql(keys)} as k(tenant_id, run_id, step_id)
         on s.tenant_id = k.tenant_id and s.run_id = k.run_id and s.step_id = k.step_id`.execute(tx);
     return r.rows;
+  }
+
+  /** A step that may wait for its preconditions: its state, dependencies and when its attempt's ConditionPending phase began. */
+  async preconditionState(
+    tx: SystemTx,
+    key: StepKey,
+  ): Promise<
+    | {
+        status: string;
+        epoch: number;
+        attempts: number;
+        spec: unknown;
+        depends_on: string[];
+        condition_pending_at: Date | null;
+      }
+    | undefined
+  > {
+    const r = await sql<{
+      status: string;
+      epoch: number;
+      attempts: number;
+      spec: unknown;
+      depends_on: string[];
+      condition_pending_at: Date | null;
+    }>`
+      select s.status, s.epoch, s.attempts, s.spec, s.depends_on, a.condition_pending_at from step s
+      left join attempt a on a.tenant_id = s.tenant_id and a.run_id = s.run_id and a.step_id = s.step_id
+        and a.attempt = s.attempts and a.epoch = s.epoch and a.status = 'running'
+      where s.tenant_id = ${key.tenantId} and s.run_id = ${key.runId} and s.step_id = ${key.stepId}`.execute(tx);
+    return r.rows[0];
+  }
+
+  /**
+   * Records a check of a waiting step's preconditions (ordo_engine_precondition): queued again when
+   * they hold, else checked again `nextMs` from now. False, having written nothing, when the step no
+   * longer waits at `epoch`.
+   */
+  async preconditionChecked(
+    tx: SystemTx,
+    p: StepKey & { epoch: number; check: number; holds: boolean; nextMs: number; data: string },
+  ): Promise<boolean> {
+    const r = await sql<{ ok: boolean }>`select ordo_engine_precondition(${JSON.stringify(p)}::jsonb) as ok`.execute(
+      tx,
+    );
+    return r.rows[0]?.ok === true;
   }
 
   /** Outputs of finished steps (for templating their dependents' `with`). */

@@ -81,7 +81,12 @@ export interface ClaimedWork extends StepKey {
   needsData: boolean;
   /** The step's dependencies (whose outputs are loaded when `needsData`). */
   dependsOn?: string[];
+  /** It resumes an attempt that waited for its preconditions, which a check found holding. */
+  resumed?: boolean;
 }
+
+/** What loading a run's data for a step reads (its run and dependencies) and fills (inputs, upstream). */
+export type RunDataTarget = Pick<ClaimedWork, 'tenantId' | 'runId' | 'needsData' | 'dependsOn' | 'inputs' | 'upstream'>;
 
 export interface ClaimOptions {
   workerId: string;
@@ -217,8 +222,10 @@ export class EngineStore implements OnApplicationShutdown {
           isTemplated(config) ||
           opts.receivesRunData?.(d.plugin) === true ||
           (d.spec as StepSpec).when !== undefined ||
-          (d.spec as StepSpec).map !== undefined,
+          (d.spec as StepSpec).map !== undefined ||
+          (d.spec as StepSpec).preconditions !== undefined,
         dependsOn: d.depends_on,
+        ...(d.resumes === true ? { resumed: true } : {}),
       });
     }
     return work;
@@ -367,8 +374,13 @@ export class EngineStore implements OnApplicationShutdown {
     return this.engine.dagDefinition(this.sys, tenantId, dagId, version);
   }
 
+  /** Loads the run inputs and upstream outputs of `targets` (as a claim does for the steps it dispatches). */
+  async loadRunData(targets: RunDataTarget[]): Promise<void> {
+    await this.withSystem((tx) => this.fillTemplateScope(tx, targets));
+  }
+
   /** Loads run inputs and upstream outputs for the claimed steps that use them (templated config, or a plugin that takes run data). */
-  private async fillTemplateScope(tx: SystemTx, work: ClaimedWork[]): Promise<void> {
+  private async fillTemplateScope(tx: SystemTx, work: RunDataTarget[]): Promise<void> {
     const templated = work.filter((w) => w.needsData);
     if (templated.length === 0) return;
     const needOutputs = templated.flatMap((w) =>

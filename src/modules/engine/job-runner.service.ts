@@ -9,6 +9,7 @@ import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
 import { JOBS } from './jobs';
 import { SignalsService } from './signals.service';
+import { PreconditionsService } from './preconditions.service';
 
 /** How often locks older than ABANDONED_LOCK are released: a job is held at most about a minute. */
 const UNLOCK_SWEEP_MS = 10_000;
@@ -16,7 +17,7 @@ const ABANDONED_LOCK = '45 seconds';
 
 /**
  * Runs graphile-worker in this process (system role) for the engine's jobs: retry timers, waiting
- * steps' timeouts, scheduled runs' starts and constraint webhooks. Started and stopped with the application.
+ * steps' timeouts, scheduled runs' starts, precondition checks and constraint webhooks. Started and stopped with the application.
  */
 
 @Injectable()
@@ -39,6 +40,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     private readonly constraints: ConstraintsService,
     private readonly approvals: ApprovalsService,
     private readonly signals: SignalsService,
+    private readonly preconditions: PreconditionsService,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -93,6 +95,10 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
         retryWhileDisconnected(() => this.signals.waiting(JOBS['ordo.engine.signal_wait'].payload.parse(payload))),
       'ordo.engine.start_run': async (payload) =>
         retryWhileDisconnected(() => this.store.startScheduled(JOBS['ordo.engine.start_run'].payload.parse(payload))),
+      'ordo.engine.precondition_check': async (payload) =>
+        retryWhileDisconnected(() =>
+          this.preconditions.check(JOBS['ordo.engine.precondition_check'].payload.parse(payload)),
+        ),
       'ordo.engine.webhook': async (payload) =>
         retryWhileDisconnected(() => this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload))),
     };

@@ -56,6 +56,21 @@ export const JOBS = {
   'ordo.engine.start_run': {
     payload: z.strictObject({ tenantId: z.string(), runId: z.uuid() }),
   },
+  /**
+   * Check `check` of a step that waits for its preconditions (epoch = the epoch it waits at): queued
+   * again when they hold, failed past its maxWait, else checked again. Added by
+   * db/functions/ordo_engine_advance.sql (check 1) and ordo_engine_precondition.sql (job key
+   * `precondition:<tenant>:<run>:<step>:<epoch>:<check>`, 25 attempts).
+   */
+  'ordo.engine.precondition_check': {
+    payload: z.strictObject({
+      tenantId: z.string(),
+      runId: z.uuid(),
+      stepId: z.string(),
+      epoch: z.number().int().min(0),
+      check: z.number().int().min(1),
+    }),
+  },
   /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
   'ordo.engine.webhook': {
     payload: z.strictObject({ tenantId: z.string(), runId: z.uuid(), seq: z.number().int().min(1) }),

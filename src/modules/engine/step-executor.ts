@@ -15,6 +15,7 @@ import { makeRedactor } from '../secrets/redact';
 import { SecretNotFoundError, type SecretsService } from '../secrets/secrets.service';
 import { ConditionError, evaluateCondition, type ConditionScope } from '../flow/condition';
 import { MapError, mapItems } from '../flow/map-step';
+import { checkPreconditions, conditionScope } from '../flow/preconditions';
 import { renderTemplate, TemplateError, templateRefs } from '../templating/template';
 import type { ConstraintsService } from './constraints.service';
 import { completionFor, type ClaimedWork, type Completion } from './engine.store';
@@ -64,6 +65,11 @@ export class StepExecutor {
     if (w.spec.when !== undefined) {
       const at = new Date();
       const verdict = this.condition(w);
+      if (verdict !== true) return completionFor(w, this.workerId, verdict, at, new Date());
+    }
+    if (w.spec.preconditions !== undefined && !w.resumed) {
+      const at = new Date();
+      const verdict = await this.preconditions(w, at);
       if (verdict !== true) return completionFor(w, this.workerId, verdict, at, new Date());
     }
     if (w.spec.map !== undefined) return this.fanOut(w);
@@ -223,6 +229,47 @@ export class StepExecutor {
     }
     if (items.length === 0) return done({ status: 'succeeded', outputs: { results: [] }, logs: [] });
     return done({ status: 'waiting', wait: { kind: 'map', count: items.length }, items, logs: [] });
+  }
+
+  /**
+   * The step's preconditions, checked at `now` (a step that resumes after a check found them holding
+   * is not checked again): true runs it; otherwise its onViolation ends it skipped or failed, or hands
+   * it back to wait for them. An expression that cannot be evaluated fails the step.
+   */
+  private async preconditions(w: ClaimedWork, now: Date): Promise<true | Completion['outcome']> {
+    const pre = w.spec.preconditions!;
+    const v = checkPreconditions(pre, conditionScope(w.inputs, w.upstream), now);
+    if (v.outcome === 'held') {
+      await this.constraints.preconditionHeld(w, v.data);
+      return true;
+    }
+    if (v.outcome === 'error')
+      return {
+        status: 'failed',
+        error: { code: 'PRECONDITION_ERROR', message: v.message, retryable: false },
+        logs: [],
+      };
+    switch (pre.onViolation) {
+      case 'skip':
+        return { status: 'skipped', skip: { reason: 'precondition_false', ...v.data }, logs: [] };
+      case 'fail':
+        return {
+          status: 'failed',
+          error: { code: 'PRECONDITION_FAILED', message: v.message, retryable: false },
+          logs: [],
+        };
+      case 'wait':
+        return {
+          status: 'waiting',
+          wait: {
+            kind: 'precondition',
+            ...v.data,
+            checkEveryMs: Math.min(pre.checkEvery, pre.maxWait ?? 0),
+            maxWaitMs: pre.maxWait ?? 0,
+          },
+          logs: [],
+        };
+    }
   }
 
   private async invoke(

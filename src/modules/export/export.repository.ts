@@ -115,6 +115,7 @@ export class ExportRepository {
         'traceparent',
         'queued_at',
         'claimed_at',
+        'condition_pending_at',
         'constraint_checked_at',
         'started_at',
         'finished_at',

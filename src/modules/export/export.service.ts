@@ -178,6 +178,7 @@ export class ExportService {
             createdUtc: iso(a.created_at),
             queuedUtc: iso(a.queued_at),
             claimedUtc: iso(a.claimed_at),
+            conditionPendingUtc: iso(a.condition_pending_at),
             constraintCheckedUtc: iso(a.constraint_checked_at),
             startedUtc: iso(a.started_at),
             finishedUtc: iso(a.finished_at),

@@ -13,6 +13,13 @@ const env = new Environment({
   .registerVariable('inputs', 'map')
   .registerVariable('steps', 'map');
 
+/**
+ * Step preconditions (`preconditions:`): the same language, limits and data as a condition, plus
+ * `now`, the time of the check (a CEL timestamp, UTC). Reading `now` makes a precondition depend on
+ * the clock: its recorded results (step events) are what an audit of the run relies on.
+ */
+const preconditionEnv = env.clone().registerVariable('now', 'google.protobuf.Timestamp');
+
 /** The longest condition accepted (characters). */
 export const MAX_CONDITION_LENGTH = 4_000;
 
@@ -22,6 +29,11 @@ export type StepStatusForCondition = 'succeeded' | 'failed' | 'skipped';
 export interface ConditionScope {
   inputs: unknown;
   steps: Record<string, { outputs: unknown; status: string; namedStatus: string | null }>;
+}
+
+/** What a precondition reads: a condition's data and the time of the check. */
+export interface PreconditionScope extends ConditionScope {
+  now: Date;
 }
 
 export class ConditionError extends Error {}
@@ -61,10 +73,19 @@ function stepRefs(node: unknown, out: Set<string>): void {
  * it reads. Throws ConditionError with CEL's message.
  */
 export function checkCondition(expression: string): { steps: string[] } {
+  return checkIn(env, expression);
+}
+
+/** Checks a precondition at publish, as checkCondition does a condition (it may also read `now`). */
+export function checkPrecondition(expression: string): { steps: string[] } {
+  return checkIn(preconditionEnv, expression);
+}
+
+function checkIn(e: Environment, expression: string): { steps: string[] } {
   if (expression.length > MAX_CONDITION_LENGTH) throw new ConditionError(`at most ${MAX_CONDITION_LENGTH} characters`);
   let parsed;
   try {
-    parsed = env.parse(expression);
+    parsed = e.parse(expression);
   } catch (e) {
     throw new ConditionError(firstLine(e));
   }
@@ -77,21 +98,32 @@ export function checkCondition(expression: string): { steps: string[] } {
   return { steps: [...steps].sort() };
 }
 
-const compiled = new Map<string, (scope: ConditionScope) => unknown>();
+type Compiled = (scope: ConditionScope) => unknown;
+const compiled = new Map<string, Compiled>();
+const compiledPre = new Map<string, Compiled>();
 const MAX_COMPILED = 1_000;
 
 /** Evaluates a condition published with the step; throws ConditionError when it fails or is not a bool. */
 export function evaluateCondition(expression: string, scope: ConditionScope): boolean {
-  let fn = compiled.get(expression);
+  return evaluateIn(env, compiled, expression, scope);
+}
+
+/** Evaluates a precondition published with the step at `scope.now`, as evaluateCondition does a condition. */
+export function evaluatePrecondition(expression: string, scope: PreconditionScope): boolean {
+  return evaluateIn(preconditionEnv, compiledPre, expression, scope);
+}
+
+function evaluateIn(e: Environment, cache: Map<string, Compiled>, expression: string, scope: ConditionScope): boolean {
+  let fn = cache.get(expression);
   if (!fn) {
     try {
-      const p = env.parse(expression);
+      const p = e.parse(expression);
       fn = (s) => p(s);
-    } catch (e) {
-      throw new ConditionError(firstLine(e));
+    } catch (err) {
+      throw new ConditionError(firstLine(err));
     }
-    if (compiled.size >= MAX_COMPILED) compiled.clear();
-    compiled.set(expression, fn);
+    if (cache.size >= MAX_COMPILED) cache.clear();
+    cache.set(expression, fn);
   }
   let value: unknown;
   try {

@@ -17,6 +17,8 @@ export interface StepSpec {
   trigger?: TriggerRule;
   /** The longest it may wait in the queue for a slot (ms): past it, it fails DISPATCH_TIMEOUT instead of running. */
   dispatchTimeout?: number;
+  /** Expressions (CEL) that must hold before it runs, checked when it is dispatched (see StepExecutor). */
+  preconditions?: NonNullable<StepDefinition['preconditions']>;
   /** The named statuses it may end with (it must end with one). */
   statuses?: string[];
   /** The named status needed of a dependency: any other counts as skipped here. */
@@ -148,6 +150,7 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         ...(s.when !== undefined ? { when: s.when } : {}),
         ...(s.trigger !== undefined ? { trigger: s.trigger } : {}),
         ...(s.dispatchTimeout !== undefined ? { dispatchTimeout: s.dispatchTimeout } : {}),
+        ...(s.preconditions !== undefined ? { preconditions: s.preconditions } : {}),
         ...(s.statuses !== undefined ? { statuses: s.statuses } : {}),
         ...(s.onStatus !== undefined ? { onStatus: s.onStatus } : {}),
         ...(s.map !== undefined ? { map: s.map } : {}),

@@ -130,6 +130,8 @@ export const attemptSchema = z
     leaseExpiresUtc: z.iso.datetime(),
     queuedUtc: z.iso.datetime().nullable(),
     claimedUtc: z.iso.datetime(),
+    /** When its ConditionPending phase began: its preconditions did not hold and it waited (it ends at constraintCheckedUtc). */
+    conditionPendingUtc: z.iso.datetime().nullable(),
     constraintCheckedUtc: z.iso.datetime().nullable(),
     startedUtc: z.iso.datetime().nullable(),
     finishedUtc: z.iso.datetime().nullable(),

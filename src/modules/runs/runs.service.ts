@@ -483,6 +483,7 @@ export class RunsService {
           leaseExpiresUtc: iso(a.lease_expires_at)!,
           queuedUtc: iso(a.queued_at),
           claimedUtc: iso(a.claimed_at)!,
+          conditionPendingUtc: iso(a.condition_pending_at),
           constraintCheckedUtc: iso(a.constraint_checked_at),
           startedUtc: iso(a.started_at),
           finishedUtc: iso(a.finished_at),

@@ -38,7 +38,7 @@ export const TRANSITIONS: { readonly [E in Entity]: Readonly<Record<string, read
     pending: ['queued', 'skipped', 'cancelled'],
     queued: ['running', 'skipped', 'failed', 'cancelled'],
     running: ['succeeded', 'failed', 'retrying', 'orphaned', 'cancelled', 'skipped', 'waiting'],
-    waiting: ['running', 'cancelled'],
+    waiting: ['running', 'queued', 'cancelled'],
     retrying: ['queued', 'cancelled'],
     orphaned: ['queued', 'retrying', 'failed', 'cancelled'],
     succeeded: [],
