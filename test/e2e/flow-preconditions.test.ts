@@ -235,6 +235,15 @@ describe('step preconditions', () => {
     expect(step(ran, 'b').status).toBe('succeeded');
   });
 
+  it('shows preconditions in the graph (JSON and DOT)', async () => {
+    const json = await app.request('GET', '/api/v1/dags/pre-wait/versions/1/graph', { as });
+    expect((json.body.nodes as { id: string; preconditions?: unknown }[]).find((n) => n.id === 'gated')).toMatchObject({
+      preconditions: { expressions: ['now >= timestamp(inputs.at)'], onViolation: 'wait' },
+    });
+    const dot = await app.request('GET', '/api/v1/dags/pre-wait/versions/1/graph?format=dot', { as });
+    expect(dot.text).toContain('wait unless now >= timestamp(inputs.at)');
+  });
+
   it('refuses invalid preconditions at publish (400 DAG_INVALID naming the step) and stores nothing', async () => {
     const cases: [unknown, string][] = [
       [{ expressions: ['inputs.ready =='] }, 'preconditions.expressions.0'],

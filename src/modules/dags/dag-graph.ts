@@ -132,6 +132,8 @@ export interface GraphNode {
   /** A map step's list (it runs once per element) and how many of its instances run at once. */
   map?: string;
   maxParallel?: number;
+  /** Its preconditions and what happens while they do not hold. */
+  preconditions?: { expressions: string[]; onViolation: string };
 }
 
 type GraphInput = GraphStep & {
@@ -141,6 +143,7 @@ type GraphInput = GraphStep & {
   trigger?: string;
   map?: string;
   maxParallel?: number;
+  preconditions?: { expressions: string[]; onViolation: string };
   onStatus?: Record<string, string>;
 };
 
@@ -164,6 +167,9 @@ export function graphJson(steps: ReadonlyArray<GraphInput>): DagGraphJson {
       ...(s.trigger !== undefined && s.trigger !== 'all_success' ? { trigger: s.trigger } : {}),
       ...(s.map !== undefined ? { map: s.map } : {}),
       ...(s.maxParallel !== undefined ? { maxParallel: s.maxParallel } : {}),
+      ...(s.preconditions !== undefined
+        ? { preconditions: { expressions: s.preconditions.expressions, onViolation: s.preconditions.onViolation } }
+        : {}),
     }));
   const edges = steps
     .flatMap((s) =>
@@ -183,8 +189,9 @@ function dotString(s: string): string {
 
 /**
  * Graphviz DOT: steps as boxes labelled with id and plugin (disabled ones dashed), a condition's
- * expression, a trigger rule and a map step's list and maxParallel on their own lines (a map step
- * drawn as a stack), in dispatch order.
+ * expression, a trigger rule, a map step's list and maxParallel, and each precondition
+ * (`<onViolation> unless <expression>`) on their own lines (a map step drawn as a stack), in
+ * dispatch order.
  */
 export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string {
   const g = graphJson(steps);
@@ -200,6 +207,7 @@ export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string
       ...(n.trigger ? [`trigger ${n.trigger}`] : []),
       ...(n.map ? [`map: ${n.map.replace(/^\$\{\{\s*([\s\S]*?)\s*\}\}$/, '$1')}`] : []),
       ...(n.maxParallel ? [`maxParallel ${n.maxParallel}`] : []),
+      ...(n.preconditions?.expressions.map((x) => `${n.preconditions!.onViolation} unless ${x}`) ?? []),
     ];
     lines.push(`  ${dotString(n.id)} [label=${dotString(label.join('\n'))}${style}];`);
   }

@@ -117,6 +117,10 @@ export const dagGraphSchema = z
         trigger: z.string().optional().describe('the trigger rule, when not all_success'),
         map: z.string().optional().describe("a map step's list: it runs once per element"),
         maxParallel: z.number().int().optional().describe("how many of a map step's instances run at once"),
+        preconditions: z
+          .object({ expressions: z.array(z.string()), onViolation: z.enum(['wait', 'skip', 'fail']) })
+          .optional()
+          .describe('expressions (CEL) that must hold before the step runs, and what happens while they do not'),
       }),
     ),
     edges: z.array(
