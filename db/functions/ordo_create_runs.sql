@@ -48,15 +48,17 @@ begin
   return query
   with r as (
     insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
-      trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
-      event_seq, event_hash, finished_at, priority, not_before)
+      trace_id, requested_by, replay_of, rerun_of, rerun_from_step, parent_run_id, parent_step_id, depth, admitted,
+      steps_total, steps_remaining, event_seq, event_hash, finished_at, priority, not_before)
     select v_t, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs, u.inputs_hash, u.status,
-      u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
-      u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end, coalesce(u.priority, 5), u.not_before
+      u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.parent_run_id, u.parent_step_id,
+      coalesce(u.depth, 0), u.admitted, u.steps_total, u.steps_remaining, u.event_seq, u.event_hash,
+      case when u.finished then now() end, coalesce(u.priority, 5), u.not_before
     from jsonb_to_recordset(p->'runs') as u(run_id uuid, dag_id text, dag_version integer, content_hash text,
       run_token text, inputs jsonb, inputs_hash text, status text, reason text, trace_id text, requested_by text,
-      replay_of uuid, rerun_of uuid, rerun_from_step text, admitted boolean, steps_total integer, steps_remaining integer,
-      event_seq integer, event_hash text, finished boolean, priority smallint, not_before timestamptz)
+      replay_of uuid, rerun_of uuid, rerun_from_step text, parent_run_id uuid, parent_step_id text, depth smallint,
+      admitted boolean, steps_total integer, steps_remaining integer, event_seq integer, event_hash text, finished boolean,
+      priority smallint, not_before timestamptz)
     on conflict (tenant_id, dag_id, run_token) do nothing
     returning run.run_id, run.dag_id, run.status, run.not_before
   ),

@@ -235,6 +235,13 @@ begin
       max_attempts => 25)
     from unnest(v_c) c
     where c.outcome = 'waiting' and c.error->>'kind' = 'precondition';
+    -- A `dag` step whose child run ended before the step began to wait is resumed at once.
+    perform graphile_worker.add_job('ordo.engine.child_ended',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'childRunId', x.run_id),
+      job_key => 'child:' || c.tenant_id || ':' || x.run_id, max_attempts => 25)
+    from unnest(v_c) c
+    join run x on x.tenant_id = c.tenant_id and x.run_id = (c.error->>'childRunId')::uuid
+    where c.outcome = 'waiting' and c.error->>'kind' = 'dag' and x.status in ('succeeded', 'failed', 'cancelled');
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -437,6 +444,13 @@ begin
   );
   if cardinality(v_ending) > 0 then
     v_admitted := ordo_admit_waiting(v_ending, v_now);
+    -- A child run of a `dag` step that ends resumes its parent's step (ordo.engine.child_ended).
+    perform graphile_worker.add_job('ordo.engine.child_ended',
+      json_build_object('tenantId', x.tenant_id, 'runId', x.parent_run_id, 'stepId', x.parent_step_id,
+        'childRunId', x.run_id),
+      job_key => 'child:' || x.tenant_id || ':' || x.run_id, max_attempts => 25)
+    from unnest(v_ending) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
+    where x.parent_run_id is not null;
   end if;
 
   -- The events, in the order they happened: each result's, the steps skipped (collected above),

@@ -314,6 +314,12 @@ begin
     end if;
     v_end := case when v_failed > 0 then 'run.failed' else 'run.succeeded' end;
     v_end_hash := ordo_run_outputs_hash(v_t, v_r);
+    -- A child run of a `dag` step that ends resumes its parent's step (as in the hop).
+    perform graphile_worker.add_job('ordo.engine.child_ended',
+      json_build_object('tenantId', x.tenant_id, 'runId', x.parent_run_id, 'stepId', x.parent_step_id,
+        'childRunId', x.run_id),
+      job_key => 'child:' || x.tenant_id || ':' || x.run_id, max_attempts => 25)
+    from run x where x.tenant_id = v_t and x.run_id = v_r and x.parent_run_id is not null;
   end if;
 
   -- The events, in the order one hop per result writes them: the first result; for each link, it

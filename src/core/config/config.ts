@@ -91,6 +91,8 @@ export const envSchema = z.object({
   ORDO_WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1024).default(16),
   // How long a worker may hold a succeeded step's result while it runs a chain after it (0: no chains).
   ORDO_WORKER_CHAIN_MS: z.coerce.number().int().min(0).max(1_000).default(20),
+  // How deep child runs of `dag` steps may nest (a run's child is depth 1); deeper, the step fails (SUBDAG_DEPTH_EXCEEDED).
+  ORDO_SUBDAG_MAX_DEPTH: z.coerce.number().int().min(1).max(100).default(5),
   // Lease of a claimed step; a worker heartbeats well within it.
   ORDO_LEASE_TTL_MS: z.coerce.number().int().min(500).max(3_600_000).default(30_000),
   // How often the scheduler looks for expired leases.

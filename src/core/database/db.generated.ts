@@ -244,6 +244,7 @@ export interface Run {
   created_at: Generated<Timestamp>;
   dag_id: string;
   dag_version: number;
+  depth: Generated<number>;
   dispatch_count: Generated<number>;
   event_hash: Generated<string>;
   event_seq: Generated<number>;
@@ -253,6 +254,8 @@ export interface Run {
   not_before: Timestamp | null;
   outputs_hash: string | null;
   priority: Generated<number>;
+  parent_run_id: string | null;
+  parent_step_id: string | null;
   reason: string | null;
   replay_of: string | null;
   requested_by: string;

@@ -1,5 +1,7 @@
 /** The dependency graph of a DAG's steps: deterministic order, cycles, and its DOT / JSON forms. */
 
+import { subDagRef, type SubDagRef } from './sub-dag-refs';
+
 export interface GraphStep {
   id: string;
   dependsOn: readonly string[];
@@ -134,6 +136,8 @@ export interface GraphNode {
   maxParallel?: number;
   /** Its preconditions and what happens while they do not hold. */
   preconditions?: { expressions: string[]; onViolation: string };
+  /** The DAG version it runs as a child run (a `dag` step). */
+  subDag?: SubDagRef;
 }
 
 type GraphInput = GraphStep & {
@@ -145,6 +149,7 @@ type GraphInput = GraphStep & {
   maxParallel?: number;
   preconditions?: { expressions: string[]; onViolation: string };
   onStatus?: Record<string, string>;
+  with?: Record<string, unknown>;
 };
 
 export interface DagGraphJson {
@@ -170,6 +175,7 @@ export function graphJson(steps: ReadonlyArray<GraphInput>): DagGraphJson {
       ...(s.preconditions !== undefined
         ? { preconditions: { expressions: s.preconditions.expressions, onViolation: s.preconditions.onViolation } }
         : {}),
+      ...subDagOf(s),
     }));
   const edges = steps
     .flatMap((s) =>
@@ -183,15 +189,20 @@ export function graphJson(steps: ReadonlyArray<GraphInput>): DagGraphJson {
   return { nodes, edges, order };
 }
 
+function subDagOf(s: GraphInput): { subDag?: SubDagRef } {
+  const ref = s.with ? subDagRef({ plugin: s.plugin, with: s.with }) : null;
+  return ref ? { subDag: ref } : {};
+}
+
 function dotString(s: string): string {
   return `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
 }
 
 /**
  * Graphviz DOT: steps as boxes labelled with id and plugin (disabled ones dashed), a condition's
- * expression, a trigger rule, a map step's list and maxParallel, and each precondition
- * (`<onViolation> unless <expression>`) on their own lines (a map step drawn as a stack), in
- * dispatch order.
+ * expression, a trigger rule, a map step's list and maxParallel, each precondition
+ * (`<onViolation> unless <expression>`) and the child DAG a `dag` step runs on their own lines (a
+ * map step drawn as a stack), in dispatch order.
  */
 export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string {
   const g = graphJson(steps);
@@ -208,6 +219,7 @@ export function graphDot(name: string, steps: ReadonlyArray<GraphInput>): string
       ...(n.map ? [`map: ${n.map.replace(/^\$\{\{\s*([\s\S]*?)\s*\}\}$/, '$1')}`] : []),
       ...(n.maxParallel ? [`maxParallel ${n.maxParallel}`] : []),
       ...(n.preconditions?.expressions.map((x) => `${n.preconditions!.onViolation} unless ${x}`) ?? []),
+      ...(n.subDag ? [`runs ${n.subDag.dag} v${n.subDag.version}`] : []),
     ];
     lines.push(`  ${dotString(n.id)} [label=${dotString(label.join('\n'))}${style}];`);
   }

@@ -121,6 +121,10 @@ export const dagGraphSchema = z
           .object({ expressions: z.array(z.string()), onViolation: z.enum(['wait', 'skip', 'fail']) })
           .optional()
           .describe('expressions (CEL) that must hold before the step runs, and what happens while they do not'),
+        subDag: z
+          .object({ dag: z.string(), version: z.number().int() })
+          .optional()
+          .describe('the DAG version a `dag` step runs as a child run'),
       }),
     ),
     edges: z.array(

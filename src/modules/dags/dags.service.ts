@@ -10,6 +10,7 @@ import { TrustService } from '../trust/trust.service';
 import { graphDot, graphJson, type DagGraphJson } from './dag-graph';
 import { checkDagDefinition } from './dag-validation';
 import { parseDagYaml } from './dag-yaml';
+import { resolveSubDags } from './sub-dag-refs';
 import {
   DagsRepository,
   type DagSignature,
@@ -84,7 +85,10 @@ export class DagsService {
 
   /** As publish, inside the caller's tenant transaction (a bundle publishes all its DAGs in one). */
   async publishIn(tx: TenantTx, owner: string, rawDefinition: unknown, opts: PublishOptions): Promise<PublishedDagDto> {
-    const { definition, warnings } = checkDagDefinition(rawDefinition, this.plugins);
+    const checked = checkDagDefinition(rawDefinition, this.plugins);
+    const { warnings } = checked;
+    // (`latest` child versions resolve before hashing: the version holds the number it runs.)
+    const definition = await resolveSubDags(tx, this.repo, checked.definition);
     const contentHash = canonicalHash(definition);
     const dagId = definition.id;
     await this.trust.enforceDagSignaturePolicy(tx, opts.signature);

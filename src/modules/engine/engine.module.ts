@@ -13,13 +13,27 @@ import { PreconditionsService } from './preconditions.service';
 import { ReaperService } from './reaper.service';
 import { SignalsRepository } from './signals.repository';
 import { SignalsService } from './signals.service';
+import { SubDagsRepository } from './sub-dags.repository';
+import { SubDagsService } from './sub-dags.service';
 import { WorkerService } from './worker.service';
 
-/** The engine's statements, and what resumes waiting steps: decisions and signals (the API takes them, the job runner their timeouts). */
+/**
+ * The engine's statements, and what resumes waiting steps: decisions and signals (the API takes
+ * them, the job runner their timeouts) and child runs (started by workers, their ends handled by
+ * the job runner).
+ */
 @Module({
   imports: [RunsCoreModule, ArtifactsCoreModule],
-  providers: [EngineRepository, EngineStore, ApprovalsService, SignalsRepository, SignalsService],
-  exports: [EngineRepository, EngineStore, ApprovalsService, SignalsService],
+  providers: [
+    EngineRepository,
+    EngineStore,
+    ApprovalsService,
+    SignalsRepository,
+    SignalsService,
+    SubDagsRepository,
+    SubDagsService,
+  ],
+  exports: [EngineRepository, EngineStore, ApprovalsService, SignalsService, SubDagsService],
 })
 export class EngineStoreModule {}
 

@@ -5,6 +5,7 @@ import pg from 'pg';
 import { Database } from '../../core/database/database';
 import { queryThroughCallbacks } from '../../core/database/pg-query';
 import { ApprovalsService } from './approvals.service';
+import { SubDagsService } from './sub-dags.service';
 import { ConstraintsService } from './constraints.service';
 import { EngineStore } from './engine.store';
 import { JOBS } from './jobs';
@@ -41,6 +42,7 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
     private readonly approvals: ApprovalsService,
     private readonly signals: SignalsService,
     private readonly preconditions: PreconditionsService,
+    private readonly subDags: SubDagsService,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
@@ -99,6 +101,8 @@ export class JobRunnerService implements OnApplicationBootstrap, OnApplicationSh
         retryWhileDisconnected(() =>
           this.preconditions.check(JOBS['ordo.engine.precondition_check'].payload.parse(payload)),
         ),
+      'ordo.engine.child_ended': async (payload) =>
+        retryWhileDisconnected(() => this.subDags.childEnded(JOBS['ordo.engine.child_ended'].payload.parse(payload))),
       'ordo.engine.webhook': async (payload) =>
         retryWhileDisconnected(() => this.constraints.deliver(JOBS['ordo.engine.webhook'].payload.parse(payload))),
     };

@@ -71,6 +71,21 @@ export const JOBS = {
       check: z.number().int().min(1),
     }),
   },
+  /**
+   * A child run of a `dag` step ended (runId and stepId: the parent's): the step, if it still waits
+   * for that child, ends with the child's outputs or fails CHILD_RUN_FAILED. Added by
+   * db/functions/ordo_engine_advance.sql and ordo_engine_chain.sql with the child's end (or with the
+   * step's wait, when the child ended first) and after a cancel of the child (job key
+   * `child:<tenant>:<childRunId>`, 25 attempts).
+   */
+  'ordo.engine.child_ended': {
+    payload: z.strictObject({
+      tenantId: z.string(),
+      runId: z.uuid(),
+      stepId: z.string(),
+      childRunId: z.uuid(),
+    }),
+  },
   /** POSTs a constraint event (run_event seq) to the webhook URL it names, signed with the tenant's secret. */
   'ordo.engine.webhook': {
     payload: z.strictObject({ tenantId: z.string(), runId: z.uuid(), seq: z.number().int().min(1) }),

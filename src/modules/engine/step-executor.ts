@@ -20,6 +20,7 @@ import { renderTemplate, TemplateError, templateRefs } from '../templating/templ
 import type { ConstraintsService } from './constraints.service';
 import { completionFor, type ClaimedWork, type Completion } from './engine.store';
 import { stopStep, type RunningStep } from './running-step';
+import type { DagStepConfig, SubDagsService } from './sub-dags.service';
 
 /** Log lines kept per attempt (plugin lines and the engine's). */
 const MAX_LOG_LINES = 1_000;
@@ -38,6 +39,7 @@ export class StepExecutor {
     private readonly secrets: SecretsService,
     private readonly sandbox: Sandbox,
     private readonly constraints: ConstraintsService,
+    private readonly subDags: Pick<SubDagsService, 'start'>,
   ) {}
 
   /** Runs `r`'s step to its result (never throws: a plugin's exception is its step's failure). */
@@ -308,7 +310,13 @@ export class StepExecutor {
         redact(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')),
         false,
       );
-    if (plugin.waitFor) return { status: 'waiting', wait: plugin.waitFor(parsed.data) };
+    if (plugin.waitFor) {
+      const wait = plugin.waitFor(parsed.data);
+      if (wait.kind !== 'dag') return { status: 'waiting', wait };
+      // A `dag` step waits for the child run it starts (or fails before it).
+      const started = await this.subDags.start(w, parsed.data as DagStepConfig);
+      return 'kind' in started ? { status: 'waiting', wait: started } : started;
+    }
     const ctx: PluginContext = {
       tenantId: w.tenantId,
       dagId: w.dagId,

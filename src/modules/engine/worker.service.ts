@@ -19,6 +19,7 @@ import { runningStep, stepKey, stopStep, type RunningStep } from './running-step
 import { SideClaims } from './side-claims';
 import { SlotTable } from './slot-table';
 import { abortedCompletion, StepExecutor } from './step-executor';
+import { SubDagsService } from './sub-dags.service';
 
 /** The slow safety poll when no NOTIFY arrives (an idle worker issues one claim query per interval). */
 const IDLE_POLL_MS = 2_000;
@@ -82,6 +83,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     constraints: ConstraintsService,
     secrets: SecretsService,
     sandbox: SandboxService,
+    subDags: SubDagsService,
   ) {
     this.concurrency = config.ORDO_WORKER_CONCURRENCY;
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
@@ -100,7 +102,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       sharedWindowMs: config.ORDO_TENANT_SHARED_WINDOW_MS,
       traits,
     });
-    this.executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints);
+    this.executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags);
     this.chains = new ChainRunner({
       chainMs: this.chainMs,
       traits,

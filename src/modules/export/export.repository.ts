@@ -40,6 +40,8 @@ export class ExportRepository {
         'rerun_from_step',
         'priority',
         'not_before',
+        'parent_run_id',
+        'parent_step_id',
         'created_at',
         'started_at',
         'finished_at',

@@ -102,6 +102,8 @@ export class ExportService {
           // Only where they were given (a run without them exports as before).
           ...(run.priority !== DEFAULT_PRIORITY ? { priority: run.priority } : {}),
           ...(run.not_before !== null ? { notBeforeUtc: iso(run.not_before) } : {}),
+          // (Only a child run of a `dag` step names its parent.)
+          ...(run.parent_run_id ? { parentRunId: run.parent_run_id, parentStepId: run.parent_step_id } : {}),
           createdUtc: iso(run.created_at),
           startedUtc: iso(run.started_utc),
           finishedUtc: iso(run.finished_at),

@@ -80,6 +80,9 @@ export const runSchema = z
       .datetime()
       .nullable()
       .describe('the time the run was created to wait for (status scheduled until then)'),
+    parentRunId: z.uuid().nullable().describe('the run whose `dag` step started this run (null: not a child run)'),
+    parentStepId: z.string().nullable().describe('the `dag` step of the parent run that started this run'),
+    depth: z.number().int().describe('how many parent runs this run has (0: not a child run)'),
     startedUtc: z.iso.datetime(),
     dispatchedUtc: z.iso.datetime().nullable(),
     finishedUtc: z.iso.datetime().nullable(),
@@ -112,6 +115,7 @@ export const stepSchema = z
     queuedUtc: z.iso.datetime().nullable(),
     startedUtc: z.iso.datetime().nullable(),
     finishedUtc: z.iso.datetime().nullable(),
+    childRunId: z.uuid().optional().describe('the child run a `dag` step started'),
   })
   .meta({ id: 'Step' });
 

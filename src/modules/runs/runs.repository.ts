@@ -30,6 +30,10 @@ export interface NewRun {
   replayOf: string | null;
   rerunOf: string | null;
   rerunFromStep: string | null;
+  /** The run and `dag` step that started this run as its child, and how deep it is (0: not a child). */
+  parentRunId: string | null;
+  parentStepId: string | null;
+  depth: number;
   admitted: boolean;
   stepsTotal: number;
   stepsRemaining: number;
@@ -99,6 +103,9 @@ export interface RunRow {
   rerun_from_step: string | null;
   priority: number;
   not_before: Date | null;
+  parent_run_id: string | null;
+  parent_step_id: string | null;
+  depth: number;
   created_at: Date;
   started_at: Date | null;
   finished_at: Date | null;
@@ -126,6 +133,9 @@ const RUN_COLUMNS = [
   'rerun_from_step',
   'priority',
   'not_before',
+  'parent_run_id',
+  'parent_step_id',
+  'depth',
   'created_at',
   'started_at',
   'finished_at',
@@ -209,6 +219,9 @@ export class RunsRepository {
         replay_of: r.replayOf,
         rerun_of: r.rerunOf,
         rerun_from_step: r.rerunFromStep,
+        parent_run_id: r.parentRunId,
+        parent_step_id: r.parentStepId,
+        depth: r.depth,
         admitted: r.admitted,
         steps_total: r.stepsTotal,
         steps_remaining: r.stepsRemaining,
@@ -400,6 +413,51 @@ export class RunsRepository {
       )
       select c.step_id, c.old from c`.execute(asTrx(tx));
     return r.rows;
+  }
+
+  /**
+   * The not-yet-ended runs started by `dag` steps of the run, of their children, and so on (parents
+   * before children), for a cancel to reach them all.
+   */
+  async openDescendants(tx: TenantTx, runId: string): Promise<string[]> {
+    const r = await sql<{ run_id: string }>`
+      with recursive d as (
+        select c.run_id, c.status, 1 as depth from run c
+        where c.tenant_id = ${tenantOf(tx)} and c.parent_run_id = ${runId}
+        union all
+        select c.run_id, c.status, d.depth + 1 from run c join d on c.parent_run_id = d.run_id
+        where c.tenant_id = ${tenantOf(tx)}
+      )
+      select run_id from d where status in ('queued', 'running') order by depth, run_id`.execute(asTrx(tx));
+    return r.rows.map((x) => x.run_id);
+  }
+
+  /** The child run each `dag` step of the run started (by step id). */
+  async childRuns(tx: TenantTx, runId: string): Promise<Map<string, string>> {
+    const rows = await tx
+      .selectFrom('run')
+      .select(['parent_step_id', 'run_id'])
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('parent_run_id', '=', runId)
+      .execute();
+    return new Map(rows.map((r) => [r.parent_step_id!, r.run_id]));
+  }
+
+  /**
+   * Tells the parents of these ended runs (children of `dag` steps) that they ended: an
+   * `ordo.engine.child_ended` job each (graphile-worker's tables take the system handle).
+   */
+  async notifyParents(tx: SystemTx, tenantId: string, runIds: string[]): Promise<void> {
+    if (runIds.length === 0) return;
+    await sql`
+      select graphile_worker.add_job('ordo.engine.child_ended',
+        json_build_object('tenantId', r.tenant_id, 'runId', r.parent_run_id, 'stepId', r.parent_step_id,
+          'childRunId', r.run_id),
+        job_key => 'child:' || r.tenant_id || ':' || r.run_id, max_attempts => 25)
+      from run r
+      where r.tenant_id = ${tenantId} and r.run_id = any(${runIds}::uuid[]) and r.parent_run_id is not null`.execute(
+      asTrx(tx),
+    );
   }
 
   /** Removes a run's ready (not leased) queue items; leased ones leave when their worker reports. */

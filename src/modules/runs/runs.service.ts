@@ -13,6 +13,7 @@ import { observeCommittedEvents } from '../../core/telemetry/run-observer';
 import type { DagDefinition } from '../dags/dag-definition';
 import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
 import { compileInputSchema } from '../dags/input-schema';
+import { DAG_STEP_PLUGIN } from '../dags/sub-dag-refs';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
@@ -66,6 +67,14 @@ interface Lineage {
   rerunOf?: string;
   rerunFromStep?: string;
   reuse?: ReusedOutputs;
+  parent?: ParentStep;
+}
+
+/** The run and `dag` step that start a child run, and the child's depth (the parent's plus one). */
+export interface ParentStep {
+  runId: string;
+  stepId: string;
+  depth: number;
 }
 
 const isAfter = (v: unknown): v is { t: string; id: string } =>
@@ -285,6 +294,7 @@ export class RunsService {
             ...(notBefore !== undefined ? { notBefore: notBefore.toISOString() } : {}),
             ...(lineage.replayOf ? { replayOf: lineage.replayOf } : {}),
             ...(lineage.rerunOf ? { rerunOf: lineage.rerunOf, rerunFromStep: lineage.rerunFromStep ?? null } : {}),
+            ...(lineage.parent ? { parentRunId: lineage.parent.runId, parentStepId: lineage.parent.stepId } : {}),
           },
         },
         ...plan
@@ -324,6 +334,9 @@ export class RunsService {
         replayOf: lineage.replayOf ?? null,
         rerunOf: lineage.rerunOf ?? null,
         rerunFromStep: lineage.rerunFromStep ?? null,
+        parentRunId: lineage.parent?.runId ?? null,
+        parentStepId: lineage.parent?.stepId ?? null,
+        depth: lineage.parent?.depth ?? 0,
         admitted: admission !== 'waiting',
         stepsTotal: plan.length,
         stepsRemaining: remaining,
@@ -400,6 +413,21 @@ export class RunsService {
     });
   }
 
+  /**
+   * Starts the child run of a `dag` step (idempotent on its run token like any run), in a
+   * transaction that holds the parent run: a parent that ended meanwhile starts no child
+   * (PARENT_RUN_ENDED).
+   */
+  async createChild(tenantId: string, req: CreateRunRequest, parent: ParentStep): Promise<CreateRunResult> {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const [p] = await this.repo.lockRuns(tx, [{ tenantId, runId: parent.runId }]);
+      if (!p || TERMINAL_RUN_STATES.includes(p.status as RunStatus))
+        throw conflict('PARENT_RUN_ENDED', `run ${parent.runId} ended ${p?.status ?? 'gone'}: no child run starts`);
+      const [created] = await this.createdInTx(tx, tenantId, [req], { parent }, true);
+      return created;
+    });
+  }
+
   private async createdInTx(
     tx: TenantTx,
     tenantId: string,
@@ -462,7 +490,14 @@ export class RunsService {
       const run = await this.repo.findRun(tx, runId);
       if (!run) throw notFound('run', 'RUN_NOT_FOUND');
       const steps = await this.repo.listSteps(tx, runId);
-      return { ...runDto(run), steps: steps.map(stepDto) };
+      const children = steps.some((s) => s.plugin === DAG_STEP_PLUGIN) ? await this.repo.childRuns(tx, runId) : null;
+      return {
+        ...runDto(run),
+        steps: steps.map((s) => {
+          const child = children?.get(s.step_id);
+          return child ? { ...stepDto(s), childRunId: child } : stepDto(s);
+        }),
+      };
     });
   }
 
@@ -522,22 +557,46 @@ export class RunsService {
   async cancel(tenantId: string, runId: string, actor: string): Promise<RunDto> {
     const committed: { books?: RunBooks } = {};
     const dto = await this.db.withTenant(tenantId, async (tx) => {
-      const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
+      // The run and its open child runs (and theirs), locked together in key order.
+      let tree = [runId, ...(await this.repo.openDescendants(tx, runId))];
+      let rows = await this.repo.lockRuns(
+        tx,
+        tree.map((id) => ({ tenantId, runId: id })),
+      );
+      const row = rows.find((r) => r.run_id === runId);
       if (!row) throw notFound('run', 'RUN_NOT_FOUND');
       if (row.status !== 'cancelled') {
         if (TERMINAL_RUN_STATES.includes(row.status as RunStatus)) {
           throw conflict('RUN_FINISHED', `run ${runId} already ended ${row.status}`);
         }
-        const books = (committed.books = new RunBooks([row]));
-        const b = books.get(tenantId, runId)!;
-        const cancelled = await this.repo.cancelSteps(tx, runId);
-        await this.repo.dequeueReady(tx, runId);
-        for (const s of cancelled)
-          books.event(b, { type: 'step.cancelled', stepId: s.step_id, actor, data: { from: s.old } });
-        b.stepsRemaining = 0;
-        b.reason = `cancelled by ${actor}`;
-        books.transition(b, 'cancelled', actor);
-        await this.repo.admitWaiting(tx, [{ tenantId, runId, dagId: row.dag_id }]);
+        // (A child started before the lock and after the first look is locked now.)
+        const late = (await this.repo.openDescendants(tx, runId)).filter((id) => !tree.includes(id));
+        if (late.length > 0) {
+          tree = [...tree, ...late];
+          rows = [
+            ...rows,
+            ...(await this.repo.lockRuns(
+              tx,
+              late.map((id) => ({ tenantId, runId: id })),
+            )),
+          ];
+        }
+        const books = (committed.books = new RunBooks(rows));
+        const ending = rows.filter((r) => !TERMINAL_RUN_STATES.includes(r.status as RunStatus));
+        for (const r of ending) {
+          const b = books.get(tenantId, r.run_id)!;
+          const cancelled = await this.repo.cancelSteps(tx, r.run_id);
+          await this.repo.dequeueReady(tx, r.run_id);
+          for (const s of cancelled)
+            books.event(b, { type: 'step.cancelled', stepId: s.step_id, actor, data: { from: s.old } });
+          b.stepsRemaining = 0;
+          b.reason = r.run_id === runId ? `cancelled by ${actor}` : `parent run ${runId} cancelled by ${actor}`;
+          books.transition(b, 'cancelled', actor);
+        }
+        await this.repo.admitWaiting(
+          tx,
+          ending.map((r) => ({ tenantId, runId: r.run_id, dagId: r.dag_id })),
+        );
         await this.repo.insertEvents(tx, books.events());
         await this.repo.updateRunBooks(tx, books.updates());
       }
@@ -546,6 +605,8 @@ export class RunsService {
     });
     const books = committed.books;
     if (books) {
+      // A child run cancelled on its own fails its parent's step (its descendants' parents ended with it).
+      await this.db.withSystem((tx) => this.repo.notifyParents(tx, tenantId, [runId]));
       // Counted and traced once the cancellation committed.
       observeCommittedEvents(
         books.events(),
@@ -762,6 +823,9 @@ export function runDto(r: RunRow): RunDto {
     rerunFromStep: r.rerun_from_step,
     priority: r.priority,
     notBefore: iso(r.not_before),
+    parentRunId: r.parent_run_id,
+    parentStepId: r.parent_step_id,
+    depth: r.depth,
     startedUtc: iso(r.created_at)!,
     dispatchedUtc: iso(r.started_at),
     finishedUtc: iso(r.finished_at),
