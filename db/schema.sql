@@ -315,15 +315,17 @@ begin
   return query
   with r as (
     insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status, reason,
-      trace_id, requested_by, replay_of, rerun_of, rerun_from_step, admitted, steps_total, steps_remaining,
-      event_seq, event_hash, finished_at, priority, not_before)
+      trace_id, requested_by, replay_of, rerun_of, rerun_from_step, parent_run_id, parent_step_id, depth, admitted,
+      steps_total, steps_remaining, event_seq, event_hash, finished_at, priority, not_before)
     select v_t, u.run_id, u.dag_id, u.dag_version, u.content_hash, u.run_token, u.inputs, u.inputs_hash, u.status,
-      u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.admitted, u.steps_total,
-      u.steps_remaining, u.event_seq, u.event_hash, case when u.finished then now() end, coalesce(u.priority, 5), u.not_before
+      u.reason, u.trace_id, u.requested_by, u.replay_of, u.rerun_of, u.rerun_from_step, u.parent_run_id, u.parent_step_id,
+      coalesce(u.depth, 0), u.admitted, u.steps_total, u.steps_remaining, u.event_seq, u.event_hash,
+      case when u.finished then now() end, coalesce(u.priority, 5), u.not_before
     from jsonb_to_recordset(p->'runs') as u(run_id uuid, dag_id text, dag_version integer, content_hash text,
       run_token text, inputs jsonb, inputs_hash text, status text, reason text, trace_id text, requested_by text,
-      replay_of uuid, rerun_of uuid, rerun_from_step text, admitted boolean, steps_total integer, steps_remaining integer,
-      event_seq integer, event_hash text, finished boolean, priority smallint, not_before timestamptz)
+      replay_of uuid, rerun_of uuid, rerun_from_step text, parent_run_id uuid, parent_step_id text, depth smallint,
+      admitted boolean, steps_total integer, steps_remaining integer, event_seq integer, event_hash text, finished boolean,
+      priority smallint, not_before timestamptz)
     on conflict (tenant_id, dag_id, run_token) do nothing
     returning run.run_id, run.dag_id, run.status, run.not_before
   ),
@@ -604,6 +606,13 @@ begin
       max_attempts => 25)
     from unnest(v_c) c
     where c.outcome = 'waiting' and c.error->>'kind' = 'precondition';
+    -- A `dag` step whose child run ended before the step began to wait is resumed at once.
+    perform graphile_worker.add_job('ordo.engine.child_ended',
+      json_build_object('tenantId', c.tenant_id, 'runId', c.run_id, 'stepId', c.step_id, 'childRunId', x.run_id),
+      job_key => 'child:' || c.tenant_id || ':' || x.run_id, max_attempts => 25)
+    from unnest(v_c) c
+    join run x on x.tenant_id = c.tenant_id and x.run_id = (c.error->>'childRunId')::uuid
+    where c.outcome = 'waiting' and c.error->>'kind' = 'dag' and x.status in ('succeeded', 'failed', 'cancelled');
 
     -- A step that ends skipped (its condition was false, a constraint's skip action) says why.
     update step s set status = 'skipped', reason = c.error->>'reason', finished_at = now()
@@ -806,6 +815,13 @@ begin
   );
   if cardinality(v_ending) > 0 then
     v_admitted := ordo_admit_waiting(v_ending, v_now);
+    -- A child run of a `dag` step that ends resumes its parent's step (ordo.engine.child_ended).
+    perform graphile_worker.add_job('ordo.engine.child_ended',
+      json_build_object('tenantId', x.tenant_id, 'runId', x.parent_run_id, 'stepId', x.parent_step_id,
+        'childRunId', x.run_id),
+      job_key => 'child:' || x.tenant_id || ':' || x.run_id, max_attempts => 25)
+    from unnest(v_ending) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
+    where x.parent_run_id is not null;
   end if;
 
   -- The events, in the order they happened: each result's, the steps skipped (collected above),
@@ -1217,6 +1233,12 @@ begin
     end if;
     v_end := case when v_failed > 0 then 'run.failed' else 'run.succeeded' end;
     v_end_hash := ordo_run_outputs_hash(v_t, v_r);
+    -- A child run of a `dag` step that ends resumes its parent's step (as in the hop).
+    perform graphile_worker.add_job('ordo.engine.child_ended',
+      json_build_object('tenantId', x.tenant_id, 'runId', x.parent_run_id, 'stepId', x.parent_step_id,
+        'childRunId', x.run_id),
+      job_key => 'child:' || x.tenant_id || ':' || x.run_id, max_attempts => 25)
+    from run x where x.tenant_id = v_t and x.run_id = v_r and x.parent_run_id is not null;
   end if;
 
   -- The events, in the order one hop per result writes them: the first result; for each link, it
@@ -2339,7 +2361,11 @@ CREATE TABLE public.run (
     outputs_hash text,
     priority smallint DEFAULT 5 NOT NULL,
     not_before timestamp with time zone,
+    parent_run_id uuid,
+    parent_step_id text,
+    depth smallint DEFAULT 0 NOT NULL,
     CONSTRAINT run_inputs_hash_format CHECK (((octet_length(inputs_hash) = 64) AND (inputs_hash !~ '[^0-9a-f]'::text))),
+    CONSTRAINT run_parent_check CHECK (((parent_run_id IS NULL) = (parent_step_id IS NULL))),
     CONSTRAINT run_priority_range CHECK (((priority >= 0) AND (priority <= 9))),
     CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
     CONSTRAINT run_trace_id_check CHECK (((octet_length(trace_id) = 32) AND (trace_id !~ '[^0-9a-f]'::text)))
@@ -2742,6 +2768,8 @@ CREATE UNIQUE INDEX run_event_stream_idx ON public.run_event USING btree (tenant
 CREATE INDEX run_export_idx ON public.run USING btree (tenant_id, COALESCE(started_at, created_at), dag_id, run_id);
 
 CREATE INDEX run_list_idx ON public.run USING btree (tenant_id, created_at DESC, run_id DESC);
+
+CREATE INDEX run_parent_idx ON public.run USING btree (tenant_id, parent_run_id) WHERE (parent_run_id IS NOT NULL);
 
 CREATE INDEX run_waiting_idx ON public.run USING btree (tenant_id, dag_id, created_at, run_id) WHERE ((status = 'queued'::text) AND (NOT admitted));
 

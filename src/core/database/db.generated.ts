@@ -253,9 +253,9 @@ export interface Run {
   inputs_hash: string;
   not_before: Timestamp | null;
   outputs_hash: string | null;
-  priority: Generated<number>;
   parent_run_id: string | null;
   parent_step_id: string | null;
+  priority: Generated<number>;
   reason: string | null;
   replay_of: string | null;
   requested_by: string;
