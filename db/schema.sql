@@ -417,6 +417,8 @@ declare
   v_dfail ordo_step_key[];
   v_dskip ordo_step_key[];
   v_skipped ordo_step_key[] := '{}';
+  v_ff ordo_step_key[] := '{}';
+  v_ffc ordo_adv_skip[] := '{}';
   v_wave_skipped ordo_adv_skip[];
   v_ch ordo_adv_chained[];
   v_admitted ordo_adv_chained[] := '{}';
@@ -619,6 +621,45 @@ begin
     from unnest(v_c) c
     where s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id and c.outcome = 'skipped'
       and s.status = 'running' and s.epoch = c.epoch;
+
+    -- A step that ends failed with an invalid_input error, or with a permanent one (not retryable)
+    -- when it has failRun, fails its run at once (the first such step of the run in this batch names
+    -- it): the run's other unfinished steps are cancelled, as a cancel does (a waiting step's open
+    -- attempt ends with it, ready queue items leave, workers running one are told to stop and their
+    -- results are only recorded), and the run ends failed below.
+    v_ff := array(
+      select distinct on (c.tenant_id, c.run_id) row(c.tenant_id, c.run_id, c.step_id)::ordo_step_key
+      from unnest(v_c) c
+      join step s on s.tenant_id = c.tenant_id and s.run_id = c.run_id and s.step_id = c.step_id
+      where c.outcome like '%>failed' and (c.error->>'class' = 'invalid_input'
+        or (s.spec ? 'failRun' and not coalesce((c.error->>'retryable')::boolean, false)))
+      order by c.tenant_id, c.run_id, c.ord
+    );
+    if cardinality(v_ff) > 0 then
+      with x as (
+        update step s set status = 'cancelled', reason = 'run_failed', finished_at = now()
+        from step o, unnest(v_ff) f
+        where s.tenant_id = f.tenant_id and s.run_id = f.run_id
+          and o.tenant_id = s.tenant_id and o.run_id = s.run_id and o.step_id = s.step_id
+          and s.status in ('pending', 'queued', 'running', 'waiting', 'retrying', 'orphaned')
+        returning s.tenant_id, s.run_id, s.step_id, s.epoch, s.topo_index, o.status as old
+      ),
+      a as (
+        update attempt a set status = 'cancelled', terminated_at = now()
+        from x
+        where a.tenant_id = x.tenant_id and a.run_id = x.run_id and a.step_id = x.step_id
+          and a.epoch = x.epoch and a.status = 'running' and x.old = 'waiting'
+      ),
+      q as (
+        delete from queue_item q using x
+        where q.tenant_id = x.tenant_id and q.run_id = x.run_id and q.step_id = x.step_id and q.state = 'ready'
+      )
+      -- (Each cancelled step with the state it left, in the reason field.)
+      select coalesce(array_agg(row(x.tenant_id, x.run_id, x.step_id, x.old)::ordo_adv_skip
+        order by x.tenant_id, x.run_id, x.topo_index, x.step_id), '{}')
+      into v_ffc from x;
+      perform ordo_notify('ordo_cancel', f.run_id::text) from unnest(v_ff) f;
+    end if;
   end if;
 
   -- The steps that ended count on their pending dependents, in waves: each dependent's trigger rule
@@ -810,7 +851,9 @@ begin
         select s.tenant_id, s.run_id, 1, 0 from unnest(v_skipped) s
       ) k group by k.tenant_id, k.run_id
     ) k on k.tenant_id = x.tenant_id and x.run_id = k.run_id
-    where x.steps_remaining - k.done <= 0 and x.status in ('queued', 'running')
+    where (x.steps_remaining - k.done <= 0
+        or (x.tenant_id, x.run_id) in (select f.tenant_id, f.run_id from unnest(v_ff) f))
+      and x.status in ('queued', 'running')
     order by x.tenant_id, x.run_id
   );
   if cardinality(v_ending) > 0 then
@@ -864,9 +907,15 @@ begin
       '{"dispatchSeq":' || (x->>'dispatch_seq') || ',"epoch":' || (x->>'epoch') || '}')::ordo_adv_event
     from unnest(v_d) x
     union all
+    select row(k.tenant_id, k.run_id, 2900000 + n::integer, 'step.cancelled', k.step_id, null, 'engine',
+      '{"from":' || to_json(k.reason)::text || ',"reason":"run_failed"}')::ordo_adv_event
+    from unnest(v_ffc) with ordinality as k(tenant_id, run_id, step_id, reason, n)
+    union all
+    -- (A run failed at once names the step that failed it.)
     select row(r.tenant_id, r.run_id, 3000000, r.type, null, null, 'engine',
-      '{"outputsHash":' || to_json(ordo_run_outputs_hash(r.tenant_id, r.run_id))::text || '}')::ordo_adv_event
-    from unnest(v_ending) r
+      '{' || coalesce('"failedBy":' || to_json(f.step_id)::text || ',', '')
+        || '"outputsHash":' || to_json(ordo_run_outputs_hash(r.tenant_id, r.run_id))::text || '}')::ordo_adv_event
+    from unnest(v_ending) r left join unnest(v_ff) f on f.tenant_id = r.tenant_id and f.run_id = r.run_id
   );
 
   -- Events numbered after each run's last one, chained and appended, in the order they happened.
@@ -895,7 +944,7 @@ begin
   upd as (
     update run x set event_seq = last.seq, event_hash = last.hash,
       dispatch_count = x.dispatch_count + coalesce(disp.n, 0),
-      steps_remaining = x.steps_remaining - coalesce(res.done, 0),
+      steps_remaining = case when ff.run_id is null then x.steps_remaining - coalesce(res.done, 0) else 0 end,
       steps_failed = x.steps_failed + coalesce(res.failed, 0),
       status = case when fin.type is null then x.status else substr(fin.type, 5) end,
       finished_at = case when fin.type is null then x.finished_at else coalesce(x.finished_at, now()) end,
@@ -904,6 +953,7 @@ begin
     left join fin on fin.tenant_id = last.tenant_id and fin.run_id = last.run_id
     left join disp on disp.tenant_id = last.tenant_id and disp.run_id = last.run_id
     left join res on res.tenant_id = last.tenant_id and res.run_id = last.run_id
+    left join unnest(v_ff) ff on ff.tenant_id = last.tenant_id and ff.run_id = last.run_id
     where x.tenant_id = last.tenant_id and x.run_id = last.run_id
     returning x.run_id, fin.type is not null as ended
   )
@@ -1766,7 +1816,10 @@ $$;
 CREATE FUNCTION public.ordo_error_json(p_error jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-    select '{"code":' || to_json(coalesce(p_error->>'code', 'ERROR'))::text
+    select case when p_error->>'class' = 'invalid_input' then '{"class":"invalid_input",' else '{' end
+      || '"code":' || to_json(coalesce(p_error->>'code', 'ERROR'))::text
+      || case when p_error->>'class' = 'invalid_input' and p_error ? 'input'
+           then ',"input":' || to_json(p_error->>'input')::text else '' end
       || ',"message":' || to_json(coalesce(p_error->>'message', ''))::text
       || ',"retryable":' || coalesce((p_error->>'retryable')::boolean, false)::text || '}'
   $$;

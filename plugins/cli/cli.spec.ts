@@ -63,6 +63,14 @@ describe('cli plugin', () => {
     });
   });
 
+  it('classes exit codes by sysexits: 75 transient, 64 and 65 invalid input, others permanent', async () => {
+    const exit = (code: number) => exec({ command: '/bin/bash', args: ['-c', `exit ${code}`] });
+    expect(await exit(75)).toMatchObject({ error: { class: 'transient', retryable: true } });
+    expect(await exit(65)).toMatchObject({ error: { class: 'invalid_input', retryable: false, input: 'with.args' } });
+    expect(await exit(64)).toMatchObject({ error: { class: 'invalid_input', retryable: false } });
+    expect(await exit(1)).toMatchObject({ error: { class: 'permanent', retryable: false } });
+  });
+
   it('passes stdin to the command', async () => {
     expect(await exec({ command: 'cat', stdin: 'from stdin' })).toMatchObject({ outputs: { stdout: 'from stdin' } });
   });

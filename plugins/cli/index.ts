@@ -1,6 +1,6 @@
 import os from 'node:os';
 import { z } from 'zod';
-import { definePlugin, type PluginContext, type PluginResult } from '../../src/modules/plugins/plugin';
+import { definePlugin, type ErrorClass, type PluginContext, type PluginResult } from '../../src/modules/plugins/plugin';
 import { resolveCommand, SandboxUnavailableError } from '../../src/modules/sandbox/cli-runner';
 
 const MIB = 1024 * 1024;
@@ -43,13 +43,20 @@ const config = z.strictObject({
 
 type CliConfig = z.output<typeof config>;
 
-class InvalidConfig extends Error {}
+class InvalidConfig extends Error {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 function int(v: number | string | undefined, fallback: number, name: string, min: number, max: number): number {
   if (v === undefined) return fallback;
   const n = typeof v === 'number' ? v : Number(v);
   if (!Number.isInteger(n) || n < min || n > max)
-    throw new InvalidConfig(`${name} must be an integer between ${min} and ${max}, got ${String(v)}`);
+    throw new InvalidConfig(name, `${name} must be an integer between ${min} and ${max}, got ${String(v)}`);
   return n;
 }
 
@@ -133,17 +140,30 @@ async function run(cfg: CliConfig, ctx: PluginContext): Promise<PluginResult> {
   if (result.exitCode !== 0) {
     const how = result.exitCode === null ? `was killed by ${result.signal}` : exitText(result.exitCode);
     const last = outputs.stderr.trim().split('\n').pop() ?? '';
+    const cls = exitClass(result.exitCode);
     return {
       status: 'failed',
       outputs,
       error: {
         code: 'EXIT_CODE',
         message: `${cfg.command} ${how}${last ? `: ${last.slice(0, 500)}` : ''}`,
-        retryable: false,
+        retryable: cls === 'transient',
+        class: cls,
+        ...(cls === 'invalid_input' ? { input: 'with.args' } : {}),
       },
     };
   }
   return { status: 'succeeded', outputs };
+}
+
+/**
+ * A failed command's error class, by the sysexits(3) convention: 75 (EX_TEMPFAIL) is transient,
+ * 64 (EX_USAGE) and 65 (EX_DATAERR) are invalid input; any other code, or a kill, is permanent.
+ */
+function exitClass(code: number | null): ErrorClass {
+  if (code === 75) return 'transient';
+  if (code === 64 || code === 65) return 'invalid_input';
+  return 'permanent';
 }
 
 /** "exited with code 3", or for a status above 128 the signal it stands for (the sandbox reports 128 + n). */
@@ -168,7 +188,17 @@ export default definePlugin({
       return await run(cfg, ctx);
     } catch (e) {
       if (e instanceof InvalidConfig)
-        return { status: 'failed', error: { code: 'INVALID_CONFIG', message: e.message, retryable: false } };
+        // Its config passed the schema at publish: a value that fails now came from the run's data.
+        return {
+          status: 'failed',
+          error: {
+            code: 'INVALID_CONFIG',
+            message: e.message,
+            retryable: false,
+            class: 'invalid_input',
+            input: `with.${e.field}`,
+          },
+        };
       throw e;
     }
   },

@@ -46,11 +46,19 @@ const DEFAULT_HEADERS = ['content-type', 'content-length', 'etag', 'last-modifie
 function toInt(v: number | string | undefined, fallback: number, name: string): number {
   if (v === undefined) return fallback;
   const n = typeof v === 'number' ? v : Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new ConfigError(`${name} must be a non-negative integer, got ${String(v)}`);
+  if (!Number.isInteger(n) || n < 0)
+    throw new ConfigError(name, `${name} must be a non-negative integer, got ${String(v)}`);
   return n;
 }
 
-class ConfigError extends Error {}
+class ConfigError extends Error {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 /** True when `status` matches one of the specs (200, "2xx", "200-204"). */
 export function statusMatches(status: number, specs: readonly (number | string)[]): boolean {
@@ -166,7 +174,14 @@ export default definePlugin({
       if (e instanceof ConfigError)
         return {
           status: 'failed',
-          error: { code: 'INVALID_CONFIG', message: ctx.redact(e.message), retryable: false },
+          // Its config passed the schema at publish: a value that fails now came from the run's data.
+          error: {
+            code: 'INVALID_CONFIG',
+            message: ctx.redact(e.message),
+            retryable: false,
+            class: 'invalid_input',
+            input: `with.${e.field}`,
+          },
         };
       throw e;
     }

@@ -10,6 +10,10 @@ const config = z.strictObject({
   fail: z.union([z.boolean(), z.string()]).optional(),
   /** With `fail`, whether the failure is retryable. */
   retryable: z.boolean().optional(),
+  /** With `fail`, the failure's class (it decides over `retryable`). */
+  errorClass: z.enum(['transient', 'permanent', 'invalid_input']).optional(),
+  /** With `errorClass: invalid_input`, the input named at fault. */
+  input: z.string().max(200).optional(),
   /** The named status to succeed with (one the step declares in `statuses`). */
   namedStatus: z.string().optional(),
 });
@@ -40,7 +44,13 @@ export default definePlugin({
     if (cfg.fail === true || cfg.fail === 'true') {
       return {
         status: 'failed',
-        error: { code: 'NOOP_FAIL', message: 'told to fail', retryable: cfg.retryable ?? false },
+        error: {
+          code: 'NOOP_FAIL',
+          message: 'told to fail',
+          retryable: cfg.errorClass !== undefined ? cfg.errorClass === 'transient' : (cfg.retryable ?? false),
+          ...(cfg.errorClass !== undefined ? { class: cfg.errorClass } : {}),
+          ...(cfg.input !== undefined ? { input: cfg.input } : {}),
+        },
       };
     }
     return {

@@ -43,11 +43,18 @@ function int(v: number | string | undefined, fallback: number, name: string, min
   if (v === undefined) return fallback;
   const n = typeof v === 'number' ? v : Number(v);
   if (!Number.isInteger(n) || n < min || n > max)
-    throw new InvalidConfig(`${name} must be an integer between ${min} and ${max}, got ${String(v)}`);
+    throw new InvalidConfig(name, `${name} must be an integer between ${min} and ${max}, got ${String(v)}`);
   return n;
 }
 
-class InvalidConfig extends Error {}
+class InvalidConfig extends Error {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 /** Runs a script's `fetch` in this process, under the step's egress list; answers JSON text for the isolate. */
 async function bridgeFetch(
@@ -164,7 +171,17 @@ export default definePlugin({
       return await run(cfg, ctx);
     } catch (e) {
       if (e instanceof InvalidConfig)
-        return { status: 'failed', error: { code: 'INVALID_CONFIG', message: e.message, retryable: false } };
+        // Its config passed the schema at publish: a value that fails now came from the run's data.
+        return {
+          status: 'failed',
+          error: {
+            code: 'INVALID_CONFIG',
+            message: e.message,
+            retryable: false,
+            class: 'invalid_input',
+            input: `with.${e.field}`,
+          },
+        };
       throw e;
     }
   },

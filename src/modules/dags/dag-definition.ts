@@ -132,6 +132,8 @@ const stepFields = z.strictObject({
   maxParallel: z.number().int().min(1).max(MAX_MAP_ITEMS).optional(),
   /** Its place in the tenant's ready queue (0-9, higher first), instead of its run's priority. */
   priority: z.number().int().min(0).max(9).optional(),
+  /** When the step ends failed with a permanent error, the whole run fails at once (its other steps are cancelled). */
+  failRun: z.boolean().optional(),
 });
 
 /**

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
+import type { ErrorClass } from '../plugins/plugin';
 import type { JobName } from './jobs';
 
 export interface StepKey {
@@ -75,7 +76,7 @@ export interface ResultInput {
   logs_hash: string | null;
   /** A failure's error; for `skipped`, why (`reason` and the step.skipped event's other data); for `waiting`, what for. */
   error:
-    | { code: string; message: string; retryable: boolean }
+    | { code: string; message: string; retryable: boolean; class?: ErrorClass; input?: string }
     | ({ reason: string } & Record<string, unknown>)
     | ({ kind: string } & Record<string, unknown>)
     | null;

@@ -537,7 +537,13 @@ function resultInput(c: Completion, artifacts: ArtifactInput[], ord: number): Re
   // A skipped result carries why in its error field (the step.skipped event's data).
   const error: ResultInput['error'] =
     out.status === 'failed'
-      ? { code: out.error.code, message: out.error.message, retryable: out.error.retryable }
+      ? {
+          code: out.error.code,
+          message: out.error.message,
+          retryable: out.error.retryable,
+          ...(out.error.class !== undefined ? { class: out.error.class } : {}),
+          ...(out.error.input !== undefined ? { input: out.error.input } : {}),
+        }
       : out.status === 'skipped'
         ? out.skip
         : out.status === 'waiting'

@@ -1,13 +1,14 @@
 import { recordStepFinished } from '../../core/telemetry/metrics';
 import { currentTraceparent, withChildSpan, withStepSpan } from '../../core/telemetry/tracing';
-import type {
-  JsonObject,
-  JsonValue,
-  PluginContext,
-  PluginError,
-  PluginResult,
-  StepLogLine,
-  WaitRequest,
+import {
+  classified,
+  type JsonObject,
+  type JsonValue,
+  type PluginContext,
+  type PluginError,
+  type PluginResult,
+  type StepLogLine,
+  type WaitRequest,
 } from '../plugins/plugin';
 import type { PluginRegistry } from '../plugins/plugin-registry';
 import type { Sandbox } from '../sandbox/sandbox';
@@ -189,7 +190,11 @@ export class StepExecutor {
             : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject),
         logs: lines,
       });
-    return done({ status: 'failed', error: { ...result.error, message: redact(result.error.message) }, logs: lines });
+    return done({
+      status: 'failed',
+      error: classified({ ...result.error, message: redact(result.error.message) }),
+      logs: lines,
+    });
   }
 
   /** The step's condition: true runs it; false ends it skipped; an expression that fails fails the step. */
@@ -299,17 +304,18 @@ export class StepExecutor {
         secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
         config = rendered.value;
       } catch (e) {
-        if (e instanceof TemplateError || e instanceof SecretNotFoundError) return fail(e.code, e.message, false);
+        // A reference the run's inputs or upstream outputs cannot fill is the input's fault; a missing secret is not.
+        if (e instanceof TemplateError) return invalidInput(e.code, e.message, templateInput(e));
+        if (e instanceof SecretNotFoundError) return fail(e.code, e.message, false);
         throw e;
       }
     }
     const parsed = plugin.configSchema.safeParse(config);
-    if (!parsed.success)
-      return fail(
-        'CONFIG_INVALID',
-        redact(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')),
-        false,
-      );
+    if (!parsed.success) {
+      const message = redact(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; '));
+      // The config passed the schema at publish: what fails now came from the run's data.
+      return invalidInput('CONFIG_INVALID', message, ['with', ...parsed.error.issues[0].path.map(String)].join('.'));
+    }
     if (plugin.waitFor) {
       const wait = plugin.waitFor(parsed.data);
       if (wait.kind !== 'dag') return { status: 'waiting', wait };
@@ -380,6 +386,18 @@ const unredacted = (text: string): string => text;
 function fail(code: string, message: string, retryable: boolean): PluginResult {
   const error: PluginError = { code, message, retryable };
   return { status: 'failed', error, outputs: {} };
+}
+
+/** A failure caused by the run's data: no retry, and the run fails at once naming `input`. */
+function invalidInput(code: string, message: string, input: string): PluginResult {
+  return { status: 'failed', error: { code, message, retryable: false, class: 'invalid_input', input }, outputs: {} };
+}
+
+/** The input a template error is about: its expression, or the config path it was found at. */
+function templateInput(e: TemplateError): string {
+  const d = e.details as { expression?: string; path?: string[] } | undefined;
+  if (d?.expression !== undefined) return d.expression;
+  return ['with', ...(d?.path ?? [])].join('.');
 }
 
 /** What a step that never ran reports: stopped before it started. */

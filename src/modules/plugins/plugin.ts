@@ -46,12 +46,37 @@ export interface PluginContext {
   redact(text: string): string;
 }
 
+/**
+ * What kind of failure a step's error is: `transient` (the step's retry policy applies),
+ * `permanent` (no retry; with the step's `failRun`, its run fails at once) or `invalid_input`
+ * (no retry, and the run fails at once, naming the input in `PluginError.input`).
+ */
+export type ErrorClass = 'transient' | 'permanent' | 'invalid_input';
+
 export interface PluginError {
   /** Stable code, e.g. HTTP_STATUS, TIMEOUT, EGRESS_DENIED, SCRIPT_ERROR, EXIT_CODE. */
   code: string;
   message: string;
   /** True for transient failures (5xx, network errors): the step's retry policy applies. */
   retryable: boolean;
+  /**
+   * The error's class. Absent, it follows `retryable` (transient when true, else permanent); given,
+   * it decides and `retryable` is made to agree (true only for transient).
+   */
+  class?: ErrorClass;
+  /** For `invalid_input`: the input at fault (`inputs.url`, `with.body.id`, a template expression). */
+  input?: string;
+}
+
+/** A step error's class: its own, or the one its `retryable` flag implies. */
+export function errorClass(e: Pick<PluginError, 'retryable' | 'class'>): ErrorClass {
+  return e.class ?? (e.retryable ? 'transient' : 'permanent');
+}
+
+/** An error with `retryable` made to agree with its class (an error without a class is left as is). */
+export function classified(e: PluginError): PluginError {
+  if (e.class === undefined) return e;
+  return { ...e, retryable: e.class === 'transient' };
 }
 
 export type PluginResult =

@@ -35,6 +35,8 @@ export interface StepSpec {
   gate?: string;
   /** Its priority in the tenant's ready queue (0-9, higher first; DEFAULT_PRIORITY when absent). */
   priority?: number;
+  /** A permanent failure of the step fails its run at once (its other steps are cancelled). */
+  failRun?: true;
 }
 
 /** The priority of a run, and of its steps, that names none. */
@@ -156,6 +158,7 @@ function plan(def: DagDefinition, reuse: ReusedOutputs): PlannedStep[] {
         ...(s.map !== undefined ? { map: s.map } : {}),
         ...(s.maxParallel !== undefined ? { maxParallel: s.maxParallel } : {}),
         ...(s.priority !== undefined ? { priority: s.priority } : {}),
+        ...(s.failRun === true ? { failRun: true as const } : {}),
       },
       dependsOn: [...s.dependsOn],
       topoIndex,
