@@ -419,6 +419,7 @@ declare
   v_skipped ordo_step_key[] := '{}';
   v_ff ordo_step_key[] := '{}';
   v_ffc ordo_adv_skip[] := '{}';
+  v_dl ordo_step_key[] := '{}';
   v_wave_skipped ordo_adv_skip[];
   v_ch ordo_adv_chained[];
   v_admitted ordo_adv_chained[] := '{}';
@@ -865,6 +866,18 @@ begin
       job_key => 'child:' || x.tenant_id || ':' || x.run_id, max_attempts => 25)
     from unnest(v_ending) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
     where x.parent_run_id is not null;
+    -- A run that ends failed, of a DAG with onFailure: deadletter, enters its tenant's dead-letter.
+    with i as (
+      insert into dead_letter (tenant_id, run_id, dag_id, dag_version, created_at)
+      select r.tenant_id, r.run_id, x.dag_id, x.dag_version, v_now
+      from unnest(v_ending) r
+      join run x on x.tenant_id = r.tenant_id and x.run_id = r.run_id
+      join dag_version dv on dv.tenant_id = x.tenant_id and dv.dag_id = x.dag_id and dv.version = x.dag_version
+      where r.type = 'run.failed' and dv.definition->>'onFailure' = 'deadletter'
+      on conflict do nothing
+      returning tenant_id, run_id
+    )
+    select coalesce(array_agg(row(i.tenant_id, i.run_id, null)::ordo_step_key), '{}') into v_dl from i;
   end if;
 
   -- The events, in the order they happened: each result's, the steps skipped (collected above),
@@ -916,6 +929,9 @@ begin
       '{' || coalesce('"failedBy":' || to_json(f.step_id)::text || ',', '')
         || '"outputsHash":' || to_json(ordo_run_outputs_hash(r.tenant_id, r.run_id))::text || '}')::ordo_adv_event
     from unnest(v_ending) r left join unnest(v_ff) f on f.tenant_id = r.tenant_id and f.run_id = r.run_id
+    union all
+    select row(k.tenant_id, k.run_id, 3000001, 'run.deadlettered', null, null, 'engine', '{}')::ordo_adv_event
+    from unnest(v_dl) k
   );
 
   -- Events numbered after each run's last one, chained and appended, in the order they happened.
@@ -1280,6 +1296,14 @@ begin
       select 1 from run w where w.tenant_id = v_t and w.dag_id = v_dag and w.status = 'queued' and not w.admitted
     ) then
       raise exception using errcode = 'OR001', message = 'a run waits for a maxConcurrentRuns slot';
+    end if;
+    -- (A run that ends failed and enters the dead-letter ends in the hop, the dead-letter's one home.)
+    if v_failed > 0 and exists (
+      select 1 from dag_version dv
+      where dv.tenant_id = v_t and dv.dag_id = v_dag and dv.version = v_version
+        and dv.definition->>'onFailure' = 'deadletter'
+    ) then
+      raise exception using errcode = 'OR001', message = 'a failed run enters the dead-letter';
     end if;
     v_end := case when v_failed > 0 then 'run.failed' else 'run.succeeded' end;
     v_end_hash := ordo_run_outputs_hash(v_t, v_r);
@@ -2330,6 +2354,22 @@ CREATE TABLE public.dag_version_status_change (
 
 ALTER TABLE ONLY public.dag_version_status_change FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.dead_letter (
+    tenant_id text NOT NULL,
+    run_id uuid NOT NULL,
+    dag_id text NOT NULL,
+    dag_version integer NOT NULL,
+    state text DEFAULT 'open'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    resolved_at timestamp with time zone,
+    resolved_by text,
+    requeued_run_id uuid,
+    CONSTRAINT dead_letter_resolved_check CHECK (((state = 'open'::text) = (resolved_at IS NULL))),
+    CONSTRAINT dead_letter_state_check CHECK ((state = ANY (ARRAY['open'::text, 'requeued'::text, 'discarded'::text])))
+);
+
+ALTER TABLE ONLY public.dead_letter FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.idempotency_key (
     tenant_id text NOT NULL,
     key text NOT NULL,
@@ -2735,6 +2775,9 @@ ALTER TABLE ONLY public.dag_version
 ALTER TABLE ONLY public.dag_version_status_change
     ADD CONSTRAINT dag_version_status_change_pk PRIMARY KEY (tenant_id, dag_id, version, changed_at);
 
+ALTER TABLE ONLY public.dead_letter
+    ADD CONSTRAINT dead_letter_pk PRIMARY KEY (tenant_id, run_id);
+
 ALTER TABLE ONLY public.idempotency_key
     ADD CONSTRAINT idempotency_key_pk PRIMARY KEY (tenant_id, key);
 
@@ -2797,6 +2840,8 @@ CREATE INDEX api_token_tenant_created_idx ON public.api_token USING btree (tenan
 CREATE INDEX bundle_tenant_imported_idx ON public.bundle USING btree (tenant_id, imported_at DESC, bundle_hash);
 
 CREATE INDEX dag_version_list_idx ON public.dag_version USING btree (tenant_id, dag_id, version DESC);
+
+CREATE INDEX dead_letter_list_idx ON public.dead_letter USING btree (tenant_id, created_at, run_id);
 
 CREATE INDEX idempotency_key_expiry_idx ON public.idempotency_key USING btree (expires_at);
 
@@ -2887,6 +2932,12 @@ ALTER TABLE ONLY public.dag_version
 ALTER TABLE ONLY public.dag_version_status_change
     ADD CONSTRAINT dag_version_status_change_version_fk FOREIGN KEY (tenant_id, dag_id, version) REFERENCES public.dag_version(tenant_id, dag_id, version);
 
+ALTER TABLE ONLY public.dead_letter
+    ADD CONSTRAINT dead_letter_run_fk FOREIGN KEY (tenant_id, run_id) REFERENCES public.run(tenant_id, run_id);
+
+ALTER TABLE ONLY public.dead_letter
+    ADD CONSTRAINT dead_letter_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE ONLY public.idempotency_key
     ADD CONSTRAINT idempotency_key_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
@@ -2938,6 +2989,8 @@ ALTER TABLE public.dag_version ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.dag_version_status_change ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE public.dead_letter ENABLE ROW LEVEL SECURITY;
+
 ALTER TABLE public.idempotency_key ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.queue_item ENABLE ROW LEVEL SECURITY;
@@ -2979,6 +3032,8 @@ CREATE POLICY tenant_isolation ON public.dag USING ((tenant_id = public.ordo_cur
 CREATE POLICY tenant_isolation ON public.dag_version USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.dag_version_status_change USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.dead_letter USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.idempotency_key USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
@@ -3128,6 +3183,17 @@ GRANT UPDATE(disabled_at) ON TABLE public.dag_version TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.dag_version_status_change TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.dag_version_status_change TO ordo_system;
+
+GRANT SELECT ON TABLE public.dead_letter TO ordo_app;
+GRANT SELECT,INSERT ON TABLE public.dead_letter TO ordo_system;
+
+GRANT UPDATE(state) ON TABLE public.dead_letter TO ordo_app;
+
+GRANT UPDATE(resolved_at) ON TABLE public.dead_letter TO ordo_app;
+
+GRANT UPDATE(resolved_by) ON TABLE public.dead_letter TO ordo_app;
+
+GRANT UPDATE(requeued_run_id) ON TABLE public.dead_letter TO ordo_app;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.idempotency_key TO ordo_app;
 GRANT SELECT,DELETE ON TABLE public.idempotency_key TO ordo_system;

@@ -16,7 +16,8 @@
 --     (topological order, ties by step id; a step under a concurrency gate always goes through the
 --     queue), queues the rest and wakes the workers;
 --   - ends the runs with no step left (failed if any step failed), with the hash of their steps'
---     outputs, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
+--     outputs, enters the failed ones of DAGs with `onFailure: deadletter` in their tenant's
+--     dead-letter, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
 --   - fans map steps handed back with their elements out to their instances (ordo_map_expand), and
 --     ends the map steps whose instances all ended (ordo_map_join);
 --   - appends the hash-chained events of all this to each run, in the order it happened.
@@ -49,6 +50,7 @@ declare
   v_skipped ordo_step_key[] := '{}';
   v_ff ordo_step_key[] := '{}';
   v_ffc ordo_adv_skip[] := '{}';
+  v_dl ordo_step_key[] := '{}';
   v_wave_skipped ordo_adv_skip[];
   v_ch ordo_adv_chained[];
   v_admitted ordo_adv_chained[] := '{}';
@@ -495,6 +497,18 @@ begin
       job_key => 'child:' || x.tenant_id || ':' || x.run_id, max_attempts => 25)
     from unnest(v_ending) e join run x on x.tenant_id = e.tenant_id and x.run_id = e.run_id
     where x.parent_run_id is not null;
+    -- A run that ends failed, of a DAG with onFailure: deadletter, enters its tenant's dead-letter.
+    with i as (
+      insert into dead_letter (tenant_id, run_id, dag_id, dag_version, created_at)
+      select r.tenant_id, r.run_id, x.dag_id, x.dag_version, v_now
+      from unnest(v_ending) r
+      join run x on x.tenant_id = r.tenant_id and x.run_id = r.run_id
+      join dag_version dv on dv.tenant_id = x.tenant_id and dv.dag_id = x.dag_id and dv.version = x.dag_version
+      where r.type = 'run.failed' and dv.definition->>'onFailure' = 'deadletter'
+      on conflict do nothing
+      returning tenant_id, run_id
+    )
+    select coalesce(array_agg(row(i.tenant_id, i.run_id, null)::ordo_step_key), '{}') into v_dl from i;
   end if;
 
   -- The events, in the order they happened: each result's, the steps skipped (collected above),
@@ -546,6 +560,9 @@ begin
       '{' || coalesce('"failedBy":' || to_json(f.step_id)::text || ',', '')
         || '"outputsHash":' || to_json(ordo_run_outputs_hash(r.tenant_id, r.run_id))::text || '}')::ordo_adv_event
     from unnest(v_ending) r left join unnest(v_ff) f on f.tenant_id = r.tenant_id and f.run_id = r.run_id
+    union all
+    select row(k.tenant_id, k.run_id, 3000001, 'run.deadlettered', null, null, 'engine', '{}')::ordo_adv_event
+    from unnest(v_dl) k
   );
 
   -- Events numbered after each run's last one, chained and appended, in the order they happened.

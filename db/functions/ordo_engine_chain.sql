@@ -312,6 +312,14 @@ begin
     ) then
       raise exception using errcode = 'OR001', message = 'a run waits for a maxConcurrentRuns slot';
     end if;
+    -- (A run that ends failed and enters the dead-letter ends in the hop, the dead-letter's one home.)
+    if v_failed > 0 and exists (
+      select 1 from dag_version dv
+      where dv.tenant_id = v_t and dv.dag_id = v_dag and dv.version = v_version
+        and dv.definition->>'onFailure' = 'deadletter'
+    ) then
+      raise exception using errcode = 'OR001', message = 'a failed run enters the dead-letter';
+    end if;
     v_end := case when v_failed > 0 then 'run.failed' else 'run.succeeded' end;
     v_end_hash := ordo_run_outputs_hash(v_t, v_r);
     -- A child run of a `dag` step that ends resumes its parent's step (as in the hop).

@@ -43,6 +43,7 @@ const RESOURCE: Record<string, string> = {
   dagId: 'DAG',
   version: 'DAG version',
   runId: 'run',
+  deadLetterRunId: 'dead-letter entry',
   stepId: 'run step',
   artifactSha256: 'artifact',
   bundleHash: 'bundle',

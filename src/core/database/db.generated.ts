@@ -132,6 +132,18 @@ export interface DagVersionStatusChange {
   version: number;
 }
 
+export interface DeadLetter {
+  created_at: Generated<Timestamp>;
+  dag_id: string;
+  dag_version: number;
+  requeued_run_id: string | null;
+  resolved_at: Timestamp | null;
+  resolved_by: string | null;
+  run_id: string;
+  state: Generated<string>;
+  tenant_id: string;
+}
+
 export interface GraphileWorkerJobs {
   attempts: number | null;
   created_at: Timestamp | null;
@@ -448,6 +460,7 @@ export interface DB {
   dag: Dag;
   dag_version: DagVersion;
   dag_version_status_change: DagVersionStatusChange;
+  dead_letter: DeadLetter;
   "graphile_worker._private_job_queues": GraphileWorkerPrivateJobQueues;
   "graphile_worker._private_jobs": GraphileWorkerPrivateJobs;
   "graphile_worker._private_known_crontabs": GraphileWorkerPrivateKnownCrontabs;

@@ -171,6 +171,8 @@ export const dagDefinition = z
     /** JSON Schema (draft 2020-12 subset) that run inputs must match. */
     inputs: z.record(z.string(), z.unknown()).optional(),
     constraints: dagConstraints.optional(),
+    /** What happens to a run that ends failed: `deadletter` puts it in the tenant's dead-letter. */
+    onFailure: z.enum(['deadletter']).optional(),
     steps: z.array(stepDefinition).min(1).max(1000),
   })
   .superRefine((d, ctx) => {

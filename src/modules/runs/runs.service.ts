@@ -652,40 +652,65 @@ export class RunsService {
    * (succeeded, fromRerun) instead of executing again.
    */
   async rerun(tenantId: string, runId: string, fromStep: string, actor: string): Promise<CreateRunResult> {
-    return this.db.withTenant(tenantId, async (tx) => {
-      const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
-      if (!row) throw notFound('run', 'RUN_NOT_FOUND');
-      if (row.status !== 'failed')
-        throw conflict('RUN_NOT_FAILED', `only a failed run can be rerun from a step (run is ${row.status})`);
-      const old = (await this.repo.findRun(tx, runId))!;
-      const v = await this.dags.findVersion(tx, old.dag_id, old.dag_version);
-      if (!v) throw notFound('run', 'RUN_NOT_FOUND');
-      if (!v.definition.steps.some((s) => s.id === fromStep)) throw notFound(`step ${fromStep}`, 'STEP_NOT_FOUND');
-      const redo = descendants(v.definition.steps, fromStep);
-      redo.add(fromStep);
-      const reuse: ReusedOutputs = new Map();
-      for (const s of await this.repo.succeededOutputs(tx, runId)) {
-        if (!redo.has(s.step_id))
-          reuse.set(s.step_id, { outputs: (s.outputs ?? null) as JsonValue, outputsHash: s.outputs_hash });
-      }
-      const [created] = await this.createdInTx(
-        tx,
-        tenantId,
-        [
-          {
-            dagId: old.dag_id,
-            version: old.dag_version,
-            inputs: old.inputs,
-            runToken: `rerun:${runId}:${randomUUID()}`,
-            requestedBy: actor,
-          },
-        ],
-        { rerunOf: runId, rerunFromStep: fromStep, reuse },
-        true,
-      );
-      await this.recordOn(tx, row, { type: 'run.rerun', actor, data: { newRunId: created.runId, fromStep } });
-      return created;
-    });
+    return this.db.withTenant(tenantId, (tx) => this.rerunIn(tx, tenantId, runId, fromStep, actor));
+  }
+
+  /**
+   * The rerun of `rerun`, in the caller's transaction, recorded on the failed run as `event`
+   * (`run.rerun`; the dead-letter's requeue records `run.deadletter_requeued`) with its actor.
+   */
+  async rerunIn(
+    tx: TenantTx,
+    tenantId: string,
+    runId: string,
+    fromStep: string,
+    actor: string,
+    event = 'run.rerun',
+  ): Promise<CreateRunResult> {
+    const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
+    if (!row) throw notFound('run', 'RUN_NOT_FOUND');
+    if (row.status !== 'failed')
+      throw conflict('RUN_NOT_FAILED', `only a failed run can be rerun from a step (run is ${row.status})`);
+    const old = (await this.repo.findRun(tx, runId))!;
+    const v = await this.dags.findVersion(tx, old.dag_id, old.dag_version);
+    if (!v) throw notFound('run', 'RUN_NOT_FOUND');
+    if (!v.definition.steps.some((s) => s.id === fromStep)) throw notFound(`step ${fromStep}`, 'STEP_NOT_FOUND');
+    const redo = descendants(v.definition.steps, fromStep);
+    redo.add(fromStep);
+    const reuse: ReusedOutputs = new Map();
+    for (const s of await this.repo.succeededOutputs(tx, runId)) {
+      if (!redo.has(s.step_id))
+        reuse.set(s.step_id, { outputs: (s.outputs ?? null) as JsonValue, outputsHash: s.outputs_hash });
+    }
+    const [created] = await this.createdInTx(
+      tx,
+      tenantId,
+      [
+        {
+          dagId: old.dag_id,
+          version: old.dag_version,
+          inputs: old.inputs,
+          runToken: `rerun:${runId}:${randomUUID()}`,
+          requestedBy: actor,
+        },
+      ],
+      { rerunOf: runId, rerunFromStep: fromStep, reuse },
+      true,
+    );
+    await this.recordOn(tx, row, { type: event, actor, data: { newRunId: created.runId, fromStep } });
+    return created;
+  }
+
+  /** Appends an event by `actor` to a run's chain (the run locked first), e.g. an audit of a change elsewhere. */
+  async recordIn(
+    tx: TenantTx,
+    tenantId: string,
+    runId: string,
+    draft: { type: string; actor: string; data: JsonObject },
+  ) {
+    const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
+    if (!row) throw notFound('run', 'RUN_NOT_FOUND');
+    await this.recordOn(tx, row, draft);
   }
 
   private async recordOn(tx: TenantTx, row: RunBookRow, draft: { type: string; actor: string; data: JsonObject }) {

@@ -3,6 +3,7 @@ import { ArtifactsModule } from '../../modules/artifacts/artifacts.module';
 import { AuthModule } from '../../modules/auth/auth.module';
 import { BundlesModule } from '../../modules/bundles/bundles.module';
 import { DagsModule } from '../../modules/dags/dags.module';
+import { DeadLetterModule } from '../../modules/deadletter/deadletter.module';
 import { ExportModule } from '../../modules/export/export.module';
 import { FlowModule } from '../../modules/flow/flow.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
@@ -23,6 +24,7 @@ import { TrustModule } from '../../modules/trust/trust.module';
     DagsModule,
     RunsModule,
     FlowModule,
+    DeadLetterModule,
     ArtifactsModule,
     SchedulesModule,
     TrustModule,
