@@ -41,7 +41,15 @@ module.exports = {
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   projects: [
-    { ...common, displayName: 'unit', testMatch: ['<rootDir>/src/**/*.spec.ts', '<rootDir>/plugins/**/*.spec.ts'] },
+    {
+      ...common,
+      displayName: 'unit',
+      testMatch: [
+        '<rootDir>/src/**/*.spec.ts',
+        '<rootDir>/plugins/**/*.spec.ts',
+        '<rootDir>/sdk/worker/src/**/*.spec.ts',
+      ],
+    },
     { ...common, displayName: 'medium', testMatch: ['<rootDir>/test/medium/**/*.test.ts'], slowTestThreshold: 20 },
     { ...common, displayName: 'e2e', testMatch: ['<rootDir>/test/e2e/**/*.test.ts'], slowTestThreshold: 30 },
   ],

@@ -1,0 +1,370 @@
+import type { ApiClient } from './api-client';
+import { backoffDelay, DEFAULT_BACKOFF, sleep, type BackoffOptions } from './backoff';
+import { Channel, ChannelRefused } from './channel';
+import { OrdoApiError } from './errors';
+import {
+  REFUSED_RESULT_CODES,
+  type HeartbeatAnswer,
+  type JsonObject,
+  type ProgressBody,
+  type Registration,
+  type ResultAnswer,
+  type ResultBody,
+  type Task,
+} from './protocol';
+
+export type TransportKind = 'websocket' | 'long-poll';
+
+/** What a session needs from the worker that owns it. */
+export interface SessionHost {
+  readonly client: ApiClient;
+  readonly backoff?: BackoffOptions;
+  /** Tries of a result post over HTTP before it is given up. */
+  readonly resultTries: number;
+  /** Slots free for more tasks now. */
+  capacity(): number;
+  /** Models loaded now, sent with each heartbeat. */
+  loaded(): string[] | undefined;
+  onTask(task: Task, session: WorkerSession): void;
+  onCancel(attemptId: string, reason: string): void;
+  /** The server no longer knows this registration (offline past its TTL, or WORKER_NOT_FOUND). */
+  onLost(session: WorkerSession, why: string): void;
+  /** An answer no retry can change (the token was revoked, lacks the worker scope). */
+  onFatal(error: Error): void;
+  onTransport(kind: TransportKind): void;
+  onRefused(task: Task, code: string): void;
+  onWarning(error: Error): void;
+}
+
+const CHANNEL_OPEN_TIMEOUT_MS = 10_000;
+const ACK_TIMEOUT_MS = 15_000;
+/** Consecutive failures to open the channel before the session pulls by long-poll instead. */
+const CHANNEL_FAILURES_BEFORE_FALLBACK = 3;
+
+const isWorkerNotFound = (e: unknown) => e instanceof OrdoApiError && e.code === 'WORKER_NOT_FOUND';
+const isFatal = (e: unknown) => e instanceof OrdoApiError && (e.status === 401 || e.status === 403);
+
+/**
+ * One registration of the worker (one worker id): its heartbeats, the pulling of tasks (over the
+ * channel, or by long-poll) and the posting of their results and progress. It ends when the worker
+ * leaves or when the server no longer knows the id; the worker then registers again.
+ */
+export class WorkerSession {
+  private readonly ended = new AbortController();
+  /** Aborts pulling (long-poll requests, channel credit) when the session drains or ends. */
+  private readonly pulling = new AbortController();
+  private channel: Channel | undefined;
+  /** Credit granted on the open channel and not yet used by a task. */
+  private credit = 0;
+  private wakeCapacity: (() => void) | undefined;
+  private readonly progressInFlight = new Map<string, ProgressBody | null>();
+
+  constructor(
+    readonly registration: Registration,
+    private readonly host: SessionHost,
+    private transport: TransportKind,
+  ) {}
+
+  get workerId(): string {
+    return this.registration.workerId;
+  }
+
+  get transportKind(): TransportKind {
+    return this.transport;
+  }
+
+  get isEnded(): boolean {
+    return this.ended.signal.aborted;
+  }
+
+  private get path(): string {
+    return `/api/v1/workers/${encodeURIComponent(this.workerId)}`;
+  }
+
+  start(): void {
+    void this.heartbeatLoop();
+    void (this.transport === 'websocket' ? this.channelLoop() : this.pollLoop());
+  }
+
+  /** A slot was freed: grant the channel more credit, or let the long-poll ask for more. */
+  capacityChanged(): void {
+    this.grantCredit();
+    this.wakeCapacity?.();
+  }
+
+  /** Tells the server to offer no more tasks and stops pulling; tasks held finish normally. */
+  async drain(): Promise<void> {
+    this.stopPulling();
+    if (this.isEnded) return;
+    await this.host.client
+      .call('POST', `${this.path}/drain`, { tries: 3, signal: this.ended.signal })
+      .catch((e: unknown) => this.host.onWarning(e as Error));
+  }
+
+  /** Leaves (DELETE): tasks still held are orphaned and retried elsewhere. Ends the session. */
+  async leave(): Promise<void> {
+    if (!this.isEnded) {
+      await this.host.client.call('DELETE', this.path, { tries: 3 }).catch((e: unknown) => {
+        if (!isWorkerNotFound(e)) this.host.onWarning(e as Error);
+      });
+    }
+    this.end();
+  }
+
+  /** Ends the session's loops and closes the channel, without telling the server. */
+  end(): void {
+    this.stopPulling();
+    this.ended.abort();
+    this.channel?.close();
+    this.channel = undefined;
+  }
+
+  /**
+   * Posts a task's result (on the channel when open, else over HTTP, retried). Resolves with the
+   * server's answer, or undefined when the server refuses it for good (the attempt went elsewhere,
+   * was cancelled, or has another result) or it could not be delivered.
+   */
+  async postResult(task: Task, body: ResultBody): Promise<ResultAnswer | undefined> {
+    if (this.channel?.isOpen) {
+      try {
+        return await this.channel.sendResult(task.attemptId, body, ACK_TIMEOUT_MS);
+      } catch (e) {
+        if (e instanceof OrdoApiError && REFUSED_RESULT_CODES.has(e.code)) {
+          this.host.onRefused(task, e.code);
+          return undefined;
+        }
+        // Not acknowledged on the channel: HTTP gives a definite answer (a repeated result is answered as a duplicate).
+      }
+    }
+    return this.postResultHttp(task, body, false);
+  }
+
+  private async postResultHttp(task: Task, body: ResultBody, replacement: boolean): Promise<ResultAnswer | undefined> {
+    try {
+      const r = await this.host.client.call<ResultAnswer>(
+        'POST',
+        `${this.path}/tasks/${encodeURIComponent(task.attemptId)}/result`,
+        { body, tries: this.host.resultTries, signal: this.ended.signal },
+      );
+      return r.body;
+    } catch (e) {
+      if (e instanceof OrdoApiError && REFUSED_RESULT_CODES.has(e.code)) {
+        this.host.onRefused(task, e.code);
+        return undefined;
+      }
+      if (isWorkerNotFound(e)) {
+        this.lost('WORKER_NOT_FOUND');
+        return undefined;
+      }
+      if (e instanceof OrdoApiError && (e.status === 413 || e.status === 400) && !replacement) {
+        // The result itself is refused: the step fails for good with the reason, instead of waiting for its deadline.
+        const code = e.status === 413 ? 'OUTPUTS_TOO_LARGE' : 'RESULT_REJECTED';
+        const failed: ResultBody = {
+          epoch: body.epoch,
+          status: 'failed',
+          error: { class: 'permanent', code, message: e.message },
+        };
+        return this.postResultHttp(task, failed, true);
+      }
+      this.host.onWarning(e as Error);
+      return undefined;
+    }
+  }
+
+  /** Reports progress, best effort; while one post of a task is under way the latest report waits for it. */
+  progress(task: Task, percent?: number, message?: string, data?: JsonObject): void {
+    const body: ProgressBody = {
+      epoch: task.epoch,
+      ...(percent !== undefined ? { percent } : {}),
+      ...(message !== undefined ? { message } : {}),
+      ...(data !== undefined ? { data } : {}),
+    };
+    if (this.isEnded) return;
+    if (this.channel?.send({ type: 'progress', attemptId: task.attemptId, ...body })) return;
+    if (this.progressInFlight.has(task.attemptId)) {
+      this.progressInFlight.set(task.attemptId, body);
+      return;
+    }
+    this.progressInFlight.set(task.attemptId, null);
+    void this.postProgress(task, body);
+  }
+
+  private async postProgress(task: Task, body: ProgressBody): Promise<void> {
+    let next: ProgressBody | null = body;
+    while (next && !this.isEnded) {
+      this.progressInFlight.set(task.attemptId, null);
+      await this.host.client
+        .call('POST', `${this.path}/tasks/${encodeURIComponent(task.attemptId)}/progress`, {
+          body: next,
+          tries: 1,
+          signal: this.ended.signal,
+        })
+        .catch(() => undefined);
+      next = this.progressInFlight.get(task.attemptId) ?? null;
+    }
+    this.progressInFlight.delete(task.attemptId);
+  }
+
+  private lost(why: string): void {
+    if (this.isEnded) return;
+    this.end();
+    this.host.onLost(this, why);
+  }
+
+  private stopPulling(): void {
+    this.pulling.abort();
+    this.wakeCapacity?.();
+  }
+
+  private handleCallError(e: unknown): boolean {
+    if (isWorkerNotFound(e)) {
+      this.lost('WORKER_NOT_FOUND');
+      return false;
+    }
+    if (isFatal(e)) {
+      this.end();
+      this.host.onFatal(e as Error);
+      return false;
+    }
+    this.host.onWarning(e as Error);
+    return true;
+  }
+
+  private onHeartbeat(answer: HeartbeatAnswer): void {
+    for (const c of answer.cancel ?? []) this.host.onCancel(c.attemptId, c.reason);
+    if (answer.status === 'offline') this.lost('offline');
+    else if (answer.status === 'draining') this.stopPulling();
+  }
+
+  private async heartbeatLoop(): Promise<void> {
+    const signal = this.ended.signal;
+    for (;;) {
+      await sleep(this.registration.heartbeatIntervalMs, signal);
+      if (signal.aborted) return;
+      const loaded = this.host.loaded();
+      const body = loaded !== undefined ? { loaded } : {};
+      // On the channel the answer comes back as a heartbeat message.
+      if (this.channel?.send({ type: 'heartbeat', ...body })) continue;
+      try {
+        const r = await this.host.client.call<HeartbeatAnswer>('POST', `${this.path}/heartbeat`, {
+          body,
+          tries: 3,
+          timeoutMs: Math.max(1_000, this.registration.heartbeatIntervalMs),
+          signal,
+        });
+        if (r.body) this.onHeartbeat(r.body);
+      } catch (e) {
+        if (signal.aborted || !this.handleCallError(e)) return;
+      }
+    }
+  }
+
+  private waitForCapacity(): Promise<void> {
+    return new Promise((resolve) => {
+      this.wakeCapacity = () => {
+        this.wakeCapacity = undefined;
+        resolve();
+      };
+    });
+  }
+
+  private async pollLoop(): Promise<void> {
+    const signal = this.pulling.signal;
+    const waitMs = this.registration.longPollMs;
+    let failures = 0;
+    while (!signal.aborted) {
+      const free = this.host.capacity();
+      if (free <= 0) {
+        await this.waitForCapacity();
+        continue;
+      }
+      try {
+        const r = await this.host.client.call<{ tasks: Task[] }>(
+          'GET',
+          `${this.path}/tasks/next?waitMs=${waitMs}&max=${free}`,
+          { timeoutMs: waitMs + 15_000, signal, tries: 1 },
+        );
+        failures = 0;
+        if (r.status === 200) for (const t of r.body?.tasks ?? []) this.host.onTask(t, this);
+      } catch (e) {
+        if (signal.aborted || !this.handleCallError(e)) return;
+        this.host.client.failover();
+        await sleep(backoffDelay(failures++, this.host.backoff ?? DEFAULT_BACKOFF), signal);
+      }
+    }
+  }
+
+  private grantCredit(): void {
+    if (!this.channel?.isOpen || this.pulling.signal.aborted) return;
+    const want = this.host.capacity() - this.credit;
+    if (want > 0 && this.channel.send({ type: 'ready', credit: want })) this.credit += want;
+  }
+
+  private async channelLoop(): Promise<void> {
+    let failures = 0;
+    while (!this.ended.signal.aborted) {
+      let closed!: () => void;
+      const whenClosed = new Promise<void>((resolve) => (closed = resolve));
+      let channel: Channel;
+      try {
+        const url = `${this.host.client.baseUrl.replace(/^http/, 'ws')}${this.path}/channel`;
+        channel = await Channel.open(
+          url,
+          this.host.client.headers,
+          {
+            onTask: (task) => {
+              this.credit = Math.max(0, this.credit - 1);
+              this.host.onTask(task, this);
+            },
+            onCancel: (attemptId, reason) => this.host.onCancel(attemptId, reason),
+            onHeartbeat: (answer) => this.onHeartbeat(answer),
+            onError: (error) => {
+              if (!this.handleCallError(error)) closed();
+            },
+            onClose: () => closed(),
+          },
+          CHANNEL_OPEN_TIMEOUT_MS,
+        );
+      } catch (e) {
+        if (this.ended.signal.aborted) return;
+        const refused = e instanceof ChannelRefused ? e : undefined;
+        if (refused?.code === 'WORKER_NOT_FOUND') return this.lost('WORKER_NOT_FOUND');
+        if (refused?.status === 401 || refused?.status === 403) {
+          this.end();
+          return this.host.onFatal(new OrdoApiError(refused.status, refused.code ?? 'FORBIDDEN', refused.message));
+        }
+        failures++;
+        // A server that answers the upgrade with a client error has no channel for us: long-poll instead.
+        const noChannel = refused?.status !== undefined && refused.status < 500;
+        if (noChannel || failures >= CHANNEL_FAILURES_BEFORE_FALLBACK) {
+          this.host.onWarning(
+            new Error(`WebSocket channel unavailable (${(e as Error).message}); pulling by long-poll`),
+          );
+          this.transport = 'long-poll';
+          this.host.onTransport('long-poll');
+          return this.pollLoop();
+        }
+        this.host.client.failover();
+        await sleep(backoffDelay(failures - 1, this.host.backoff ?? DEFAULT_BACKOFF), this.ended.signal);
+        continue;
+      }
+      if (this.ended.signal.aborted) {
+        channel.close();
+        return;
+      }
+      failures = 0;
+      this.channel = channel;
+      this.credit = 0;
+      this.host.onTransport('websocket');
+      this.grantCredit();
+      const onEnd = () => closed();
+      this.ended.signal.addEventListener('abort', onEnd, { once: true });
+      await whenClosed;
+      this.ended.signal.removeEventListener('abort', onEnd);
+      if (this.channel === channel) this.channel = undefined;
+      channel.close();
+      // A server that closes each new connection at once is not asked again in a tight loop.
+      await sleep(backoffDelay(0, this.host.backoff ?? DEFAULT_BACKOFF), this.ended.signal);
+    }
+  }
+}

@@ -1,0 +1,176 @@
+import { TaskError } from './errors';
+import type { JsonObject, LogLevel, ResultBody, Task } from './protocol';
+import type { CompiledSchema, SchemaLike } from './schema';
+
+/** What a handler receives beside its input. */
+export interface TaskContext {
+  /** Aborts when the task is cancelled, the worker loses it (offline) or its deadline passes. */
+  signal: AbortSignal;
+  attemptId: string;
+  attempt: number;
+  runId: string;
+  stepId: string;
+  dagId: string;
+  dagVersion: number;
+  taskType: string;
+  deadline: Date;
+  /** W3C trace context of the step, for the handler's own spans. */
+  traceparent: string;
+  /** Reports progress (0..100) to the run; best effort, never throws. */
+  progress(percent?: number, message?: string, data?: JsonObject): void;
+  /** A line for the step's logs, posted with the result. */
+  log(level: LogLevel, message: string): void;
+  /** A named status for the step (the DAG may branch on it), posted with the result. */
+  setNamedStatus(name: string): void;
+}
+
+/** A task type the worker handles. */
+export interface HandlerDefinition<I = unknown, O = unknown> {
+  /** Validates the input before `run` (a mismatch fails the task: invalid_input, INPUT_INVALID). */
+  input?: SchemaLike<I>;
+  /** Declared to the server, which checks the outputs against it (CONTRACT_VIOLATION). */
+  output?: SchemaLike<O>;
+  run(input: I, ctx: TaskContext): Promise<O> | O;
+}
+
+export interface CompiledHandler {
+  definition: HandlerDefinition;
+  input?: CompiledSchema;
+  output?: CompiledSchema;
+}
+
+/** Limits on the log lines posted with a result, so a chatty handler cannot make it too large. */
+const MAX_LOG_LINES = 200;
+const MAX_LOG_CHARS = 4_000;
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
+
+class DeadlineExceeded extends Error {
+  override readonly name = 'DeadlineExceeded';
+}
+
+/**
+ * One attempt of a task on this worker: validates the input, runs the handler with its context and
+ * turns what happened into the result body. A cancelled execution yields no result.
+ */
+export class TaskExecution {
+  private readonly controller = new AbortController();
+  private readonly logs: { level: LogLevel; message: string }[] = [];
+  private namedStatus: string | undefined;
+  private cancelReason: string | undefined;
+
+  constructor(
+    readonly task: Task,
+    private readonly handler: CompiledHandler | undefined,
+    private readonly onProgress: (task: Task, percent?: number, message?: string, data?: JsonObject) => void,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  get cancelled(): boolean {
+    return this.cancelReason !== undefined;
+  }
+
+  /** Aborts the handler; the execution then posts nothing. */
+  cancel(reason: string): void {
+    if (this.cancelReason !== undefined) return;
+    this.cancelReason = reason;
+    this.controller.abort(new Error(`task cancelled: ${reason}`));
+  }
+
+  /** Runs the attempt; the result body to post, or undefined when it was cancelled. */
+  async execute(): Promise<ResultBody | undefined> {
+    const body = await this.outcome();
+    return this.cancelled ? undefined : body;
+  }
+
+  private async outcome(): Promise<ResultBody> {
+    if (!this.handler) {
+      return this.failed('permanent', 'TASK_TYPE_UNKNOWN', `this worker has no handler for ${this.task.taskType}`);
+    }
+    let input: unknown = this.task.inputs;
+    const check = this.handler.input?.validate?.(input);
+    if (check && !check.ok) return this.failed('invalid_input', 'INPUT_INVALID', check.message);
+    if (check?.ok) input = check.value;
+
+    const deadlineMs = Date.parse(this.task.deadline);
+    const timer = Number.isFinite(deadlineMs)
+      ? setTimeout(
+          () => this.controller.abort(new DeadlineExceeded(`deadline ${this.task.deadline} passed`)),
+          Math.max(0, deadlineMs - Date.now()),
+        )
+      : undefined;
+    try {
+      const returned = await this.handler.definition.run(input, this.context(deadlineMs));
+      return this.succeeded(returned);
+    } catch (e) {
+      if (e instanceof TaskError) return this.failed(e.errorClass, e.code, e.message);
+      if (this.controller.signal.reason instanceof DeadlineExceeded) {
+        return this.failed('transient', 'DEADLINE_EXCEEDED', (this.controller.signal.reason as Error).message);
+      }
+      const message = e instanceof Error ? e.message : String(e);
+      return this.failed('transient', 'HANDLER_ERROR', message);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private context(deadlineMs: number): TaskContext {
+    const t = this.task;
+    return {
+      signal: this.controller.signal,
+      attemptId: t.attemptId,
+      attempt: t.attempt,
+      runId: t.runId,
+      stepId: t.stepId,
+      dagId: t.dagId,
+      dagVersion: t.dagVersion,
+      taskType: t.taskType,
+      deadline: new Date(deadlineMs),
+      traceparent: t.traceparent,
+      progress: (percent, message, data) => {
+        if (!this.cancelled) this.onProgress(t, percent, message, data);
+      },
+      log: (level, message) => {
+        if (this.logs.length < MAX_LOG_LINES)
+          this.logs.push({ level, message: String(message).slice(0, MAX_LOG_CHARS) });
+      },
+      setNamedStatus: (name) => {
+        this.namedStatus = name;
+      },
+    };
+  }
+
+  private succeeded(returned: unknown): ResultBody {
+    let outputs: unknown = returned ?? {};
+    try {
+      // Only JSON reaches the server: dates become strings, undefined properties go.
+      outputs = JSON.parse(JSON.stringify(outputs));
+    } catch (e) {
+      return this.failed('permanent', 'OUTPUT_NOT_JSON', `the handler returned a value that is not JSON: ${String(e)}`);
+    }
+    if (!isPlainObject(outputs)) {
+      return this.failed('permanent', 'OUTPUT_NOT_OBJECT', 'the handler must return an object (the step outputs)');
+    }
+    return {
+      epoch: this.task.epoch,
+      status: 'succeeded',
+      outputs: outputs as JsonObject,
+      ...(this.namedStatus !== undefined ? { namedStatus: this.namedStatus } : {}),
+      ...(this.logs.length > 0 ? { logs: this.logs } : {}),
+    };
+  }
+
+  private failed(errorClass: TaskError['errorClass'], code: string, message: string): ResultBody {
+    return {
+      epoch: this.task.epoch,
+      status: 'failed',
+      error: { class: errorClass, code, message },
+      ...(this.namedStatus !== undefined ? { namedStatus: this.namedStatus } : {}),
+      ...(this.logs.length > 0 ? { logs: this.logs } : {}),
+    };
+  }
+}
