@@ -8,8 +8,8 @@ export interface ChannelHandlers {
   onHeartbeat(answer: HeartbeatAnswer): void;
   /** An error message the server sent about no particular result. */
   onError(error: OrdoApiError): void;
-  /** The connection ended (after it was open), by either side. */
-  onClose(): void;
+  /** The connection ended (after it was open) by the server or the network, with the close code. */
+  onClose(code: number): void;
 }
 
 /** Why a connection could not be opened. */
@@ -45,13 +45,13 @@ export class Channel {
     private readonly handlers: ChannelHandlers,
   ) {
     ws.on('message', (data: WebSocket.RawData) => this.receive(data));
-    ws.on('close', () => {
+    ws.on('close', (code: number) => {
       for (const [id, p] of this.pending) {
         clearTimeout(p.timer);
         p.reject(new Error(`channel closed before the result of ${id} was acknowledged`));
       }
       this.pending.clear();
-      if (!this.closedByUs) handlers.onClose();
+      if (!this.closedByUs) handlers.onClose(code);
     });
     // Errors after the open are followed by a close, handled above.
     ws.on('error', () => undefined);

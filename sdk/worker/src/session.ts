@@ -37,11 +37,17 @@ export interface SessionHost {
 }
 
 const CHANNEL_OPEN_TIMEOUT_MS = 10_000;
+/** The close code of a channel whose worker the server reports offline. */
+const CLOSE_OFFLINE = 4409;
+/** The most credit the server keeps for a channel (and takes in one `ready`). */
+const MAX_CREDIT = 1_000;
 const ACK_TIMEOUT_MS = 15_000;
 /** Consecutive failures to open the channel before the session pulls by long-poll instead. */
 const CHANNEL_FAILURES_BEFORE_FALLBACK = 3;
 
-const isWorkerNotFound = (e: unknown) => e instanceof OrdoApiError && e.code === 'WORKER_NOT_FOUND';
+/** Answers that mean the server no longer knows this registration: the worker registers again. */
+const GONE_CODES: ReadonlySet<string> = new Set(['WORKER_NOT_FOUND', 'WORKER_OFFLINE']);
+const isWorkerGone = (e: unknown) => e instanceof OrdoApiError && GONE_CODES.has(e.code);
 const isFatal = (e: unknown) => e instanceof OrdoApiError && (e.status === 401 || e.status === 403);
 
 /**
@@ -105,7 +111,7 @@ export class WorkerSession {
   async leave(): Promise<void> {
     if (!this.isEnded) {
       await this.host.client.call('DELETE', this.path, { tries: 3 }).catch((e: unknown) => {
-        if (!isWorkerNotFound(e)) this.host.onWarning(e as Error);
+        if (!isWorkerGone(e)) this.host.onWarning(e as Error);
       });
     }
     this.end();
@@ -152,8 +158,8 @@ export class WorkerSession {
         this.host.onRefused(task, e.code);
         return undefined;
       }
-      if (isWorkerNotFound(e)) {
-        this.lost('WORKER_NOT_FOUND');
+      if (isWorkerGone(e)) {
+        this.lost((e as OrdoApiError).code);
         return undefined;
       }
       if (e instanceof OrdoApiError && (e.status === 413 || e.status === 400) && !replacement) {
@@ -217,8 +223,8 @@ export class WorkerSession {
   }
 
   private handleCallError(e: unknown): boolean {
-    if (isWorkerNotFound(e)) {
-      this.lost('WORKER_NOT_FOUND');
+    if (isWorkerGone(e)) {
+      this.lost((e as OrdoApiError).code);
       return false;
     }
     if (isFatal(e)) {
@@ -296,7 +302,7 @@ export class WorkerSession {
 
   private grantCredit(): void {
     if (!this.channel?.isOpen || this.pulling.signal.aborted) return;
-    const want = this.host.capacity() - this.credit;
+    const want = Math.min(this.host.capacity(), MAX_CREDIT) - this.credit;
     if (want > 0 && this.channel.send({ type: 'ready', credit: want })) this.credit += want;
   }
 
@@ -321,14 +327,18 @@ export class WorkerSession {
             onError: (error) => {
               if (!this.handleCallError(error)) closed();
             },
-            onClose: () => closed(),
+            onClose: (code) => {
+              // The server closes the channel of a worker it reports offline: register again.
+              if (code === CLOSE_OFFLINE) this.lost('offline');
+              closed();
+            },
           },
           CHANNEL_OPEN_TIMEOUT_MS,
         );
       } catch (e) {
         if (this.ended.signal.aborted) return;
         const refused = e instanceof ChannelRefused ? e : undefined;
-        if (refused?.code === 'WORKER_NOT_FOUND') return this.lost('WORKER_NOT_FOUND');
+        if (refused?.code !== undefined && GONE_CODES.has(refused.code)) return this.lost(refused.code);
         if (refused?.status === 401 || refused?.status === 403) {
           this.end();
           return this.host.onFatal(new OrdoApiError(refused.status, refused.code ?? 'FORBIDDEN', refused.message));

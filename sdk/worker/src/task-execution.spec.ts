@@ -2,7 +2,13 @@ import { z } from 'zod';
 import { TaskError } from './errors';
 import type { Task } from './protocol';
 import { compileSchema } from './schema';
-import { TaskExecution, type CompiledHandler, type HandlerDefinition, type TaskContext } from './task-execution';
+import {
+  errorCode,
+  TaskExecution,
+  type CompiledHandler,
+  type HandlerDefinition,
+  type TaskContext,
+} from './task-execution';
 
 const task = (extra: Partial<Task> = {}): Task => ({
   attemptId: 'a1',
@@ -72,6 +78,20 @@ describe('TaskExecution', () => {
       status: 'failed',
       error: { class: 'permanent', code: 'IMAGE_CORRUPT', message: 'not a PNG' },
     });
+  });
+
+  it('sends a failure without the named status, with the code in the form the server takes', async () => {
+    const body = await run({
+      run: (_i, ctx) => {
+        ctx.setNamedStatus('half');
+        throw new TaskError('transient', 'resize-failed: 3', 'x'.repeat(5_000));
+      },
+    });
+    expect(body).not.toHaveProperty('namedStatus');
+    expect(body!.error!.code).toBe('RESIZE_FAILED_3');
+    expect(body!.error!.message).toHaveLength(4_096);
+    expect(errorCode('9lives')).toBe('LIVES');
+    expect(errorCode('--')).toBe('HANDLER_ERROR');
   });
 
   it('fails transient HANDLER_ERROR on any other exception', async () => {

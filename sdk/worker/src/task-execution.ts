@@ -41,7 +41,22 @@ export interface CompiledHandler {
 
 /** Limits on the log lines posted with a result, so a chatty handler cannot make it too large. */
 const MAX_LOG_LINES = 200;
-const MAX_LOG_CHARS = 4_000;
+const MAX_LOG_CHARS = 8_192;
+const MAX_PROGRESS_MESSAGE_CHARS = 1_000;
+
+const MAX_ERROR_MESSAGE_CHARS = 4_096;
+
+/**
+ * An error code as the server takes it: upper-case letters, digits and "_", starting with a letter,
+ * 64 characters at most (`resize-failed` becomes `RESIZE_FAILED`).
+ */
+export function errorCode(code: string): string {
+  const c = code
+    .toUpperCase()
+    .replace(/[^A-Z0-9_]+/g, '_')
+    .replace(/^[^A-Z]+/, '');
+  return (c || 'HANDLER_ERROR').slice(0, 64);
+}
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -132,7 +147,9 @@ export class TaskExecution {
       deadline: new Date(deadlineMs),
       traceparent: t.traceparent,
       progress: (percent, message, data) => {
-        if (!this.cancelled) this.onProgress(t, percent, message, data);
+        if (this.cancelled) return;
+        const p = percent === undefined || !Number.isFinite(percent) ? undefined : Math.min(100, Math.max(0, percent));
+        this.onProgress(t, p, message?.slice(0, MAX_PROGRESS_MESSAGE_CHARS), data);
       },
       log: (level, message) => {
         if (this.logs.length < MAX_LOG_LINES)
@@ -164,12 +181,12 @@ export class TaskExecution {
     };
   }
 
+  /** A failed result carries no outputs and no named status (the server refuses them). */
   private failed(errorClass: TaskError['errorClass'], code: string, message: string): ResultBody {
     return {
       epoch: this.task.epoch,
       status: 'failed',
-      error: { class: errorClass, code, message },
-      ...(this.namedStatus !== undefined ? { namedStatus: this.namedStatus } : {}),
+      error: { class: errorClass, code: errorCode(code), message: message.slice(0, MAX_ERROR_MESSAGE_CHARS) },
       ...(this.logs.length > 0 ? { logs: this.logs } : {}),
     };
   }

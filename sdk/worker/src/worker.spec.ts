@@ -230,6 +230,18 @@ describe('OrdoWorker', () => {
     });
   });
 
+  it('registers again when a call answers 404 WORKER_NOT_FOUND', async () => {
+    const w = worker({ transport: 'long-poll' });
+    w.handle('t', { run: () => ({}) });
+    const first = await w.start();
+    // The server lost the registration altogether (e.g. a restored database).
+    ordo.workers.get(first.workerId)!.deleted = true;
+    const second = await ordo.waitForRegistration(2);
+    const task = ordo.enqueue('t');
+    await ordo.waitForResult(task.attemptId);
+    expect(ordo.results.get(task.attemptId)!.workerId).toBe(second.id);
+  });
+
   it('falls back to long-poll when the server has no channel', async () => {
     ordo.refuseChannel = true;
     const w = worker({ transport: 'websocket' });

@@ -112,10 +112,14 @@ export class FakeOrdo {
     else w.pendingCancels.push({ attemptId, reason });
   }
 
-  /** Forgets a worker, as after its TTL: its heartbeats answer offline, other calls 404 WORKER_NOT_FOUND. */
+  /**
+   * Marks a worker offline, as after its TTL: its heartbeats answer offline, its channel closes with
+   * 4409, the long-poll, drain and a new channel answer 409 WORKER_OFFLINE.
+   */
   expire(workerId: string): void {
     const w = this.workers.get(workerId)!;
     w.status = 'offline';
+    w.socket?.close(4409, 'the worker is offline: register again');
     for (const p of this.polls.filter((x) => x.workerId === workerId)) p.resolve(undefined);
   }
 
@@ -192,7 +196,8 @@ export class FakeOrdo {
     };
     if (!this.authorized(req.headers)) return refuse(401, 'UNAUTHENTICATED');
     if (this.refuseChannel || !m) return refuse(404, 'NOT_FOUND');
-    if (!w || w.deleted || w.status === 'offline') return refuse(404, 'WORKER_NOT_FOUND');
+    if (!w || w.deleted) return refuse(404, 'WORKER_NOT_FOUND');
+    if (w.status === 'offline') return refuse(409, 'WORKER_OFFLINE');
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       w.socket = ws;
       w.credit = 0;
@@ -301,16 +306,18 @@ export class FakeOrdo {
     const rest = m?.[2] ?? '';
     if (!w || w.deleted) return fail(404, 'WORKER_NOT_FOUND');
     if (req.method === 'POST' && rest === '/heartbeat') return send(200, this.heartbeat(w));
-    if (w.status === 'offline') return fail(404, 'WORKER_NOT_FOUND');
     if (req.method === 'DELETE' && rest === '') {
       w.deleted = true;
       return send(204);
     }
+    const live = w.status !== 'offline';
     if (req.method === 'POST' && rest === '/drain') {
+      if (!live) return fail(409, 'WORKER_OFFLINE');
       w.status = 'draining';
       return send(200, { status: 'draining' });
     }
     if (req.method === 'GET' && rest === '/tasks/next') {
+      if (!live) return fail(409, 'WORKER_OFFLINE');
       const max = Number(url.searchParams.get('max') ?? '1');
       const waitMs = Number(url.searchParams.get('waitMs') ?? '25000');
       const tasks = await new Promise<Task[] | undefined>((resolve) => {
