@@ -587,6 +587,10 @@ begin
     if p ? 'maps' then
       v_e := v_e || ordo_map_expand(p->'maps', v_c);
     end if;
+    -- A queue step handed back as waiting with its task hands the task to its pool (ordo_task_open).
+    if p ? 'tasks' then
+      perform ordo_task_open(p->'tasks', v_c);
+    end if;
     -- A signal step's wait is matched with the signals kept for its key, or registered for the next
     -- one, by a job (under the key's lock; see SignalsService).
     perform graphile_worker.add_job('ordo.engine.signal_wait',
@@ -2119,6 +2123,128 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) RETURNS integer
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_t record;
+  v_w uuid;
+  v_n integer := 0;
+  v_strategy text;
+  v_rr uuid;
+  v_rr_moved boolean := false;
+  v_models text[];
+begin
+  perform pg_advisory_xact_lock(hashtextextended(jsonb_build_array('ordo_task_dispatch', p_tenant, p_pool)::text, 31));
+  select wp.strategy, wp.rr_last into v_strategy, v_rr from worker_pool wp
+  where wp.tenant_id = p_tenant and wp.pool = p_pool;
+  for v_t in
+    select t.task_id, t.task_type, t.requires, t.wait_reason, coalesce(t.strategy, v_strategy, 'default') as strategy
+    from worker_task t
+    where t.tenant_id = p_tenant and t.pool = p_pool and t.status = 'pending'
+    order by t.priority desc, t.created_at, t.task_id
+    for update of t skip locked
+  loop
+    v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
+    select w.worker_id into v_w
+    from worker w
+    left join worker_reputation r on r.tenant_id = w.tenant_id and r.pool = w.pool and r.name = w.name
+    cross join lateral (
+      select count(*)::integer as held from worker_task h
+      where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')
+    ) h
+    where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
+      and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
+      and w.task_types ? v_t.task_type
+      and w.gpu_count >= coalesce((v_t.requires->>'gpu')::integer, 0)
+      and w.vram_bytes >= coalesce((v_t.requires->>'vramBytes')::bigint, 0)
+      and coalesce(w.cpu, 0) >= coalesce((v_t.requires->>'cpu')::numeric, 0)
+      and coalesce(w.memory_bytes, 0) >= coalesce((v_t.requires->>'memoryBytes')::bigint, 0)
+      and w.models @> v_models
+      and w.labels @> coalesce(v_t.requires->'labels', '{}')
+      and r.blocked_at is null
+      and h.held < w.max_concurrent
+    order by
+      case when v_t.strategy = 'default' then
+        not (w.last_task_type is not distinct from v_t.task_type or (cardinality(v_models) > 0 and w.loaded @> v_models))
+      end,
+      case when v_t.strategy in ('default', 'cheapest') then w.cost_per_second end,
+      case when v_t.strategy = 'least_connections' then h.held end,
+      case when v_t.strategy = 'best_value' then w.cost_per_second / greatest(coalesce(r.score, 0.5), 0.001) end,
+      case when v_t.strategy = 'round_robin' then v_rr is not null and w.worker_id <= v_rr end,
+      w.worker_id
+    limit 1;
+    if v_w is null then
+      -- Why it waits: no online worker of the pool could ever take it, or they are all busy (or blocked).
+      update worker_task t set wait_reason = case when exists (
+          select 1 from worker w
+          where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
+            and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
+            and w.task_types ? v_t.task_type
+            and w.gpu_count >= coalesce((v_t.requires->>'gpu')::integer, 0)
+            and w.vram_bytes >= coalesce((v_t.requires->>'vramBytes')::bigint, 0)
+            and coalesce(w.cpu, 0) >= coalesce((v_t.requires->>'cpu')::numeric, 0)
+            and coalesce(w.memory_bytes, 0) >= coalesce((v_t.requires->>'memoryBytes')::bigint, 0)
+            and w.models @> v_models
+            and w.labels @> coalesce(v_t.requires->'labels', '{}')
+        ) then 'workers_busy' else 'no_matching_worker' end
+      where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
+      continue;
+    end if;
+    update worker_task t set status = 'assigned', worker_id = v_w, assigned_at = clock_timestamp(), wait_reason = null
+    where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
+    update worker w set last_task_type = v_t.task_type
+    where w.tenant_id = p_tenant and w.worker_id = v_w and w.last_task_type is distinct from v_t.task_type;
+    if v_t.strategy = 'round_robin' then
+      v_rr := v_w;
+      v_rr_moved := true;
+    end if;
+    perform ordo_notify('ordo_task', jsonb_build_array(p_tenant, v_w)::text);
+    v_n := v_n + 1;
+  end loop;
+  if v_rr_moved then
+    insert into worker_pool (tenant_id, pool, rr_last) values (p_tenant, p_pool, v_rr)
+    on conflict (tenant_id, pool) do update set rr_last = excluded.rr_last;
+  end if;
+  return v_n;
+end
+$$;
+
+CREATE FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) RETURNS void
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+declare
+  v_pool record;
+begin
+  for v_pool in
+    with t as (
+      insert into worker_task (tenant_id, task_id, run_id, step_id, attempt, epoch, dag_id, dag_version, pool,
+        task_type, requires, strategy, priority, inputs, inputs_sealed, traceparent, deadline, dispatch_deadline)
+      select x.tenant_id, gen_random_uuid(), x.run_id, x.step_id, c.attempt, x.epoch, r.dag_id, r.dag_version,
+        x.task->>'pool', x.task->>'taskType', coalesce(x.task->'requires', '{}'), x.task->>'strategy',
+        coalesce((s.spec->>'priority')::smallint, 5), x.task->'inputs', x.task->'inputsSealed', x.task->>'traceparent',
+        now() + make_interval(secs => (x.task->>'timeoutMs')::numeric / 1000),
+        case when x.task ? 'dispatchTimeoutMs'
+          then now() + make_interval(secs => (x.task->>'dispatchTimeoutMs')::numeric / 1000) end
+      from jsonb_to_recordset(p_tasks) as x(tenant_id text, run_id uuid, step_id text, epoch integer, task jsonb)
+      join unnest(p_c) c on c.tenant_id = x.tenant_id and c.run_id = x.run_id and c.step_id = x.step_id
+        and c.epoch = x.epoch and c.outcome = 'waiting'
+      join step s on s.tenant_id = x.tenant_id and s.run_id = x.run_id and s.step_id = x.step_id
+        and s.status = 'waiting' and s.epoch = x.epoch
+      join run r on r.tenant_id = x.tenant_id and r.run_id = x.run_id
+      order by c.ord
+      on conflict do nothing
+      returning tenant_id, pool
+    )
+    select distinct t.tenant_id, t.pool from t order by 1, 2
+  loop
+    perform ordo_notify('ordo_dispatch', jsonb_build_array(v_pool.tenant_id, v_pool.pool)::text);
+  end loop;
+end
+$$;
+
 CREATE FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -2193,7 +2319,10 @@ CREATE TABLE public.api_token (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     expires_at timestamp with time zone NOT NULL,
     revoked_at timestamp with time zone,
-    revoked_by text
+    revoked_by text,
+    pool text,
+    last_seen_at timestamp with time zone,
+    CONSTRAINT api_token_pool_check CHECK (((pool IS NOT NULL) = (scopes = ARRAY['worker'::text])))
 );
 
 ALTER TABLE ONLY public.api_token FORCE ROW LEVEL SECURITY;
@@ -2740,6 +2869,103 @@ CREATE TABLE public.trust_key (
 
 ALTER TABLE ONLY public.trust_key FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.worker (
+    tenant_id text NOT NULL,
+    worker_id uuid NOT NULL,
+    pool text NOT NULL,
+    name text NOT NULL,
+    token_jti uuid NOT NULL,
+    task_types jsonb NOT NULL,
+    cpu numeric,
+    memory_bytes bigint,
+    gpu_count integer DEFAULT 0 NOT NULL,
+    gpu_model text,
+    vram_bytes bigint DEFAULT 0 NOT NULL,
+    models text[] DEFAULT '{}'::text[] NOT NULL,
+    loaded text[] DEFAULT '{}'::text[] NOT NULL,
+    labels jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_concurrent integer NOT NULL,
+    cost_per_second numeric DEFAULT 0 NOT NULL,
+    sdk_version text,
+    status text DEFAULT 'online'::text NOT NULL,
+    ttl_ms integer NOT NULL,
+    registered_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    offline_at timestamp with time zone,
+    last_task_type text,
+    CONSTRAINT worker_capacity_check CHECK ((((max_concurrent >= 1) AND (max_concurrent <= 10000)) AND (cost_per_second >= (0)::numeric))),
+    CONSTRAINT worker_status_check CHECK ((status = ANY (ARRAY['online'::text, 'draining'::text, 'offline'::text])))
+);
+
+ALTER TABLE ONLY public.worker FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.worker_pool (
+    tenant_id text NOT NULL,
+    pool text NOT NULL,
+    strategy text DEFAULT 'default'::text NOT NULL,
+    rr_last uuid,
+    updated_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    updated_by text,
+    CONSTRAINT worker_pool_strategy_check CHECK ((strategy = ANY (ARRAY['default'::text, 'round_robin'::text, 'least_connections'::text, 'cheapest'::text, 'best_value'::text])))
+);
+
+ALTER TABLE ONLY public.worker_pool FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.worker_reputation (
+    tenant_id text NOT NULL,
+    pool text NOT NULL,
+    name text NOT NULL,
+    successes double precision DEFAULT 0 NOT NULL,
+    failures double precision DEFAULT 0 NOT NULL,
+    violations integer DEFAULT 0 NOT NULL,
+    timeouts integer DEFAULT 0 NOT NULL,
+    tasks integer DEFAULT 0 NOT NULL,
+    score double precision DEFAULT 0.5 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    blocked_at timestamp with time zone,
+    reset_at timestamp with time zone,
+    reset_by text,
+    reset_reason text
+);
+
+ALTER TABLE ONLY public.worker_reputation FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.worker_task (
+    tenant_id text NOT NULL,
+    task_id uuid NOT NULL,
+    run_id uuid NOT NULL,
+    step_id text NOT NULL,
+    attempt integer NOT NULL,
+    epoch integer NOT NULL,
+    dag_id text NOT NULL,
+    dag_version integer NOT NULL,
+    pool text NOT NULL,
+    task_type text NOT NULL,
+    requires jsonb DEFAULT '{}'::jsonb NOT NULL,
+    strategy text,
+    priority smallint DEFAULT 5 NOT NULL,
+    inputs jsonb,
+    inputs_sealed jsonb,
+    traceparent text NOT NULL,
+    deadline timestamp with time zone NOT NULL,
+    dispatch_deadline timestamp with time zone,
+    status text DEFAULT 'pending'::text NOT NULL,
+    wait_reason text,
+    worker_id uuid,
+    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    assigned_at timestamp with time zone,
+    delivered_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    end_reason text,
+    result_digest text,
+    progress jsonb,
+    late_results integer DEFAULT 0 NOT NULL,
+    CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
+    CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
+);
+
+ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
+
 ALTER TABLE ONLY public.run_event ALTER COLUMN stream_id SET DEFAULT nextval('public.run_event_stream_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_token
@@ -2835,6 +3061,21 @@ ALTER TABLE ONLY public.tenant_webhook_secret
 ALTER TABLE ONLY public.trust_key
     ADD CONSTRAINT trust_key_pk PRIMARY KEY (tenant_id, kid);
 
+ALTER TABLE ONLY public.worker
+    ADD CONSTRAINT worker_pk PRIMARY KEY (tenant_id, worker_id);
+
+ALTER TABLE ONLY public.worker_pool
+    ADD CONSTRAINT worker_pool_pk PRIMARY KEY (tenant_id, pool);
+
+ALTER TABLE ONLY public.worker_reputation
+    ADD CONSTRAINT worker_reputation_pk PRIMARY KEY (tenant_id, pool, name);
+
+ALTER TABLE ONLY public.worker_task
+    ADD CONSTRAINT worker_task_attempt_key UNIQUE (tenant_id, run_id, step_id, attempt);
+
+ALTER TABLE ONLY public.worker_task
+    ADD CONSTRAINT worker_task_pk PRIMARY KEY (tenant_id, task_id);
+
 CREATE INDEX api_token_tenant_created_idx ON public.api_token USING btree (tenant_id, created_at DESC, jti);
 
 CREATE INDEX bundle_tenant_imported_idx ON public.bundle USING btree (tenant_id, imported_at DESC, bundle_hash);
@@ -2884,6 +3125,20 @@ CREATE INDEX signal_wait_key_idx ON public.signal_wait USING btree (tenant_id, n
 CREATE INDEX span_run_idx ON public.span USING btree (tenant_id, run_id, started_at, span_id);
 
 CREATE INDEX trust_key_tenant_created_idx ON public.trust_key USING btree (tenant_id, created_at DESC, kid);
+
+CREATE INDEX worker_list_idx ON public.worker USING btree (tenant_id, registered_at DESC, worker_id);
+
+CREATE INDEX worker_live_idx ON public.worker USING btree (last_seen_at) WHERE (status <> 'offline'::text);
+
+CREATE INDEX worker_pool_idx ON public.worker USING btree (tenant_id, pool, worker_id) WHERE (status <> 'offline'::text);
+
+CREATE INDEX worker_task_held_idx ON public.worker_task USING btree (tenant_id, worker_id, assigned_at, task_id) WHERE (status = ANY (ARRAY['assigned'::text, 'delivered'::text]));
+
+CREATE INDEX worker_task_open_idx ON public.worker_task USING btree (deadline) WHERE (status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text]));
+
+CREATE INDEX worker_task_pending_idx ON public.worker_task USING btree (tenant_id, pool, priority DESC, created_at, task_id) WHERE (status = 'pending'::text);
+
+CREATE INDEX worker_task_step_idx ON public.worker_task USING btree (tenant_id, run_id, step_id, attempt);
 
 CREATE TRIGGER api_token_revoked_notify AFTER UPDATE OF revoked_at ON public.api_token FOR EACH ROW EXECUTE FUNCTION public.api_token_revoked_notify();
 
@@ -2971,6 +3226,21 @@ ALTER TABLE ONLY public.tenant_webhook_secret
 ALTER TABLE ONLY public.trust_key
     ADD CONSTRAINT trust_key_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
+ALTER TABLE ONLY public.worker_pool
+    ADD CONSTRAINT worker_pool_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.worker_reputation
+    ADD CONSTRAINT worker_reputation_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.worker_task
+    ADD CONSTRAINT worker_task_run_fk FOREIGN KEY (tenant_id, run_id) REFERENCES public.run(tenant_id, run_id);
+
+ALTER TABLE ONLY public.worker_task
+    ADD CONSTRAINT worker_task_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.worker
+    ADD CONSTRAINT worker_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE public.api_token ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.artifact ENABLE ROW LEVEL SECURITY;
@@ -2992,6 +3262,10 @@ ALTER TABLE public.dag_version_status_change ENABLE ROW LEVEL SECURITY;
 ALTER TABLE public.dead_letter ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.idempotency_key ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY pool_isolation ON public.worker AS RESTRICTIVE USING (((COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = ''::text) OR (COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = pool)));
+
+CREATE POLICY pool_isolation ON public.worker_task AS RESTRICTIVE USING (((COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = ''::text) OR (COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = pool)));
 
 ALTER TABLE public.queue_item ENABLE ROW LEVEL SECURITY;
 
@@ -3065,11 +3339,27 @@ CREATE POLICY tenant_isolation ON public.tenant_webhook_secret USING ((tenant_id
 
 CREATE POLICY tenant_isolation ON public.trust_key USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
+CREATE POLICY tenant_isolation ON public.worker USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.worker_pool USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.worker_reputation USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.worker_task USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
 ALTER TABLE public.tenant_queue ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.tenant_webhook_secret ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.trust_key ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.worker ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.worker_pool ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.worker_reputation ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.worker_task ENABLE ROW LEVEL SECURITY;
 
 GRANT USAGE ON SCHEMA public TO ordo_app;
 GRANT USAGE ON SCHEMA public TO ordo_system;
@@ -3145,11 +3435,19 @@ GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec json
 
 GRANT ALL ON FUNCTION public.ordo_take_notifications() TO ordo_system;
 
+REVOKE ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) TO ordo_system;
+
 REVOKE ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) TO ordo_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_system;
+
+GRANT UPDATE(last_seen_at) ON TABLE public.api_token TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.artifact TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.artifact TO ordo_system;
@@ -3263,3 +3561,23 @@ GRANT SELECT ON TABLE public.trust_key TO ordo_system;
 GRANT UPDATE(revoked_at) ON TABLE public.trust_key TO ordo_app;
 
 GRANT UPDATE(revoked_by) ON TABLE public.trust_key TO ordo_app;
+
+GRANT SELECT,INSERT ON TABLE public.worker TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker TO ordo_system;
+
+GRANT UPDATE(status) ON TABLE public.worker TO ordo_app;
+
+GRANT UPDATE(offline_at) ON TABLE public.worker TO ordo_app;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_pool TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_pool TO ordo_system;
+
+GRANT SELECT ON TABLE public.worker_reputation TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_reputation TO ordo_system;
+
+GRANT SELECT ON TABLE public.worker_task TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_task TO ordo_system;
+
+GRANT UPDATE(status) ON TABLE public.worker_task TO ordo_app;
+
+GRANT UPDATE(delivered_at) ON TABLE public.worker_task TO ordo_app;

@@ -19,7 +19,8 @@
 --     outputs, enters the failed ones of DAGs with `onFailure: deadletter` in their tenant's
 --     dead-letter, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
 --   - fans map steps handed back with their elements out to their instances (ordo_map_expand), and
---     ends the map steps whose instances all ended (ordo_map_join);
+--     ends the map steps whose instances all ended (ordo_map_join); opens the tasks of queue steps
+--     handed back with one for external workers (ordo_task_open);
 --   - appends the hash-chained events of all this to each run, in the order it happened.
 -- Returns the steps dispatched to the worker ('dispatch'), the events that start or end runs or
 -- retry steps ('event', for metrics and spans) and the notifications to send after the commit
@@ -217,6 +218,10 @@ begin
     -- A map step handed back as waiting with its elements fans out to its instances (ordo_map_expand).
     if p ? 'maps' then
       v_e := v_e || ordo_map_expand(p->'maps', v_c);
+    end if;
+    -- A queue step handed back as waiting with its task hands the task to its pool (ordo_task_open).
+    if p ? 'tasks' then
+      perform ordo_task_open(p->'tasks', v_c);
     end if;
     -- A signal step's wait is matched with the signals kept for its key, or registered for the next
     -- one, by a job (under the key's lock; see SignalsService).

@@ -87,6 +87,9 @@ describe('isolation matrix over every operation of the route table', () => {
     b: Record<TenantScope, string>;
     expiredTenant: string;
     expiredPlatform: string;
+    /** Worker tokens of A (the fixture pool) and B. */
+    workerA: string;
+    workerB: string;
   } = {} as never;
 
   beforeAll(async () => {
@@ -110,6 +113,12 @@ describe('isolation matrix over every operation of the route table', () => {
     tokens.expiredTenant = await expire(tokens.a['orchestrator:admin']);
     tokens.expiredPlatform = await expire(app.platformToken);
     fx = await buildTenantFixtures(app, { token: tokens.a['orchestrator:admin'], tenantId: A }, { waitForRun: true });
+    tokens.workerA = fx.workerToken ?? '';
+    const minted = await app.request('POST', '/api/v1/tokens', {
+      as: { token: tokens.b['orchestrator:admin'], tenantId: B },
+      body: { scopes: ['worker'], pool: fx.values.pool ?? 'default' },
+    });
+    tokens.workerB = minted.body.token as string;
     ({ doc, operations: ops } = await loadOperations(app).then((l) => ({
       doc: l.doc,
       operations: new Map(l.operations.map((o) => [o.label, o])),
@@ -128,6 +137,13 @@ describe('isolation matrix over every operation of the route table', () => {
     return op;
   };
   const ctx = () => ({ deref: (s: Record<string, unknown>) => deref(s, doc) });
+  /** The token of the kind a route takes (worker routes take worker tokens), of tenant A or B. */
+  const adminOf = (r: { spec: { access: string } }, side: 'a' | 'b') =>
+    r.spec.access === 'worker'
+      ? side === 'a'
+        ? tokens.workerA
+        : tokens.workerB
+      : (side === 'a' ? tokens.a : tokens.b)['orchestrator:admin'];
 
   /** Path values: tenant A's fixtures where built, else a schema-valid placeholder. */
   const pathValues = (op: Operation): Record<string, string> => {
@@ -162,7 +178,9 @@ describe('isolation matrix over every operation of the route table', () => {
       body?: unknown;
     },
   ): Promise<TestResponse> => {
-    const url = fillPath(op.path, opts.path ?? pathValues(op)) + queryString(opts.query ?? {});
+    // A task pull answers at once rather than waiting for a task.
+    const query = opts.query ?? (op.path.endsWith('/tasks/next') ? { waitMs: '0' } : {});
+    const url = fillPath(op.path, opts.path ?? pathValues(op)) + queryString(query);
     const headers: Record<string, string> = {};
     if (opts.token) headers.authorization = `Bearer ${opts.token}`;
     if (opts.tenantId) headers['x-tenant-id'] = opts.tenantId;
@@ -254,8 +272,19 @@ describe('isolation matrix over every operation of the route table', () => {
     }
 
     it(`${L} rejects tenant B's token for tenant A with 403`, async () => {
-      await expectRejected(opOf(r), 403, { token: tokens.b['orchestrator:admin'], tenantId: A }, ['TENANT_MISMATCH']);
+      await expectRejected(opOf(r), 403, { token: adminOf(r, 'b'), tenantId: A }, ['TENANT_MISMATCH']);
     });
+
+    if (r.spec.access === 'worker')
+      it(`${L} rejects tenant A's admin token (needs a worker token) with 403`, async () => {
+        await expectRejected(opOf(r), 403, { token: tokens.a['orchestrator:admin'], tenantId: A }, [
+          'INSUFFICIENT_SCOPE',
+        ]);
+      });
+    else
+      it(`${L} rejects tenant A's worker token with 403`, async () => {
+        await expectRejected(opOf(r), 403, { token: tokens.workerA, tenantId: A }, ['INSUFFICIENT_SCOPE']);
+      });
 
     for (const scope of lacking(r.spec.access)) {
       it(`${L} rejects a ${scope} token (needs ${r.spec.access}) with 403`, async () => {
@@ -275,7 +304,10 @@ describe('isolation matrix over every operation of the route table', () => {
           const op = opOf(r);
           const { unbuilt } = resolvePathParams(op.path, fx);
           expect(unbuilt).toEqual([]);
-          const res = await call(op, { token: tokens.a['orchestrator:read'], tenantId: A });
+          const res = await call(op, {
+            token: r.spec.access === 'worker' ? tokens.workerA : tokens.a['orchestrator:read'],
+            tenantId: A,
+          });
           expect({ status: res.status, text: res.status < 300 ? '' : res.text.slice(0, 300) }).toEqual({
             status: expect.any(Number),
             text: '',
@@ -291,7 +323,7 @@ describe('isolation matrix over every operation of the route table', () => {
         const op = opOf(r);
         const { values, unbuilt } = resolvePathParams(op.path, fx);
         if (unbuilt.length) throw new Error(`no fixture for ${unbuilt.join(', ')}: cannot check cross-tenant access`);
-        const asB = { token: tokens.b['orchestrator:admin'], tenantId: B };
+        const asB = { token: adminOf(r, 'b'), tenantId: B };
         const digest = await snaps.tenantDigest(A);
         const before = await snaps.counts();
         const res = await call(op, { ...asB, path: values });
@@ -474,6 +506,7 @@ describe('isolation matrix over every operation of the route table', () => {
       const scope = opts?.tenantOnly ? 'tenant' : 'authenticated';
       it(`rejects ${what} on every ${scope} operation with 401 and writes nothing`, async () => {
         const tenantToken = await forge(tokens.a['orchestrator:admin']);
+        const workerToken = await forge(tokens.workerA);
         const platformToken = await forge(app.platformToken);
         const before = await snaps.counts();
         const wrong: string[] = [];
@@ -481,7 +514,7 @@ describe('isolation matrix over every operation of the route table', () => {
           if (r.spec.access === 'public') continue;
           const platform = r.spec.access === 'platform:admin';
           if (platform && opts?.tenantOnly) continue;
-          const token = platform ? platformToken : tenantToken;
+          const token = platform ? platformToken : r.spec.access === 'worker' ? workerToken : tenantToken;
           const res = await call(opOf(r), { token, tenantId: platform ? undefined : A });
           if (res.status !== 401) wrong.push(`${r.label}: ${res.status} ${res.text.slice(0, 120)}`);
         }

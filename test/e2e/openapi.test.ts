@@ -67,7 +67,7 @@ describe('OpenAPI document', () => {
       required: string[];
       additionalProperties: boolean;
     };
-    expect(Object.keys(create.properties).sort()).toEqual(['description', 'scopes', 'subject', 'ttlSeconds']);
+    expect(Object.keys(create.properties).sort()).toEqual(['description', 'pool', 'scopes', 'subject', 'ttlSeconds']);
     expect(create.required).toEqual(['scopes']);
     expect(create.additionalProperties).toBe(false);
     expect(paths['/api/v1/tokens'].get.parameters.map((p) => p.name)).toEqual(

@@ -1,6 +1,6 @@
 import type { TenantPrincipalT } from '../../core/http/request-context';
 import { SCOPES, type TenantScope } from '../../core/http/route-spec';
-import { createTokenBody, jtiParams } from '../../modules/auth/tokens.dto';
+import { jtiParams, operatorTokenBody } from '../../modules/auth/tokens.dto';
 import { flag, parseFlags, positionals, table, UsageError, type CliIo, type Command } from '../command';
 import type { CliContext } from '../context';
 import { parseTenantId } from './tenants';
@@ -119,7 +119,7 @@ async function create(args: string[], io: CliIo): Promise<void> {
   if (tenant === undefined) throw new UsageError('missing --tenant <id> (or --platform)', help);
   const scopesFlag = flag(p.values, 'scopes');
   if (scopesFlag === undefined) throw new UsageError('missing --scopes <a,b>', help);
-  const body = createTokenBody.safeParse({
+  const body = operatorTokenBody.safeParse({
     scopes: parseScopes(scopesFlag),
     subject: flag(p.values, 'subject'),
     ttlSeconds,

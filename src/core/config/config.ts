@@ -93,6 +93,23 @@ export const envSchema = z.object({
   ORDO_WORKER_CHAIN_MS: z.coerce.number().int().min(0).max(1_000).default(20),
   // How deep child runs of `dag` steps may nest (a run's child is depth 1); deeper, the step fails (SUBDAG_DEPTH_EXCEEDED).
   ORDO_SUBDAG_MAX_DEPTH: z.coerce.number().int().min(1).max(100).default(5),
+  // An external worker not heard from (heartbeat, pull, open channel) for this long is offline and its tasks go elsewhere.
+  ORDO_EXTERNAL_WORKER_TTL_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(30_000),
+  // How long a task pull (GET …/tasks/next) waits for a task before it answers 204.
+  ORDO_EXTERNAL_WORKER_LONG_POLL_MS: z.coerce.number().int().min(100).max(120_000).default(25_000),
+  // A worker name whose reputation score (0..1) falls below this gets no task until an operator resets it.
+  ORDO_EXTERNAL_WORKER_REPUTATION_FLOOR: z.coerce.number().min(0).max(1).default(0.2),
+  // The half-life of a worker's past outcomes in its reputation.
+  ORDO_EXTERNAL_WORKER_REPUTATION_HALF_LIFE_MS: z.coerce.number().int().min(1_000).default(3_600_000),
+  // The largest outputs (canonical JSON) an external worker may post for a task.
+  ORDO_EXTERNAL_WORKER_MAX_OUTPUT_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1_024)
+    .max(64 * 1024 * 1024)
+    .default(1024 * 1024),
+  // How often the scheduler checks external workers' TTLs and their tasks' deadlines.
+  ORDO_EXTERNAL_WORKER_SWEEP_MS: z.coerce.number().int().min(100).max(60_000).default(1_000),
   // Lease of a claimed step; a worker heartbeats well within it.
   ORDO_LEASE_TTL_MS: z.coerce.number().int().min(500).max(3_600_000).default(30_000),
   // How often the scheduler looks for expired leases.

@@ -56,6 +56,14 @@ export class Database {
     return tenantTransaction(this.app, tenantId, fn);
   }
 
+  /**
+   * Runs `fn` in a transaction bound to `tenantId` and to an external worker's `pool`: RLS limits
+   * every statement to that tenant, and the worker tables to that pool.
+   */
+  async withWorkerPool<T>(tenantId: string, pool: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {
+    return tenantTransaction(this.app, tenantId, fn, pool);
+  }
+
   /** Runs `fn` in a cross-tenant system transaction. */
   async withSystem<T>(fn: (tx: SystemTx) => Promise<T>): Promise<T> {
     return this.system.transaction().execute((trx: Transaction<DB>) => fn(trx as SystemTx));
@@ -81,9 +89,13 @@ export function tenantTransaction<T>(
   handle: Kysely<DB>,
   tenantId: string,
   fn: (tx: TenantTx) => Promise<T>,
+  workerPool?: string,
 ): Promise<T> {
+  const pool = workerPool === undefined ? '' : `, set_config('app.worker_pool', ${pg.escapeLiteral(workerPool)}, true)`;
   return handle.connection().execute(async (conn) => {
-    await sql.raw(`begin; select set_config('app.tenant_id', ${pg.escapeLiteral(tenantId)}, true)`).execute(conn);
+    await sql
+      .raw(`begin; select set_config('app.tenant_id', ${pg.escapeLiteral(tenantId)}, true)${pool}`)
+      .execute(conn);
     let result: T;
     try {
       result = await fn(brandTenantTx(conn as Transaction<DB>, tenantId));

@@ -21,6 +21,8 @@ export type JsonPrimitive = boolean | number | string | null;
 
 export type JsonValue = JsonArray | JsonObject | JsonPrimitive;
 
+export type Numeric = ColumnType<string, number | string, number | string>;
+
 export type Timestamp = ColumnType<Date, Date | string, Date | string>;
 
 export interface ApiToken {
@@ -29,6 +31,8 @@ export interface ApiToken {
   description: string | null;
   expires_at: Timestamp;
   jti: string;
+  last_seen_at: Timestamp | null;
+  pool: string | null;
   revoked_at: Timestamp | null;
   revoked_by: string | null;
   scopes: string[];
@@ -450,6 +454,90 @@ export interface TrustKey {
   tenant_id: string;
 }
 
+export interface Worker {
+  cost_per_second: Generated<Numeric>;
+  cpu: Numeric | null;
+  gpu_count: Generated<number>;
+  gpu_model: string | null;
+  labels: Generated<Json>;
+  last_seen_at: Generated<Timestamp>;
+  last_task_type: string | null;
+  loaded: Generated<string[]>;
+  max_concurrent: number;
+  memory_bytes: number | null;
+  models: Generated<string[]>;
+  name: string;
+  offline_at: Timestamp | null;
+  pool: string;
+  registered_at: Generated<Timestamp>;
+  sdk_version: string | null;
+  status: Generated<string>;
+  task_types: Json;
+  tenant_id: string;
+  token_jti: string;
+  ttl_ms: number;
+  vram_bytes: Generated<number>;
+  worker_id: string;
+}
+
+export interface WorkerPool {
+  pool: string;
+  rr_last: string | null;
+  strategy: Generated<string>;
+  tenant_id: string;
+  updated_at: Generated<Timestamp>;
+  updated_by: string | null;
+}
+
+export interface WorkerReputation {
+  blocked_at: Timestamp | null;
+  failures: Generated<number>;
+  name: string;
+  pool: string;
+  reset_at: Timestamp | null;
+  reset_by: string | null;
+  reset_reason: string | null;
+  score: Generated<number>;
+  successes: Generated<number>;
+  tasks: Generated<number>;
+  tenant_id: string;
+  timeouts: Generated<number>;
+  updated_at: Generated<Timestamp>;
+  violations: Generated<number>;
+}
+
+export interface WorkerTask {
+  assigned_at: Timestamp | null;
+  attempt: number;
+  created_at: Generated<Timestamp>;
+  dag_id: string;
+  dag_version: number;
+  deadline: Timestamp;
+  delivered_at: Timestamp | null;
+  dispatch_deadline: Timestamp | null;
+  end_reason: string | null;
+  epoch: number;
+  finished_at: Timestamp | null;
+  inputs: Json | null;
+  inputs_sealed: Json | null;
+  late_results: Generated<number>;
+  pool: string;
+  priority: Generated<number>;
+  progress: Json | null;
+  requires: Generated<Json>;
+  result_digest: string | null;
+  run_id: string;
+  status: Generated<string>;
+  step_id: string;
+  strategy: string | null;
+  task_id: string;
+  task_type: string;
+  tenant_id: string;
+  traceparent: string;
+  wait_reason: string | null;
+  worker_id: string | null;
+}
+
 export interface DB {
   api_token: ApiToken;
   artifact: Artifact;
@@ -485,4 +573,8 @@ export interface DB {
   tenant_queue: TenantQueue;
   tenant_webhook_secret: TenantWebhookSecret;
   trust_key: TrustKey;
+  worker: Worker;
+  worker_pool: WorkerPool;
+  worker_reputation: WorkerReputation;
+  worker_task: WorkerTask;
 }

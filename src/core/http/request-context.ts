@@ -5,6 +5,8 @@ import type { TenantScope } from './route-spec';
 export type Principal =
   | { kind: 'tenant'; tenantId: string; subject: string; scopes: TenantScope[]; jti: string }
   | { kind: 'platform'; subject: string; jti: string }
+  /** An external worker: its tenant, and the pool its token is bound to. */
+  | { kind: 'worker'; tenantId: string; subject: string; pool: string; jti: string }
   | { kind: 'anonymous' };
 
 export interface ValidatedInput {
@@ -39,6 +41,13 @@ export const PlatformPrincipal = createParamDecorator((_: unknown, ctx: Executio
   return p;
 });
 
+/** The authenticated worker principal (routes whose access is `worker`). */
+export const WorkerPrincipal = createParamDecorator((_: unknown, ctx: ExecutionContext) => {
+  const p = requestState(ctx.switchToHttp().getRequest<FastifyRequest>()).principal;
+  if (p?.kind !== 'worker') throw new Error('route has no worker principal');
+  return p;
+});
+
 /** Validated params / query / body, as parsed by the route's schemas. */
 export const Params = createParamDecorator(
   (_: unknown, ctx: ExecutionContext) => requestState(ctx.switchToHttp().getRequest<FastifyRequest>()).input?.params,
@@ -52,3 +61,4 @@ export const Body = createParamDecorator(
 
 export type TenantPrincipalT = Extract<Principal, { kind: 'tenant' }>;
 export type PlatformPrincipalT = Extract<Principal, { kind: 'platform' }>;
+export type WorkerPrincipalT = Extract<Principal, { kind: 'worker' }>;

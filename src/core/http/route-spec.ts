@@ -4,7 +4,11 @@ import type { z } from 'zod';
 export const SCOPES = ['orchestrator:read', 'orchestrator:write', 'orchestrator:admin'] as const;
 export type TenantScope = (typeof SCOPES)[number];
 export const PLATFORM_SCOPE = 'platform:admin';
-export type Access = TenantScope | typeof PLATFORM_SCOPE | 'public';
+/** The scope of an external worker's token: the worker routes only, in its tenant and pool. */
+export const WORKER_SCOPE = 'worker';
+/** A scope a tenant's token may carry. */
+export type TokenScope = TenantScope | typeof WORKER_SCOPE;
+export type Access = TenantScope | typeof PLATFORM_SCOPE | typeof WORKER_SCOPE | 'public';
 
 export interface RouteResponse {
   description: string;

@@ -51,7 +51,10 @@ export class AuthGuard implements CanActivate {
       return true;
     }
 
-    if (verified.kind !== 'tenant') throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
+    // A worker route takes a worker token, a tenant route a tenant token; either is first checked as
+    // a tenant's token (unknown or revoked: 401).
+    if (verified.kind === 'platform' || (verified.kind === 'worker' && spec.access !== 'worker'))
+      throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
     const status = this.statuses
       ? await this.statuses.status(verified.tid, verified.jti)
       : await this.repo.tenantTokenStatus(this.db.system, verified.tid, verified.jti);
@@ -63,7 +66,19 @@ export class AuthGuard implements CanActivate {
     if (!TENANT_HEADER.test(header)) throw badRequest('INVALID_TENANT', 'X-Tenant-Id is not a tenant id');
     if (header !== verified.tid) throw forbidden('token does not belong to this tenant', 'TENANT_MISMATCH');
     if (!status.tenantActive) throw forbidden('tenant is disabled', 'TENANT_DISABLED');
-    if (!grants(verified.scopes, spec.access))
+    if (spec.access === 'worker' && verified.kind !== 'worker')
+      throw forbidden('this route needs a worker token', 'INSUFFICIENT_SCOPE');
+    if (verified.kind === 'worker') {
+      state.principal = {
+        kind: 'worker',
+        tenantId: verified.tid,
+        subject: verified.sub,
+        pool: verified.pool,
+        jti: verified.jti,
+      };
+      return true;
+    }
+    if (spec.access === 'worker' || !grants(verified.scopes, spec.access))
       throw forbidden(`this route needs scope ${spec.access}`, 'INSUFFICIENT_SCOPE');
     state.principal = {
       kind: 'tenant',

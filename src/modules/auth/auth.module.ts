@@ -30,6 +30,6 @@ export class AuthCoreModule {}
     { provide: APP_GUARD, useExisting: AuthGuard },
     { provide: APP_GUARD, useClass: ValidationGuard },
   ],
-  exports: [AuthCoreModule, TokensService, AuthGuard],
+  exports: [AuthCoreModule, TokensService, TokenStatusCache, AuthGuard],
 })
 export class AuthModule {}

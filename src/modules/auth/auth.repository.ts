@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemDb, TenantTx } from '../../core/database/handles';
 import { tenantOf } from '../../core/database/handles';
-import type { TenantScope } from '../../core/http/route-spec';
+import type { TokenScope } from '../../core/http/route-spec';
 
 export interface TokenStatus {
   revoked: boolean;
@@ -12,7 +12,11 @@ export interface TokenStatus {
 export interface TokenRecord {
   jti: string;
   subject: string;
-  scopes: TenantScope[];
+  scopes: TokenScope[];
+  /** The pool a worker token is bound to. */
+  pool: string | null;
+  /** When a worker holding it was last heard from (worker tokens). */
+  lastSeenAt: Date | null;
   description: string | null;
   createdBy: string;
   createdAt: Date;
@@ -106,7 +110,8 @@ export class AuthRepository {
     t: {
       jti: string;
       subject: string;
-      scopes: TenantScope[];
+      scopes: TokenScope[];
+      pool?: string;
       description: string | null;
       createdBy: string;
       expiresAt: Date;
@@ -119,6 +124,7 @@ export class AuthRepository {
         jti: t.jti,
         subject: t.subject,
         scopes: t.scopes,
+        pool: t.pool ?? null,
         description: t.description,
         created_by: t.createdBy,
         expires_at: t.expiresAt,
@@ -133,7 +139,18 @@ export class AuthRepository {
   ): Promise<TokenRecord[]> {
     let q = tx
       .selectFrom('api_token')
-      .select(['jti', 'subject', 'scopes', 'description', 'created_by', 'created_at', 'expires_at', 'revoked_at'])
+      .select([
+        'jti',
+        'subject',
+        'scopes',
+        'pool',
+        'last_seen_at',
+        'description',
+        'created_by',
+        'created_at',
+        'expires_at',
+        'revoked_at',
+      ])
       .select(sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('created_key'))
       .where('tenant_id', '=', tenantOf(tx));
     if (page.after) {
@@ -146,7 +163,9 @@ export class AuthRepository {
     return rows.map((r) => ({
       jti: r.jti,
       subject: r.subject,
-      scopes: r.scopes as TenantScope[],
+      scopes: r.scopes as TokenScope[],
+      pool: r.pool,
+      lastSeenAt: r.last_seen_at,
       description: r.description,
       createdBy: r.created_by,
       createdAt: r.created_at,

@@ -3,7 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
-import { PLATFORM_SCOPE, type TenantScope } from '../../core/http/route-spec';
+import { PLATFORM_SCOPE, WORKER_SCOPE, type TenantScope } from '../../core/http/route-spec';
+import { POOL_NAME } from '../workers/worker-names';
 import { unauthorized } from '../../core/errors/domain-error';
 import { SigningKeys } from './signing-keys';
 import { isTenantScope } from './scopes';
@@ -17,7 +18,8 @@ const MAX_VERIFIED = 10_000;
 
 export type VerifiedToken =
   | { kind: 'tenant'; sub: string; tid: string; scopes: TenantScope[]; jti: string; exp: number }
-  | { kind: 'platform'; sub: string; jti: string; exp: number };
+  | { kind: 'platform'; sub: string; jti: string; exp: number }
+  | { kind: 'worker'; sub: string; tid: string; pool: string; jti: string; exp: number };
 
 export interface MintedToken {
   token: string;
@@ -41,6 +43,11 @@ export class TokenService {
 
   async mintTenant(tid: string, sub: string, scopes: TenantScope[], ttlSeconds?: number): Promise<MintedToken> {
     return this.mint({ tid, scope: scopes.join(' ') }, sub, ttlSeconds);
+  }
+
+  /** A worker token: the one scope `worker`, bound to its tenant and `pool`. */
+  async mintWorker(tid: string, sub: string, pool: string, ttlSeconds?: number): Promise<MintedToken> {
+    return this.mint({ tid, scope: WORKER_SCOPE, pool }, sub, ttlSeconds);
   }
 
   async mintPlatform(sub: string, ttlSeconds?: number): Promise<MintedToken> {
@@ -112,7 +119,11 @@ export class TokenService {
         code === 'ERR_JWT_EXPIRED' ? 'TOKEN_EXPIRED' : 'INVALID_TOKEN',
       );
     }
-    const { sub, jti, exp, scope, tid } = payload as JWTPayload & { scope?: unknown; tid?: unknown };
+    const { sub, jti, exp, scope, tid, pool } = payload as JWTPayload & {
+      scope?: unknown;
+      tid?: unknown;
+      pool?: unknown;
+    };
     if (typeof sub !== 'string' || typeof jti !== 'string' || typeof exp !== 'number' || typeof scope !== 'string') {
       throw unauthorized('token claims malformed', 'INVALID_TOKEN');
     }
@@ -122,7 +133,12 @@ export class TokenService {
         throw unauthorized('token claims malformed', 'INVALID_TOKEN');
       return { token: { kind: 'platform', sub, jti, exp }, kid: header.kid };
     }
-    if (typeof tid !== 'string' || scopes.length === 0 || !scopes.every(isTenantScope)) {
+    if (scopes.length === 1 && scopes[0] === WORKER_SCOPE) {
+      if (typeof tid !== 'string' || typeof pool !== 'string' || !POOL_NAME.test(pool))
+        throw unauthorized('token claims malformed', 'INVALID_TOKEN');
+      return { token: { kind: 'worker', sub, tid, pool, jti, exp }, kid: header.kid };
+    }
+    if (typeof tid !== 'string' || pool !== undefined || scopes.length === 0 || !scopes.every(isTenantScope)) {
       throw unauthorized('token claims malformed', 'INVALID_TOKEN');
     }
     return { token: { kind: 'tenant', sub, tid, scopes: scopes, jti, exp }, kid: header.kid };

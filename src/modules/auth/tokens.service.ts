@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { Database } from '../../core/database/database';
-import { forbidden, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import type { TenantPrincipalT } from '../../core/http/request-context';
-import type { TenantScope } from '../../core/http/route-spec';
+import { WORKER_SCOPE, type TenantScope } from '../../core/http/route-spec';
+import { badRequest, forbidden, notFound } from '../../core/errors/domain-error';
 import { AuthRepository } from './auth.repository';
 import { covers } from './scopes';
 import { TokenService } from './token.service';
@@ -31,7 +31,10 @@ export class TokensService {
   ) {}
 
   async create(principal: TenantPrincipalT, body: CreateTokenBody): Promise<MintedTokenDto> {
-    const scopes = [...new Set(body.scopes)].sort();
+    if (body.scopes.includes(WORKER_SCOPE)) return this.createWorker(principal, body);
+    if (body.pool !== undefined)
+      throw badRequest('POOL_WITHOUT_WORKER_SCOPE', 'only a worker token is bound to a pool');
+    const scopes = [...new Set(body.scopes as TenantScope[])].sort();
     if (!covers(principal.scopes, scopes))
       throw forbidden('cannot mint a token with more scopes than the caller holds', 'SCOPE_ESCALATION');
     return this.mintFor(
@@ -42,6 +45,40 @@ export class TokensService {
       body.ttlSeconds,
       body.description,
     );
+  }
+
+  /**
+   * A worker token (scope `worker` alone, bound to a pool), minted by a tenant admin: it reaches the
+   * worker routes of its tenant and pool and nothing else.
+   */
+  private async createWorker(principal: TenantPrincipalT, body: CreateTokenBody): Promise<MintedTokenDto> {
+    if (body.scopes.some((s) => s !== WORKER_SCOPE))
+      throw badRequest('WORKER_SCOPE_ALONE', 'a worker token has the one scope worker');
+    if (body.pool === undefined) throw badRequest('POOL_REQUIRED', 'a worker token is bound to a pool: give pool');
+    if (!covers(principal.scopes, ['orchestrator:admin']))
+      throw forbidden('minting a worker token needs scope orchestrator:admin', 'SCOPE_ESCALATION');
+    const subject = body.subject ?? principal.subject;
+    const minted = await this.tokens.mintWorker(principal.tenantId, subject, body.pool, body.ttlSeconds);
+    await this.db.withTenant(principal.tenantId, (tx) =>
+      this.repo.insertToken(tx, {
+        jti: minted.jti,
+        subject,
+        scopes: [WORKER_SCOPE],
+        pool: body.pool,
+        description: body.description ?? null,
+        createdBy: principal.subject,
+        expiresAt: minted.expiresAt,
+      }),
+    );
+    return {
+      token: minted.token,
+      jti: minted.jti,
+      tenantId: principal.tenantId,
+      subject,
+      scopes: [WORKER_SCOPE],
+      pool: body.pool,
+      expiresAt: minted.expiresAt.toISOString(),
+    };
   }
 
   /** Mints and records a tenant token; also used by platform operators and the first-start bootstrap. */
@@ -70,6 +107,7 @@ export class TokensService {
       tenantId,
       subject,
       scopes,
+      pool: null,
       expiresAt: minted.expiresAt.toISOString(),
     };
   }
@@ -102,6 +140,8 @@ function toDto(r: Awaited<ReturnType<AuthRepository['listTokens']>>[number]): To
     jti: r.jti,
     subject: r.subject,
     scopes: r.scopes,
+    pool: r.pool,
+    lastSeenAt: r.lastSeenAt?.toISOString() ?? null,
     description: r.description,
     createdBy: r.createdBy,
     createdAt: r.createdAt.toISOString(),

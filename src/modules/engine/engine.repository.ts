@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemDb, SystemTx } from '../../core/database/handles';
-import type { ErrorClass } from '../plugins/plugin';
+import type { ErrorClass, JsonObject } from '../plugins/plugin';
 import type { JobName } from './jobs';
 
 export interface StepKey {
@@ -100,6 +100,17 @@ export interface AdvanceInput {
   artifacts: ArtifactInput[];
   /** The elements of map steps handed back as waiting in `results` (ordo_map_expand), when there are any. */
   maps?: MapInput[];
+  /** The tasks of queue steps handed back as waiting in `results` (ordo_task_open), when there are any. */
+  tasks?: TaskInput[];
+}
+
+/** A queue step's task, as its attempt made it (see StepExecutor). */
+export interface TaskInput {
+  tenant_id: string;
+  run_id: string;
+  step_id: string;
+  epoch: number;
+  task: JsonObject;
 }
 
 /** A map step's elements, one instance each. */

@@ -43,7 +43,14 @@ export interface Completion extends StepKey {
      * The step waits for a decision (see PluginResult), or for its map instances (`items`, one
      * each): handed back, holding no slot and no lease.
      */
-    | { status: 'waiting'; wait: { kind: string } & JsonObject; items?: JsonValue[]; logs: StepLogLine[] };
+    | {
+        status: 'waiting';
+        wait: { kind: string } & JsonObject;
+        items?: JsonValue[];
+        /** What the engine keeps beside the wait (a queue step's task). */
+        data?: JsonObject;
+        logs: StepLogLine[];
+      };
   startedAt: Date | null;
   finishedAt: Date | null;
 }
@@ -260,6 +267,12 @@ export class EngineStore implements OnApplicationShutdown {
         : [],
     );
     if (maps.length > 0) input.maps = maps;
+    const tasks = completions.flatMap((c) =>
+      c.outcome.status === 'waiting' && c.outcome.wait.kind === 'queue' && c.outcome.data
+        ? [{ tenant_id: c.tenantId, run_id: c.runId, step_id: c.stepId, epoch: c.epoch, task: c.outcome.data }]
+        : [],
+    );
+    if (tasks.length > 0) input.tasks = tasks;
     return this.committedWork(await this.engine.advance(this.sys, input), opts);
   }
 

@@ -171,7 +171,13 @@ export class StepExecutor {
       case null:
         break;
     }
-    if (result.status === 'waiting') return done({ status: 'waiting', wait: result.wait, logs: lines });
+    if (result.status === 'waiting')
+      return done({
+        status: 'waiting',
+        wait: result.wait,
+        ...(result.data !== undefined ? { data: result.data } : {}),
+        logs: lines,
+      });
     const unknown = result.status === 'succeeded' ? unknownStatus(w, result.namedStatus) : null;
     if (unknown)
       return done({
@@ -289,6 +295,7 @@ export class StepExecutor {
     const plugin = this.plugins.get(w.plugin);
     if (!plugin) return fail('PLUGIN_NOT_FOUND', `no plugin named ${w.plugin}`, false);
     let config: unknown = w.config;
+    const used = { secrets: false };
     if (JSON.stringify(w.config).includes('${{')) {
       try {
         const names = templateRefs(w.config)
@@ -302,6 +309,7 @@ export class StepExecutor {
           ...(w.spec.mapOf !== undefined ? { map: { item: w.spec.item ?? null, index: w.spec.mapIndex ?? 0 } } : {}),
         });
         secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
+        used.secrets = rendered.usedSecrets.length > 0;
         config = rendered.value;
       } catch (e) {
         // A reference the run's inputs or upstream outputs cannot fill is the input's fault; a missing secret is not.
@@ -318,6 +326,8 @@ export class StepExecutor {
     }
     if (plugin.waitFor) {
       const wait = plugin.waitFor(parsed.data);
+      if (wait.kind === 'queue')
+        return { status: 'waiting', wait, data: this.task(w, plugin.waitData!(parsed.data), used) };
       if (wait.kind !== 'dag') return { status: 'waiting', wait };
       // A `dag` step waits for the child run it starts (or fails before it).
       const started = await this.subDags.start(w, parsed.data as DagStepConfig);
@@ -352,6 +362,24 @@ export class StepExecutor {
   }
 
   /**
+   * A queue step's task (see plugins/queue): what its config made of it, with the step's trace
+   * context, its timeout (the task's deadline) and dispatchTimeout; inputs that carry secrets are
+   * sealed for the database, bound to this attempt.
+   */
+  private task(w: ClaimedWork, data: JsonObject, used: { secrets: boolean }): JsonObject {
+    const { inputs, ...rest } = data;
+    const task: JsonObject = {
+      ...rest,
+      traceparent: w.traceparent,
+      timeoutMs: w.spec.timeout,
+      ...(w.spec.dispatchTimeout !== undefined ? { dispatchTimeoutMs: w.spec.dispatchTimeout } : {}),
+    };
+    if (!used.secrets) return { ...task, inputs };
+    const sealed = this.secrets.sealJson(taskInputsContext(w.tenantId, w.runId, w.stepId, w.attempt), inputs);
+    return { ...task, inputsSealed: { ...sealed } };
+  }
+
+  /**
    * A plugin call that settles when the plugin does or when its step is stopped, whichever comes
    * first: a plugin that ignores its abort signal does not hold the slot.
    */
@@ -374,10 +402,16 @@ function unknownStatus(w: ClaimedWork, named: string | undefined): string | null
   return declared.includes(named) ? null : `status "${named}" is not one of the step's (${declared.join(', ')})`;
 }
 
-/** A step handed back to wait (its plugin's waitFor). */
+/** A step handed back to wait (its plugin's waitFor), with what the engine keeps beside the wait. */
 interface Waiting {
   status: 'waiting';
   wait: WaitRequest;
+  data?: JsonObject;
+}
+
+/** What a queue task's sealed inputs are bound to: its tenant, run, step and attempt. */
+export function taskInputsContext(tenantId: string, runId: string, stepId: string, attempt: number): string {
+  return JSON.stringify(['ordo.task.inputs', tenantId, runId, stepId, attempt]);
 }
 
 /** The redactor of an attempt that was given no secret. */

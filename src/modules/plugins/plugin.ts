@@ -106,6 +106,11 @@ export interface Plugin<C = unknown> {
    * `execute`, hands the step back as waiting, and the step resumes when what it waits for comes.
    */
   waitFor?(config: C): WaitRequest;
+  /**
+   * What the engine keeps with a wait besides its event (a `queue` step's task: type, pool,
+   * requirements, inputs); not recorded in the step.waiting event.
+   */
+  waitData?(config: C): JsonObject;
   /** The engine fills `ctx.inputs` and `ctx.steps` for this plugin even when its config has no template. */
   receivesRunData?: boolean;
   /**

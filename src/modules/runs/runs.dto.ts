@@ -116,6 +116,21 @@ export const stepSchema = z
     startedUtc: z.iso.datetime().nullable(),
     finishedUtc: z.iso.datetime().nullable(),
     childRunId: z.uuid().optional().describe('the child run a `dag` step started'),
+    task: z
+      .object({
+        attemptId: z.uuid(),
+        status: z.enum(['pending', 'assigned', 'delivered', 'succeeded', 'failed', 'cancelled', 'orphaned']),
+        pool: z.string(),
+        taskType: z.string(),
+        waitReason: z
+          .string()
+          .nullable()
+          .describe('why a pending task has no worker yet: no_matching_worker, workers_busy'),
+        worker: z.object({ workerId: z.uuid(), name: z.string() }).nullable(),
+        progress: z.unknown().nullable().describe('the latest progress its worker reported'),
+      })
+      .optional()
+      .describe("a `queue` step's latest task (its external worker)"),
   })
   .meta({ id: 'Step' });
 

@@ -433,6 +433,28 @@ export class RunsRepository {
   }
 
   /** The child run each `dag` step of the run started (by step id). */
+  /** The latest task of each queue step of a run (its external worker, why it waits, its progress). */
+  async queueTasks(tx: TenantTx, runId: string) {
+    const r = await sql<{
+      step_id: string;
+      task_id: string;
+      status: string;
+      pool: string;
+      task_type: string;
+      wait_reason: string | null;
+      worker_id: string | null;
+      worker_name: string | null;
+      progress: unknown;
+    }>`
+      select distinct on (t.step_id) t.step_id, t.task_id, t.status, t.pool, t.task_type, t.wait_reason, t.worker_id,
+        w.name as worker_name, t.progress
+      from worker_task t
+      left join worker w on w.tenant_id = t.tenant_id and w.worker_id = t.worker_id
+      where t.tenant_id = ${tenantOf(tx)} and t.run_id = ${runId}
+      order by t.step_id, t.attempt desc`.execute(tx);
+    return new Map(r.rows.map((row) => [row.step_id, row]));
+  }
+
   async childRuns(tx: TenantTx, runId: string): Promise<Map<string, string>> {
     const rows = await tx
       .selectFrom('run')

@@ -14,6 +14,7 @@ import type { DagDefinition } from '../dags/dag-definition';
 import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
 import { compileInputSchema } from '../dags/input-schema';
 import { DAG_STEP_PLUGIN } from '../dags/sub-dag-refs';
+import { QUEUE_STEP_PLUGIN } from '../workers/worker-names';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
@@ -491,11 +492,28 @@ export class RunsService {
       if (!run) throw notFound('run', 'RUN_NOT_FOUND');
       const steps = await this.repo.listSteps(tx, runId);
       const children = steps.some((s) => s.plugin === DAG_STEP_PLUGIN) ? await this.repo.childRuns(tx, runId) : null;
+      const tasks = steps.some((s) => s.plugin === QUEUE_STEP_PLUGIN) ? await this.repo.queueTasks(tx, runId) : null;
       return {
         ...runDto(run),
         steps: steps.map((s) => {
           const child = children?.get(s.step_id);
-          return child ? { ...stepDto(s), childRunId: child } : stepDto(s);
+          const dto = child ? { ...stepDto(s), childRunId: child } : stepDto(s);
+          const t = tasks?.get(s.step_id);
+          if (!t) return dto;
+          return {
+            ...dto,
+            // A queue step that waits for a worker says why.
+            ...(s.status === 'waiting' && t.status === 'pending' && t.wait_reason ? { reason: t.wait_reason } : {}),
+            task: {
+              attemptId: t.task_id,
+              status: t.status as NonNullable<StepDto['task']>['status'],
+              pool: t.pool,
+              taskType: t.task_type,
+              waitReason: t.wait_reason,
+              worker: t.worker_id && t.worker_name ? { workerId: t.worker_id, name: t.worker_name } : null,
+              progress: t.progress ?? null,
+            },
+          };
         }),
       };
     });

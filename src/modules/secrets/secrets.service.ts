@@ -74,6 +74,25 @@ export class SecretsService {
    * Throws SecretNotFoundError (code SECRET_NOT_FOUND, with `missing`) when any name is unknown.
    * Callers must redact the returned values (see makeRedactor) from everything they record.
    */
+  /** Seals `value` (JSON) for the database, bound to `context`: only sealJson's `open` with the same context reads it. */
+  sealJson(context: string, value: unknown): SealedJson {
+    const s = this.keyStore().seal(JSON.stringify(value), Buffer.from(context, 'utf8'));
+    return { keyId: s.keyId, nonce: s.nonce.toString('base64'), ciphertext: s.ciphertext.toString('base64') };
+  }
+
+  /** The JSON value `sealJson(context, …)` sealed. */
+  openJson(context: string, sealed: SealedJson): unknown {
+    const text = this.keyStore().open(
+      {
+        keyId: sealed.keyId,
+        nonce: Buffer.from(sealed.nonce, 'base64'),
+        ciphertext: Buffer.from(sealed.ciphertext, 'base64'),
+      },
+      Buffer.from(context, 'utf8'),
+    );
+    return JSON.parse(text) as unknown;
+  }
+
   async resolve(tenantId: string, names: readonly string[]): Promise<Record<string, string>> {
     const wanted = [...new Set(names)];
     if (wanted.length === 0) return {};
@@ -94,6 +113,13 @@ export class SecretsService {
     }
     return out;
   }
+}
+
+/** JSON sealed with the instance's secret key, bound to what it belongs to (`context`). */
+export interface SealedJson {
+  keyId: string;
+  nonce: string;
+  ciphertext: string;
 }
 
 function toDto(m: SecretMeta): SecretMetaDto {

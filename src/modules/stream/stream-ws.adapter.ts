@@ -21,6 +21,13 @@ type PathServer = WebSocketServer & { path: string };
  * gateway without `@SubscribeMessage` handlers reads its sockets itself (nothing is parsed for
  * it), and shutdown sends 1001 and waits briefly for the closing handshake before it terminates.
  */
+/** A gateway path with `:name` segments (`/api/v1/workers/:workerId/channel`) as a pattern; null for a plain path. */
+function pathPattern(path: string): RegExp | null {
+  if (!path.includes('/:')) return null;
+  const parts = path.split('/').map((p) => (p.startsWith(':') ? '[^/]+' : p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  return new RegExp(`^${parts.join('/')}$`);
+}
+
 export class StreamWsAdapter extends WsAdapter {
   private readonly log = rootLogger().child({ component: 'ws' });
 
@@ -43,7 +50,7 @@ export class StreamWsAdapter extends WsAdapter {
       return;
     }
     const servers = (this.wsServersRegistry.get(API_SERVER) ?? []) as PathServer[];
-    const target = servers.find((s) => s.path === pathname);
+    const target = servers.find((s) => s.path === pathname || pathPattern(s.path)?.test(pathname));
     if (target) {
       target.handleUpgrade(req, socket, head, (ws) => target.emit('connection', ws, req));
       return;

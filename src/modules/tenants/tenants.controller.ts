@@ -2,7 +2,7 @@ import { Controller, Get, HttpCode, Post } from '@nestjs/common';
 import type { z } from 'zod';
 import { Body, Params, PlatformPrincipal, Query, type PlatformPrincipalT } from '../../core/http/request-context';
 import { Route } from '../../core/http/route-spec';
-import { createTokenBody, mintedTokenSchema, type CreateTokenBody } from '../auth/tokens.dto';
+import { mintedTokenSchema, operatorTokenBody, type OperatorTokenBody } from '../auth/tokens.dto';
 import {
   createTenantBody,
   tenantListQuery,
@@ -78,13 +78,13 @@ export class TenantsController {
     tags: ['platform'],
     access: 'platform:admin',
     params: tenantParams,
-    body: createTokenBody,
+    body: operatorTokenBody,
     responses: { 201: { description: 'Minted; the token is shown once', schema: mintedTokenSchema } },
   })
   mint(
     @PlatformPrincipal() op: PlatformPrincipalT,
     @Params() p: z.infer<typeof tenantParams>,
-    @Body() body: CreateTokenBody,
+    @Body() body: OperatorTokenBody,
   ) {
     return this.tenants.mintToken(op.subject, p.tenantId, body);
   }

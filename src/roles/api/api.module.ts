@@ -14,6 +14,7 @@ import { SchedulesModule } from '../../modules/scheduler/schedules.module';
 import { SecretsModule } from '../../modules/secrets/secrets.module';
 import { TenantsModule } from '../../modules/tenants/tenants.module';
 import { TrustModule } from '../../modules/trust/trust.module';
+import { WorkersModule } from '../../modules/workers/workers.module';
 
 /** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
 @Module({
@@ -33,6 +34,7 @@ import { TrustModule } from '../../modules/trust/trust.module';
     ObservabilityModule,
     ExportModule,
     SecretsModule,
+    WorkersModule,
   ],
 })
 export class ApiRoleModule {}

@@ -1,0 +1,169 @@
+import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Database } from '../../core/database/database';
+import { PgListener } from '../../core/database/pg-listener';
+import { WorkersRepository } from './workers.repository';
+
+/** Who hears a worker's wake-ups in this process: its long-polls and its channel. */
+export interface InboxListener {
+  /** A task may be assigned to the worker. */
+  task(): void;
+  /** A run was cancelled: the worker's tasks of it stop. */
+  cancelled?(runId: string): void;
+  /** The worker's status changed (draining, offline). */
+  status?(status: string): void;
+}
+
+const key = (tenantId: string, workerId: string) => `${tenantId}\u0000${workerId}`;
+
+/**
+ * The wake-ups of external workers in an api process, from one LISTEN connection: `ordo_task`
+ * (a task was assigned to a worker), `ordo_dispatch` (a pool has pending tasks: this process
+ * runs its dispatch, ordo_task_dispatch, one at a time per pool, again if woken meanwhile),
+ * `ordo_worker` (a worker's status changed) and `ordo_cancel` (a run was cancelled). It also knows
+ * which workers surely have nothing assigned (a pull found nothing and no wake-up came since, while
+ * the connection listened): their next pull waits without a query, so idle long-polls cost none.
+ */
+@Injectable()
+export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly log = new Logger('workers');
+  private readonly listeners = new Map<string, Set<InboxListener>>();
+  /** Workers known to have nothing assigned (see above). */
+  private readonly idle = new Set<string>();
+  /** Wake-ups per worker, to tell whether one came while a pull ran. */
+  private readonly wakes = new Map<string, number>();
+  private readonly dispatching = new Map<string, Promise<void>>();
+  private readonly again = new Set<string>();
+  private readonly listener: PgListener;
+  private readonly statusHooks: ((tenantId: string, workerId: string, status: string) => void)[] = [];
+  private stopping = false;
+
+  constructor(
+    private readonly db: Database,
+    private readonly repo: WorkersRepository,
+  ) {
+    this.listener = new PgListener({
+      url: db.urls.system,
+      applicationName: 'ordo:workers-listen',
+      channels: ['ordo_task', 'ordo_dispatch', 'ordo_worker', 'ordo_cancel'],
+      onNotification: (channel, payload) => this.notified(channel, payload),
+      // Wake-ups may have been missed while no connection listened: every worker may have work.
+      onConnected: () => this.forgetIdle(),
+      onLost: () => this.forgetIdle(),
+      log: this.log,
+    });
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    await this.listener.start();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.stopping = true;
+    await this.listener.stop();
+    await Promise.allSettled([...this.dispatching.values()]);
+  }
+
+  /** Hears `workerId`'s wake-ups until the returned function is called. */
+  subscribe(tenantId: string, workerId: string, l: InboxListener): () => void {
+    const k = key(tenantId, workerId);
+    let set = this.listeners.get(k);
+    if (!set) this.listeners.set(k, (set = new Set()));
+    set.add(l);
+    return () => {
+      set.delete(l);
+      if (set.size === 0) this.listeners.delete(k);
+    };
+  }
+
+  /** Calls `hook` with every worker status change announced (ordo_worker). */
+  onStatus(hook: (tenantId: string, workerId: string, status: string) => void): void {
+    this.statusHooks.push(hook);
+  }
+
+  /** Whether a pull for the worker needs a query (it may have a task assigned). */
+  mayHaveWork(tenantId: string, workerId: string): boolean {
+    return !this.idle.has(key(tenantId, workerId));
+  }
+
+  /** A mark to pass to `foundNothing` after a pull that found nothing. */
+  mark(tenantId: string, workerId: string): number {
+    return this.wakes.get(key(tenantId, workerId)) ?? 0;
+  }
+
+  /** A pull that started at `mark` found nothing: unless a wake-up came since, the worker is idle. */
+  foundNothing(tenantId: string, workerId: string, mark: number): void {
+    const k = key(tenantId, workerId);
+    if (this.listener.connected && (this.wakes.get(k) ?? 0) === mark) this.idle.add(k);
+  }
+
+  /** The worker is gone from this process's view (offline): its state is dropped. */
+  forget(tenantId: string, workerId: string): void {
+    const k = key(tenantId, workerId);
+    this.idle.delete(k);
+    this.wakes.delete(k);
+  }
+
+  /** Runs the dispatch of a pool in this process (coalesced: once more if asked while it runs). */
+  dispatch(tenantId: string, pool: string): Promise<void> {
+    const k = key(tenantId, pool);
+    const running = this.dispatching.get(k);
+    if (running) {
+      this.again.add(k);
+      return running;
+    }
+    const run = (async () => {
+      do {
+        this.again.delete(k);
+        try {
+          await this.repo.dispatch(this.db.system, tenantId, pool);
+        } catch (e) {
+          // The scheduler's sweep dispatches every pool with pending tasks: nothing waits forever.
+          if (!this.stopping) this.log.warn({ err: e, tenantId, pool }, 'dispatch failed');
+          break;
+        }
+      } while (this.again.has(k) && !this.stopping);
+    })().finally(() => this.dispatching.delete(k));
+    this.dispatching.set(k, run);
+    return run;
+  }
+
+  private forgetIdle(): void {
+    this.idle.clear();
+    for (const set of this.listeners.values()) for (const l of set) l.task();
+  }
+
+  private notified(channel: string, payload: string): void {
+    if (channel === 'ordo_cancel') {
+      // (Its payload is a run id, not JSON.)
+      if (payload) this.cancelled(payload);
+      return;
+    }
+    let p: unknown;
+    try {
+      p = JSON.parse(payload);
+    } catch {
+      return;
+    }
+    if (!Array.isArray(p) || p.some((x) => typeof x !== 'string')) return;
+    const [tenantId, id, status] = p as string[];
+    if (channel === 'ordo_dispatch') {
+      void this.dispatch(tenantId, id);
+      return;
+    }
+    const k = key(tenantId, id);
+    if (channel === 'ordo_task') {
+      this.idle.delete(k);
+      this.wakes.set(k, (this.wakes.get(k) ?? 0) + 1);
+      for (const l of this.listeners.get(k) ?? []) l.task();
+    } else if (channel === 'ordo_worker') {
+      this.idle.delete(k);
+      for (const h of this.statusHooks) h(tenantId, id, status);
+      for (const l of this.listeners.get(k) ?? []) l.status?.(status);
+    }
+  }
+
+  /** A run was cancelled (ordo_cancel carries its id as is): every listener hears it. */
+  private cancelled(runId: string): void {
+    for (const set of this.listeners.values()) for (const l of set) l.cancelled?.(runId);
+  }
+}

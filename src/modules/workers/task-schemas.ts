@@ -1,0 +1,57 @@
+import Ajv, { type ValidateFunction } from 'ajv';
+import addFormats from 'ajv-formats';
+import type { JsonObject } from '../plugins/plugin';
+
+/** The largest schema a worker may declare (as JSON). */
+export const MAX_SCHEMA_BYTES = 64 * 1024;
+/** Compiled validators kept per process (by schema text). */
+const MAX_CACHED = 2_000;
+
+/** A schema a worker declared that cannot be used: where and why. */
+export class SchemaError extends Error {}
+
+/**
+ * The JSON Schemas workers declare for their task types' inputs and outputs, compiled with Ajv
+ * (draft-07 and 2019/2020 keywords; standard formats) and cached by their text: a worker's schemas
+ * are checked once at registration, and each result is validated without compiling again.
+ */
+export class TaskSchemas {
+  private readonly ajv = new Ajv({ allErrors: false, strict: false, validateSchema: true });
+  private readonly cache = new Map<string, ValidateFunction>();
+
+  constructor() {
+    addFormats(this.ajv);
+  }
+
+  /** Compiles `schema` (throws SchemaError naming `where` when it is too large or not a schema). */
+  check(where: string, schema: JsonObject): void {
+    this.validator(where, schema);
+  }
+
+  /** Null when `value` matches `schema`, else the first mismatch (`/path: message`). */
+  mismatch(schema: JsonObject, value: unknown): string | null {
+    const v = this.validator('schema', schema);
+    if (v(value)) return null;
+    const e = v.errors?.[0];
+    return e ? `${e.instancePath || '/'}: ${e.message ?? 'does not match'}` : 'does not match';
+  }
+
+  private validator(where: string, schema: JsonObject): ValidateFunction {
+    const text = JSON.stringify(schema);
+    const known = this.cache.get(text);
+    if (known) return known;
+    if (Buffer.byteLength(text, 'utf8') > MAX_SCHEMA_BYTES)
+      throw new SchemaError(`${where}: a schema is at most ${MAX_SCHEMA_BYTES} bytes as JSON`);
+    let v: ValidateFunction;
+    try {
+      // A schema given twice (by $id) would clash in Ajv's registry: compiled without its $id.
+      const { $id: _id, ...rest } = schema;
+      v = this.ajv.compile(rest);
+    } catch (e) {
+      throw new SchemaError(`${where}: ${(e as Error).message}`);
+    }
+    if (this.cache.size >= MAX_CACHED) this.cache.delete(this.cache.keys().next().value!);
+    this.cache.set(text, v);
+    return v;
+  }
+}

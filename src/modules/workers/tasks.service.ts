@@ -1,0 +1,421 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { createHash } from 'node:crypto';
+import { ORDO_CONFIG } from '../../core/config/config.module';
+import type { OrdoConfig } from '../../core/config/config';
+import { Database } from '../../core/database/database';
+import type { SystemTx } from '../../core/database/handles';
+import { conflict, DomainError, notFound } from '../../core/errors/domain-error';
+import type { WorkerPrincipalT } from '../../core/http/request-context';
+import { canonicalJson } from '../../core/json/canonical-json';
+import { completionFor, EngineStore, type Completion } from '../engine/engine.store';
+import { taskInputsContext } from '../engine/step-executor';
+import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
+import { RunBooks } from '../runs/run-book';
+import { RunsRepository } from '../runs/runs.repository';
+import { SecretsService } from '../secrets/secrets.service';
+import { nextReputation, type TaskVerdict } from './reputation';
+import { TaskInbox } from './task-inbox';
+import { TaskSchemas } from './task-schemas';
+import { WorkerDirectory, type KnownWorker } from './worker-directory';
+import { WorkerLiveness } from './worker-liveness';
+import type { ProgressBody, ResultAnswer, ResultBody, TaskDto } from './workers.dto';
+import { WorkersRepository, type TaskRow } from './workers.repository';
+
+/** Progress events a task may append to its run (more are kept on the task only). */
+const MAX_PROGRESS_EVENTS = 100;
+/** The most often a task's progress becomes a run event. */
+const PROGRESS_EVENT_EVERY_MS = 1_000;
+const MAX_PROGRESS_DATA_BYTES = 4 * 1024;
+
+type Resolve = (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>;
+
+/**
+ * The tasks of queue steps on the worker's side: pulls (a long-poll that waits on the process's
+ * wake-ups, not on the database), results (checked against the task's epoch and the worker's output
+ * schema, idempotent, applied to the waiting step as ordo_engine_resolve applies a decision, with
+ * the worker's reputation), progress, and the ends that come from elsewhere: a worker lost (its
+ * started tasks orphaned and retried by the step's policy), a deadline passed, a dispatch timeout.
+ */
+@Injectable()
+export class TasksService {
+  private readonly log = new Logger('workers');
+  readonly schemas = new TaskSchemas();
+  private readonly lastProgress = new Map<string, number>();
+
+  constructor(
+    @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
+    private readonly db: Database,
+    private readonly repo: WorkersRepository,
+    private readonly runs: RunsRepository,
+    private readonly store: EngineStore,
+    private readonly secrets: SecretsService,
+    private readonly inbox: TaskInbox,
+    private readonly directory: WorkerDirectory,
+    private readonly liveness: WorkerLiveness,
+  ) {}
+
+  /**
+   * Up to `max` tasks for the worker: at once when it has some assigned, else when one is assigned
+   * within `waitMs` (none: empty). A draining worker gets none, at once.
+   */
+  async next(
+    p: WorkerPrincipalT,
+    workerId: string,
+    max: number,
+    waitMs: number,
+    abort: AbortSignal,
+  ): Promise<TaskDto[]> {
+    const w = await this.directory.live(p, workerId);
+    this.liveness.seen(w.tenantId, w.workerId);
+    const until = Date.now() + waitMs;
+    for (;;) {
+      if (w.status !== 'online' || abort.aborted) return [];
+      if (this.inbox.mayHaveWork(w.tenantId, w.workerId)) {
+        const mark = this.inbox.mark(w.tenantId, w.workerId);
+        const tasks = await this.take(w, max);
+        if (tasks.length > 0) return tasks;
+        this.inbox.foundNothing(w.tenantId, w.workerId, mark);
+      }
+      const left = until - Date.now();
+      if (left <= 0) return [];
+      await this.wake(w, left, abort);
+    }
+  }
+
+  /** Waits until the worker may have a task, its status changes, `ms` pass or `abort` fires. */
+  private wake(w: KnownWorker, ms: number, abort: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        unsubscribe();
+        abort.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      const unsubscribe = this.inbox.subscribe(w.tenantId, w.workerId, { task: done, status: done });
+      abort.addEventListener('abort', done);
+    });
+  }
+
+  /**
+   * Delivers up to `max` of the tasks assigned to `w` (its tenant's and pool's transaction): each
+   * with its inputs (unsealed when they carry secrets); one whose inputs do not match the worker's
+   * input schema is not handed over, and its step fails (invalid_input, INPUT_SCHEMA_MISMATCH).
+   */
+  async take(w: KnownWorker, max: number): Promise<TaskDto[]> {
+    const rows = await this.db.withWorkerPool(w.tenantId, w.pool, (tx) => this.repo.deliver(tx, w.workerId, max));
+    const out: TaskDto[] = [];
+    for (const t of rows) {
+      const inputs = (
+        t.inputs_sealed
+          ? this.secrets.openJson(taskInputsContext(t.tenant_id, t.run_id, t.step_id, t.attempt), t.inputs_sealed)
+          : (t.inputs ?? {})
+      ) as JsonValue;
+      const schema = w.taskTypes[t.task_type]?.inputSchema;
+      const mismatch = schema ? this.schemas.mismatch(schema, inputs) : null;
+      if (mismatch !== null) {
+        await this.refuseInputs(w, t, mismatch);
+        continue;
+      }
+      out.push({
+        attemptId: t.task_id,
+        runId: t.run_id,
+        stepId: t.step_id,
+        attempt: t.attempt,
+        epoch: t.epoch,
+        taskType: t.task_type,
+        inputs,
+        deadline: t.deadline.toISOString(),
+        traceparent: t.traceparent,
+        dagId: t.dag_id,
+        dagVersion: t.dag_version,
+      });
+    }
+    return out;
+  }
+
+  private async refuseInputs(w: KnownWorker, t: TaskRow, mismatch: string): Promise<void> {
+    const message = `the task's inputs do not match the input schema of ${t.task_type} on worker ${w.name}: ${mismatch}`;
+    await this.store.withResolve(async (tx, resolve) => {
+      if (!(await this.repo.endTask(tx, t.tenant_id, t.task_id, 'failed', 'INPUT_SCHEMA_MISMATCH', null))) return;
+      await this.resolveFailed(tx, resolve, t, w, {
+        code: 'INPUT_SCHEMA_MISMATCH',
+        message,
+        retryable: false,
+        class: 'invalid_input',
+        input: `with.inputs`,
+      });
+      await this.repo.wakeDispatch(tx, t.tenant_id, t.pool);
+    });
+  }
+
+  /**
+   * A worker's result for a task it holds: applied once (the same result again answers duplicate;
+   * another one 409 RESULT_CONFLICT); refused with nothing changed for a wrong epoch (409
+   * STALE_EPOCH), a task that is not its own (404), or that ended otherwise (409 TASK_CANCELLED, or
+   * TASK_ORPHANED: a late result, counted on the task and recorded on the run as step.result_rejected).
+   */
+  async result(p: WorkerPrincipalT, workerId: string, taskId: string, body: ResultBody): Promise<ResultAnswer> {
+    const w = await this.directory.get(p, workerId);
+    const outputs = body.status === 'succeeded' ? body.outputs : undefined;
+    const bytes = outputs === undefined ? 0 : Buffer.byteLength(canonicalJson(outputs), 'utf8');
+    if (bytes > this.config.ORDO_EXTERNAL_WORKER_MAX_OUTPUT_BYTES)
+      throw new DomainError(
+        'OUTPUTS_TOO_LARGE',
+        `the outputs are ${bytes} bytes as canonical JSON; at most ${this.config.ORDO_EXTERNAL_WORKER_MAX_OUTPUT_BYTES}`,
+        413,
+      );
+    this.liveness.seen(w.tenantId, w.workerId);
+    const digest = createHash('sha256').update(canonicalJson(body)).digest('hex');
+    let late = false;
+    const answer = await this.store.withResolve(async (tx, resolve) => {
+      const t = await this.repo.lockTask(tx, w.tenantId, w.pool, taskId);
+      if (!t || t.worker_id !== w.workerId) throw notFound(`task ${taskId} of worker ${workerId}`, 'TASK_NOT_FOUND');
+      if (body.epoch !== t.epoch)
+        throw conflict('STALE_EPOCH', `task ${taskId} is at epoch ${t.epoch}; the result names ${body.epoch}`);
+      switch (t.status) {
+        case 'succeeded':
+        case 'failed':
+          if (t.result_digest === digest) return { outcome: t.status, duplicate: true };
+          throw conflict('RESULT_CONFLICT', `task ${taskId} already has another result`);
+        case 'cancelled':
+          throw conflict('TASK_CANCELLED', `task ${taskId} was cancelled: its result is not used`);
+        case 'orphaned':
+          late = true;
+          return null;
+        case 'pending':
+        case 'assigned':
+        case 'delivered':
+          break;
+      }
+      return this.apply(tx, resolve, w, t, body, digest);
+    });
+    if (answer) return answer;
+    if (late) {
+      await this.recordLate(w, taskId, body);
+      throw conflict('TASK_ORPHANED', `task ${taskId} was given up when its worker was lost: its result is refused`);
+    }
+    throw conflict('TASK_CANCELLED', `task ${taskId} was cancelled: its result is not used`);
+  }
+
+  /** Applies a result to the task's waiting step; null when the step no longer waits (the task is then cancelled). */
+  private async apply(
+    tx: SystemTx,
+    resolve: Resolve,
+    w: KnownWorker,
+    t: TaskRow,
+    body: ResultBody,
+    digest: string,
+  ): Promise<ResultAnswer | null> {
+    const logs: StepLogLine[] = (body.logs ?? []).map((l) => ({ ts: new Date().toISOString(), ...l }));
+    let verdict: TaskVerdict;
+    let outcome: Completion['outcome'];
+    const violation = body.status === 'succeeded' ? this.violation(w, t, body.outputs ?? {}) : null;
+    if (violation) {
+      verdict = 'violation';
+      outcome = { status: 'failed', error: violation, logs };
+    } else if (body.status === 'succeeded') {
+      verdict = 'success';
+      outcome = {
+        status: 'succeeded',
+        outputs: (body.outputs ?? {}) as JsonObject,
+        ...(body.namedStatus !== undefined ? { namedStatus: body.namedStatus } : {}),
+        logs,
+      };
+    } else {
+      const e = body.error;
+      verdict = e.class === 'invalid_input' ? 'neutral' : 'failure';
+      outcome = {
+        status: 'failed',
+        error: { code: e.code, message: e.message, retryable: e.class === 'transient', class: e.class },
+        logs,
+      };
+    }
+    const status = outcome.status === 'succeeded' ? 'succeeded' : 'failed';
+    const key = { tenantId: t.tenant_id, runId: t.run_id, stepId: t.step_id, attempt: t.attempt, epoch: t.epoch };
+    const result = completionFor(key, `worker:${w.name}`, outcome, t.delivered_at, new Date());
+    const data: JsonObject = {
+      workerId: w.workerId,
+      worker: w.name,
+      pool: w.pool,
+      taskId: t.task_id,
+      taskType: t.task_type,
+      status,
+      ...(outcome.status === 'failed'
+        ? { error: { code: outcome.error.code, class: outcome.error.class ?? null } }
+        : {}),
+    };
+    if (!(await resolve(result, { type: 'step.worker_result', data }))) {
+      await this.repo.endTask(tx, t.tenant_id, t.task_id, 'cancelled', 'step_ended', null);
+      return null;
+    }
+    await this.repo.endTask(tx, t.tenant_id, t.task_id, status, violation ? 'CONTRACT_VIOLATION' : null, digest);
+    await this.judge(tx, t.tenant_id, t.pool, w.name, verdict);
+    await this.repo.wakeDispatch(tx, t.tenant_id, t.pool);
+    return {
+      outcome: status,
+      duplicate: false,
+      ...(outcome.status === 'failed' ? { error: { code: outcome.error.code, message: outcome.error.message } } : {}),
+    };
+  }
+
+  /** A succeeded result's contract violation (outputs not matching the worker's output schema), if any. */
+  private violation(w: KnownWorker, t: TaskRow, outputs: unknown): PluginError | null {
+    const schema = w.taskTypes[t.task_type]?.outputSchema;
+    if (!schema) return null;
+    const mismatch = this.schemas.mismatch(schema, outputs);
+    if (mismatch === null) return null;
+    return {
+      code: 'CONTRACT_VIOLATION',
+      message: `the outputs of worker ${w.name} do not match the output schema of ${t.task_type}: ${mismatch}`,
+      retryable: false,
+      class: 'permanent',
+    };
+  }
+
+  /** The worker name's reputation after a task (under its row lock); blocked once below the floor. */
+  private async judge(tx: SystemTx, tenantId: string, pool: string, name: string, verdict: TaskVerdict): Promise<void> {
+    const prev = await this.repo.lockReputation(tx, tenantId, pool, name);
+    const next = nextReputation(
+      { ...prev, updatedAt: prev.updated_at },
+      verdict,
+      new Date(),
+      this.config.ORDO_EXTERNAL_WORKER_REPUTATION_HALF_LIFE_MS,
+    );
+    await this.repo.saveReputation(tx, tenantId, pool, name, {
+      ...next,
+      block: next.score < this.config.ORDO_EXTERNAL_WORKER_REPUTATION_FLOOR,
+    });
+  }
+
+  /** A result that came after its task was orphaned: counted on the task and recorded on its run. */
+  private async recordLate(w: KnownWorker, taskId: string, body: ResultBody): Promise<void> {
+    await this.db.withSystem(async (tx) => {
+      const t = await this.repo.lockTask(tx, w.tenantId, w.pool, taskId);
+      if (!t) return;
+      await this.repo.countLateResult(tx, t.tenant_id, t.task_id);
+      await this.runEvent(tx, t, 'step.result_rejected', `worker:${w.name}`, {
+        reason: 'task_orphaned',
+        workerId: w.workerId,
+        taskId: t.task_id,
+        epoch: body.epoch,
+        status: body.status,
+      });
+    });
+  }
+
+  /**
+   * A task's progress: kept on the task (the step's record shows the latest), and appended to its
+   * run as a step.progress event (on the tenant's stream) at most once a second and 100 times a task.
+   */
+  async progress(p: WorkerPrincipalT, workerId: string, taskId: string, body: ProgressBody): Promise<void> {
+    const w = await this.directory.get(p, workerId);
+    if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data), 'utf8') > MAX_PROGRESS_DATA_BYTES)
+      throw new DomainError('PROGRESS_TOO_LARGE', `progress data is at most ${MAX_PROGRESS_DATA_BYTES} bytes`, 413);
+    this.liveness.seen(w.tenantId, w.workerId);
+    const progress: JsonObject = {
+      ...(body.percent !== undefined ? { percent: body.percent } : {}),
+      ...(body.message !== undefined ? { message: body.message } : {}),
+      ...(body.data !== undefined ? { data: body.data as JsonObject } : {}),
+      at: new Date().toISOString(),
+    };
+    await this.db.withSystem(async (tx) => {
+      const t = await this.repo.lockTask(tx, w.tenantId, w.pool, taskId);
+      if (!t || t.worker_id !== w.workerId) throw notFound(`task ${taskId} of worker ${workerId}`, 'TASK_NOT_FOUND');
+      if (body.epoch !== t.epoch)
+        throw conflict('STALE_EPOCH', `task ${taskId} is at epoch ${t.epoch}; the progress names ${body.epoch}`);
+      if (t.status !== 'delivered') throw conflict('TASK_NOT_RUNNING', `task ${taskId} is ${t.status}`);
+      await this.repo.progress(tx, t.tenant_id, t.task_id, progress);
+      const last = this.lastProgress.get(t.task_id) ?? 0;
+      const count = await this.repo.progressEvents(tx, t.tenant_id, t.run_id, t.step_id, t.attempt);
+      if (Date.now() - last < PROGRESS_EVENT_EVERY_MS || count >= MAX_PROGRESS_EVENTS) return;
+      this.lastProgress.set(t.task_id, Date.now());
+      if (this.lastProgress.size > 10_000) this.lastProgress.delete(this.lastProgress.keys().next().value!);
+      await this.runEvent(tx, t, 'step.progress', `worker:${w.name}`, progress);
+    });
+  }
+
+  private async runEvent(tx: SystemTx, t: TaskRow, type: string, actor: string, data: JsonObject): Promise<void> {
+    const books = new RunBooks(await this.runs.lockRuns(tx, [{ tenantId: t.tenant_id, runId: t.run_id }]));
+    const b = books.get(t.tenant_id, t.run_id);
+    if (!b) return;
+    books.event(b, { type, stepId: t.step_id, attempt: t.attempt, actor, data });
+    await this.runs.insertEvents(tx, books.events());
+    await this.runs.updateRunBooks(tx, books.updates());
+  }
+
+  /**
+   * A worker is gone (offline past its TTL, or it left): the tasks it was handed but had not
+   * started go back to its pool; the ones it started are orphaned, each failing its attempt
+   * (WORKER_LOST, transient: the step's retry policy applies) and counting as a timeout.
+   */
+  async releaseWorker(tenantId: string, workerId: string, pool: string): Promise<void> {
+    const lost = await this.store.withResolve(async (tx, resolve) => {
+      await this.repo.announceWorker(tx, tenantId, workerId, 'offline');
+      await this.repo.unassign(tx, tenantId, workerId);
+      const started = await this.repo.deliveredTo(tx, tenantId, workerId);
+      for (const t of started) {
+        await this.repo.endTask(tx, tenantId, t.task_id, 'orphaned', 'worker_lost', null);
+        await this.resolveFailed(tx, resolve, t, null, {
+          code: 'WORKER_LOST',
+          message: `worker ${t.worker_name ?? workerId} was lost while it held the task`,
+          retryable: true,
+          class: 'transient',
+        });
+        if (t.worker_name) await this.judge(tx, tenantId, pool, t.worker_name, 'timeout');
+      }
+      await this.repo.wakeDispatch(tx, tenantId, pool);
+      return started.length;
+    });
+    if (lost > 0) this.log.warn({ tenantId, workerId, orphaned: lost }, 'worker lost: its tasks orphaned');
+  }
+
+  /**
+   * An open task whose deadline passed fails its attempt (TIMEOUT, transient; a started one counts
+   * against its worker); a pending one past its dispatch deadline fails (DISPATCH_TIMEOUT, permanent).
+   */
+  async overdue(tenantId: string, taskId: string, pool: string): Promise<void> {
+    await this.store.withResolve(async (tx, resolve) => {
+      const t = await this.repo.lockTask(tx, tenantId, pool, taskId);
+      if (!t || !['pending', 'assigned', 'delivered'].includes(t.status)) return;
+      const timedOut = t.deadline.getTime() <= Date.now();
+      const error: PluginError = timedOut
+        ? { code: 'TIMEOUT', message: 'no result from a worker before the step timeout', retryable: true }
+        : {
+            code: 'DISPATCH_TIMEOUT',
+            message: `no worker took the task within its dispatchTimeout`,
+            retryable: false,
+          };
+      await this.repo.endTask(tx, tenantId, taskId, 'cancelled', timedOut ? 'timeout' : 'dispatch_timeout', null);
+      await this.resolveFailed(tx, resolve, t, null, error);
+      if (timedOut && t.status === 'delivered' && t.worker_name)
+        await this.judge(tx, tenantId, pool, t.worker_name, 'timeout');
+      await this.repo.wakeDispatch(tx, tenantId, pool);
+    });
+  }
+
+  private async resolveFailed(
+    tx: SystemTx,
+    resolve: Resolve,
+    t: TaskRow,
+    w: KnownWorker | null,
+    error: PluginError,
+  ): Promise<void> {
+    void tx;
+    const key = { tenantId: t.tenant_id, runId: t.run_id, stepId: t.step_id, attempt: t.attempt, epoch: t.epoch };
+    const now = new Date();
+    const result = completionFor(key, 'engine', { status: 'failed', error, logs: [] }, t.delivered_at, now);
+    await resolve(result, {
+      type: 'step.worker_result',
+      data: {
+        workerId: w?.workerId ?? t.worker_id,
+        worker: w?.name ?? t.worker_name,
+        pool: t.pool,
+        taskId: t.task_id,
+        taskType: t.task_type,
+        status: 'failed',
+        error: { code: error.code, class: error.class ?? (error.retryable ? 'transient' : 'permanent') },
+      },
+    });
+  }
+}

@@ -1,0 +1,262 @@
+import type { OnModuleDestroy } from '@nestjs/common';
+import { WebSocketGateway, type OnGatewayConnection, type OnGatewayInit } from '@nestjs/websockets';
+import type { IncomingMessage } from 'node:http';
+import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } from 'ws';
+import { DomainError } from '../../core/errors/domain-error';
+import type { WorkerPrincipalT } from '../../core/http/request-context';
+import { rootLogger } from '../../core/logging/logger';
+import { TokenService } from '../auth/token.service';
+import { TokenStatusCache } from '../auth/token-status-cache';
+import { TasksService } from './tasks.service';
+import { WorkerDirectory, type KnownWorker } from './worker-directory';
+import { WorkerLiveness } from './worker-liveness';
+import { TaskInbox } from './task-inbox';
+import { heartbeatBody, progressBody, resultBody } from './workers.dto';
+import { WorkersService } from './workers.service';
+
+/** The channel's path; `:workerId` is the worker's id (see StreamWsAdapter's path patterns). */
+export const WORKER_CHANNEL_PATH = '/api/v1/workers/:workerId/channel';
+const CHANNEL = /^\/api\/v1\/workers\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/channel$/;
+const BEARER = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i;
+const MAX_PAYLOAD = 2 * 1024 * 1024;
+/** Close codes: the token or worker is no longer valid; a message could not be read. */
+const CLOSE_UNAUTHORIZED = 4401;
+const CLOSE_OFFLINE = 4409;
+
+interface Session {
+  ws: WebSocket;
+  w: KnownWorker;
+  p: WorkerPrincipalT;
+  exp: number;
+  /** Tasks the worker can still take (its `ready` credits less the tasks offered). */
+  credit: number;
+  /** Tasks offered on this channel and not yet answered, by task id: their run. */
+  held: Map<string, string>;
+  pulling: boolean;
+  again: boolean;
+  /** Messages handled one after another. */
+  queue: Promise<void>;
+}
+
+/**
+ * The worker channel (WebSocket, same worker token and tenant header as the REST routes): tasks
+ * are offered as soon as they are assigned, up to the credits the worker gave (`ready`), cancels
+ * are pushed at once (a cancelled run), and results, progress and heartbeats go the other way,
+ * each answered on the channel. An open channel counts as the worker being heard from.
+ */
+@WebSocketGateway({ path: WORKER_CHANNEL_PATH, maxPayload: MAX_PAYLOAD })
+export class WorkerChannelGateway
+  implements OnGatewayInit<WebSocketServer>, OnGatewayConnection<WebSocket>, OnModuleDestroy
+{
+  private server?: WebSocketServer;
+  private readonly upgrades = new WeakMap<IncomingMessage, { p: WorkerPrincipalT; w: KnownWorker; exp: number }>();
+  private readonly log = rootLogger().child({ component: 'workers' });
+
+  constructor(
+    private readonly tokens: TokenService,
+    private readonly statuses: TokenStatusCache,
+    private readonly directory: WorkerDirectory,
+    private readonly inbox: TaskInbox,
+    private readonly liveness: WorkerLiveness,
+    private readonly tasks: TasksService,
+    private readonly workers: WorkersService,
+  ) {}
+
+  afterInit(server: WebSocketServer): void {
+    this.server = server;
+    // `ws` compares the path exactly; this one carries the worker id.
+    (server as unknown as { shouldHandle(req: IncomingMessage): boolean }).shouldHandle = (req) =>
+      CHANNEL.test(new URL(req.url ?? '/', 'http://localhost').pathname);
+    const verifyClient: VerifyClientCallbackAsync = ({ req }, done) => {
+      this.authenticate(req).then(
+        (who) => {
+          this.upgrades.set(req, who);
+          done(true);
+        },
+        (e: unknown) => {
+          const err =
+            e instanceof DomainError ? e : new DomainError('UNAUTHENTICATED', 'missing or invalid credentials', 401);
+          done(false, err.status, JSON.stringify({ error: { code: err.code, message: err.message } }), {
+            'Content-Type': 'application/json',
+          });
+        },
+      );
+    };
+    server.options.verifyClient = verifyClient;
+  }
+
+  onModuleDestroy(): void {
+    for (const ws of this.server?.clients ?? []) ws.close(1001, 'server shutting down');
+  }
+
+  private async authenticate(req: IncomingMessage): Promise<{ p: WorkerPrincipalT; w: KnownWorker; exp: number }> {
+    const m = BEARER.exec((req.headers.authorization ?? '').trim());
+    if (!m) throw new DomainError('UNAUTHENTICATED', 'Authorization: Bearer <worker token> is required', 401);
+    const t = await this.tokens.verify(m[1]);
+    if (t.kind !== 'worker') throw new DomainError('INSUFFICIENT_SCOPE', 'the channel needs a worker token', 403);
+    const status = await this.statuses.status(t.tid, t.jti);
+    if (!status) throw new DomainError('INVALID_TOKEN', 'token unknown to this instance', 401);
+    if (status.revoked) throw new DomainError('TOKEN_REVOKED', 'token revoked', 401);
+    if (req.headers['x-tenant-id'] !== t.tid)
+      throw new DomainError('TENANT_MISMATCH', 'X-Tenant-Id must name the token’s tenant', 403);
+    if (!status.tenantActive) throw new DomainError('TENANT_DISABLED', 'tenant is disabled', 403);
+    const p: WorkerPrincipalT = { kind: 'worker', tenantId: t.tid, subject: t.sub, pool: t.pool, jti: t.jti };
+    const id = CHANNEL.exec(new URL(req.url ?? '/', 'http://localhost').pathname)![1];
+    return { p, w: await this.directory.live(p, id), exp: t.exp };
+  }
+
+  handleConnection(ws: WebSocket, req: IncomingMessage): void {
+    const who = this.upgrades.get(req);
+    this.upgrades.delete(req);
+    if (!who) {
+      ws.close(CLOSE_UNAUTHORIZED, 'the upgrade was not authenticated');
+      return;
+    }
+    const s: Session = {
+      ws,
+      w: who.w,
+      p: who.p,
+      exp: who.exp,
+      credit: 0,
+      held: new Map(),
+      pulling: false,
+      again: false,
+      queue: Promise.resolve(),
+    };
+    const seen = () => this.liveness.seen(s.w.tenantId, s.w.workerId);
+    seen();
+    const alive = setInterval(seen, Math.max(1_000, Math.floor(s.w.ttlMs / 3)));
+    const unsubscribe = this.inbox.subscribe(s.w.tenantId, s.w.workerId, {
+      task: () => this.offer(s),
+      cancelled: (runId) => {
+        for (const [taskId, run] of s.held)
+          if (run === runId) {
+            s.held.delete(taskId);
+            this.send(s, { type: 'cancel', attemptId: taskId, reason: 'cancelled' });
+          }
+      },
+      status: (status) => {
+        if (status === 'offline') ws.close(CLOSE_OFFLINE, 'the worker is offline: register again');
+      },
+    });
+    ws.on('close', () => {
+      clearInterval(alive);
+      unsubscribe();
+    });
+    ws.on('message', (data: RawData, isBinary: boolean) => {
+      s.queue = s.queue.then(() => this.handle(s, data, isBinary)).catch(() => undefined);
+    });
+  }
+
+  private async handle(s: Session, data: RawData, isBinary: boolean): Promise<void> {
+    const token = await this.statuses.status(s.p.tenantId, s.p.jti);
+    if (!token || token.revoked || s.exp * 1000 <= Date.now()) {
+      s.ws.close(CLOSE_UNAUTHORIZED, 'the token is no longer valid');
+      return;
+    }
+    let msg: { type?: unknown; attemptId?: unknown; credit?: unknown; [k: string]: unknown };
+    try {
+      msg = isBinary ? {} : (JSON.parse(rawText(data)) as typeof msg);
+    } catch {
+      this.send(s, { type: 'error', code: 'BAD_MESSAGE', message: 'messages are JSON objects with a type' });
+      return;
+    }
+    try {
+      switch (msg.type) {
+        case 'ready': {
+          const n = typeof msg.credit === 'number' && Number.isInteger(msg.credit) ? msg.credit : 0;
+          if (n < 1 || n > 1_000)
+            throw new DomainError('BAD_MESSAGE', 'ready: credit is an integer from 1 to 1000', 400);
+          s.credit = Math.min(1_000, s.credit + n);
+          this.offer(s);
+          return;
+        }
+        case 'result': {
+          const id = attemptId(msg.attemptId);
+          const { type: _t, attemptId: _a, ...rest } = msg;
+          const body = resultBody.safeParse(rest);
+          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+          s.held.delete(id);
+          const answer = await this.tasks.result(s.p, s.w.workerId, id, body.data);
+          this.send(s, { type: 'ack', attemptId: id, ...answer });
+          return;
+        }
+        case 'progress': {
+          const id = attemptId(msg.attemptId);
+          const { type: _t, attemptId: _a, ...rest } = msg;
+          const body = progressBody.safeParse(rest);
+          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+          await this.tasks.progress(s.p, s.w.workerId, id, body.data);
+          return;
+        }
+        case 'heartbeat': {
+          const { type: _t, ...rest } = msg;
+          const body = heartbeatBody.safeParse(rest);
+          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+          const beat = await this.workers.heartbeat(s.p, s.w.workerId, body.data.loaded);
+          this.send(s, { type: 'heartbeat', ...beat });
+          if (beat.status === 'offline') s.ws.close(CLOSE_OFFLINE, 'the worker is offline: register again');
+          return;
+        }
+        default:
+          throw new DomainError('BAD_MESSAGE', 'type must be ready, result, progress or heartbeat', 400);
+      }
+    } catch (e) {
+      const err = e instanceof DomainError ? e : null;
+      if (!err) this.log.warn({ err: e }, 'worker channel message failed');
+      this.send(s, {
+        type: 'error',
+        ...(typeof msg.attemptId === 'string' ? { attemptId: msg.attemptId } : {}),
+        code: err?.code ?? 'INTERNAL',
+        message: err?.message ?? 'internal error',
+      });
+    }
+  }
+
+  /** Offers the worker what is assigned to it, up to its credits (one pull at a time per channel). */
+  private offer(s: Session): void {
+    if (s.pulling) {
+      s.again = true;
+      return;
+    }
+    if (s.credit <= 0 || s.w.status !== 'online' || s.ws.readyState !== s.ws.OPEN) return;
+    if (!this.inbox.mayHaveWork(s.w.tenantId, s.w.workerId)) return;
+    s.pulling = true;
+    s.again = false;
+    const mark = this.inbox.mark(s.w.tenantId, s.w.workerId);
+    void this.tasks
+      .take(s.w, s.credit)
+      .then(
+        (tasks) => {
+          if (tasks.length === 0) this.inbox.foundNothing(s.w.tenantId, s.w.workerId, mark);
+          for (const t of tasks) {
+            s.credit -= 1;
+            s.held.set(t.attemptId, t.runId);
+            this.send(s, { type: 'task', task: t });
+          }
+          if (tasks.length > 0) s.again = true;
+        },
+        (e: unknown) => this.log.warn({ err: e, workerId: s.w.workerId }, 'offering tasks failed'),
+      )
+      .finally(() => {
+        s.pulling = false;
+        if (s.again) this.offer(s);
+      });
+  }
+
+  private send(s: Session, msg: object): void {
+    if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(msg));
+  }
+}
+
+function attemptId(v: unknown): string {
+  if (typeof v !== 'string' || !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(v))
+    throw new DomainError('BAD_MESSAGE', 'attemptId must be a task id (uuid)', 400);
+  return v;
+}
+
+function rawText(data: RawData): string {
+  if (Buffer.isBuffer(data)) return data.toString('utf8');
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
+  return Buffer.from(data).toString('utf8');
+}

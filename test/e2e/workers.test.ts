@@ -1,0 +1,568 @@
+import { sql } from 'kysely';
+import WebSocket from 'ws';
+import { startTestApp, type TestApp } from '../support/test-app';
+import { runEvents, waitForRun } from './runs-support';
+
+type As = { token: string; tenantId: string };
+type Task = { attemptId: string; runId: string; stepId: string; epoch: number; inputs: unknown; taskType: string };
+type Step = {
+  stepId: string;
+  status: string;
+  reason: string | null;
+  outputs: unknown;
+  error: { code: string; class?: string } | null;
+  attempts: number;
+  task?: { status: string; waitReason: string | null; worker: { name: string } | null; progress: unknown };
+};
+type Run = { runId: string; status: string; steps: Step[] };
+
+const OUT = { type: 'object', required: ['width'], properties: { width: { type: 'integer' } } };
+
+/** External workers over the worker protocol (REST and the channel), against real Ordo and PostgreSQL. */
+describe('external workers', () => {
+  let app: TestApp;
+  let as: As;
+  let seq = 0;
+
+  const mint = async (pool: string, who: As = as, subject = `w-${++seq}`) => {
+    const r = await app.request('POST', '/api/v1/tokens', { as: who, body: { scopes: ['worker'], pool, subject } });
+    expect(r.status).toBe(201);
+    return { token: r.body.token as string, tenantId: who.tenantId };
+  };
+  const register = async (w: As, body: Record<string, unknown>) => {
+    const r = await app.request('POST', '/api/v1/workers', {
+      as: w,
+      body: { name: `worker-${++seq}`, taskTypes: [{ name: 'resize', outputSchema: OUT }], ...body },
+    });
+    expect(r.status).toBe(201);
+    return r.body.workerId as string;
+  };
+  const next = (w: As, id: string, waitMs = 3_000, max = 1) =>
+    app.request('GET', `/api/v1/workers/${id}/tasks/next?waitMs=${waitMs}&max=${max}`, { as: w });
+  const take = async (w: As, id: string, waitMs = 5_000): Promise<Task> => {
+    const r = await next(w, id, waitMs);
+    expect(r.status).toBe(200);
+    return r.body.tasks[0] as Task;
+  };
+  const result = (w: As, id: string, t: Task, body: Record<string, unknown>) =>
+    app.request('POST', `/api/v1/workers/${id}/tasks/${t.attemptId}/result`, {
+      as: w,
+      body: { epoch: t.epoch, ...body },
+    });
+  const publish = async (id: string, step: Record<string, unknown>, extra: Record<string, unknown> = {}, who = as) => {
+    const r = await app.request('POST', '/api/v1/dags', {
+      as: who,
+      body: { id, steps: [{ id: 'work', plugin: 'queue', ...step }], ...extra },
+    });
+    expect(r.status).toBe(201);
+  };
+  const start = async (dagId: string, inputs: unknown = {}, who = as) => {
+    const r = await app.request('POST', '/api/v1/runs', {
+      as: who,
+      body: { dagId, inputs, runToken: `${dagId}-${++seq}` },
+    });
+    expect(r.status).toBe(201);
+    return r.body.runId as string;
+  };
+  const run = async (runId: string, who = as) =>
+    (await app.request('GET', `/api/v1/runs/${runId}`, { as: who })).body as Run;
+  const work = (r: Run) => r.steps.find((s) => s.stepId === 'work')!;
+  const until = async <T>(what: string, probe: () => Promise<T | undefined>): Promise<T> => {
+    for (let i = 0; i < 400; i++) {
+      const v = await probe();
+      if (v !== undefined) return v;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`${what} never happened`);
+  };
+  /** Takes every worker of the tenant out of dispatch (each test starts from its own fixed worker set). */
+  const retireAll = async () => {
+    await app.ordo.database.withSystem(async (tx) => {
+      await sql`update worker set status = 'offline', offline_at = now()`.execute(tx);
+      await sql`update worker_task set status = 'cancelled', finished_at = now(), end_reason = 'test'
+        where status in ('pending', 'assigned', 'delivered')`.execute(tx);
+    });
+  };
+
+  beforeAll(async () => {
+    app = await startTestApp({
+      ORDO_ROLES: 'api,worker,scheduler',
+      ORDO_EXTERNAL_WORKER_TTL_MS: '2000',
+      ORDO_EXTERNAL_WORKER_SWEEP_MS: '200',
+    });
+    as = { token: app.adminToken, tenantId: app.tenantId };
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  beforeEach(retireAll);
+
+  describe('worker tokens', () => {
+    it('mints a worker token bound to a pool, listed with its pool and last-seen', async () => {
+      const w = await mint('gpu');
+      await register(w, {});
+      const list = await app.request('GET', '/api/v1/tokens?limit=500', { as });
+      const rec = (list.body.items as { scopes: string[]; pool: string | null; lastSeenAt: string | null }[]).find(
+        (t) => t.scopes[0] === 'worker' && t.pool === 'gpu',
+      );
+      expect(rec).toBeDefined();
+      await until('the token seen', async () => {
+        const l = await app.request('GET', '/api/v1/tokens?limit=500', { as });
+        return (l.body.items as { pool: string | null; lastSeenAt: string | null }[]).find(
+          (t) => t.pool === 'gpu' && t.lastSeenAt !== null,
+        );
+      });
+    });
+
+    it('refuses a worker token without a pool, with other scopes, or minted by a non-admin', async () => {
+      const noPool = await app.request('POST', '/api/v1/tokens', { as, body: { scopes: ['worker'] } });
+      expect(noPool.status).toBe(400);
+      expect(noPool.body.error.code).toBe('POOL_REQUIRED');
+      const mixed = await app.request('POST', '/api/v1/tokens', {
+        as,
+        body: { scopes: ['worker', 'orchestrator:read'], pool: 'a' },
+      });
+      expect(mixed.body.error.code).toBe('WORKER_SCOPE_ALONE');
+      const poolOnly = await app.request('POST', '/api/v1/tokens', {
+        as,
+        body: { scopes: ['orchestrator:read'], pool: 'a' },
+      });
+      expect(poolOnly.body.error.code).toBe('POOL_WITHOUT_WORKER_SCOPE');
+      const writer = { token: await app.token(app.tenantId, ['orchestrator:write']), tenantId: app.tenantId };
+      const escalate = await app.request('POST', '/api/v1/tokens', {
+        as: writer,
+        body: { scopes: ['worker'], pool: 'a' },
+      });
+      expect(escalate.status).toBe(403);
+    });
+
+    it('a worker token reaches no tenant route, and a tenant token no worker route', async () => {
+      const w = await mint('default');
+      for (const [method, url] of [
+        ['GET', '/api/v1/runs'],
+        ['GET', '/api/v1/dags'],
+        ['GET', '/api/v1/workers'],
+        ['GET', '/api/v1/secrets'],
+        ['POST', '/api/v1/tokens'],
+      ] as const) {
+        const r = await app.request(method, url, {
+          as: w,
+          body: method === 'POST' ? { scopes: ['worker'] } : undefined,
+        });
+        expect([url, r.status]).toEqual([url, 403]);
+      }
+      const admin = await app.request('POST', '/api/v1/workers', {
+        as,
+        body: { name: 'x', taskTypes: [{ name: 'resize' }] },
+      });
+      expect(admin.status).toBe(403);
+    });
+  });
+
+  describe('registration', () => {
+    it('refuses malformed schemas, another pool and duplicate task types, writing nothing', async () => {
+      const w = await mint('default');
+      const before = await app.ordo.database.withSystem(
+        async (tx) => (await sql<{ n: number }>`select count(*)::int as n from worker`.execute(tx)).rows[0].n,
+      );
+      const bad = await app.request('POST', '/api/v1/workers', {
+        as: w,
+        body: { name: 'x', taskTypes: [{ name: 'resize', outputSchema: { type: 'no-such-type' } }] },
+      });
+      expect(bad.status).toBe(400);
+      expect(bad.body.error.code).toBe('SCHEMA_INVALID');
+      const pool = await app.request('POST', '/api/v1/workers', {
+        as: w,
+        body: { name: 'x', pool: 'gpu', taskTypes: [{ name: 'resize' }] },
+      });
+      expect(pool.status).toBe(403);
+      expect(pool.body.error.code).toBe('POOL_MISMATCH');
+      const dup = await app.request('POST', '/api/v1/workers', {
+        as: w,
+        body: { name: 'x', taskTypes: [{ name: 'resize' }, { name: 'resize' }] },
+      });
+      expect(dup.body.error.code).toBe('DUPLICATE_TASK_TYPE');
+      const size = await app.request('POST', '/api/v1/workers', {
+        as: w,
+        body: { name: 'x', taskTypes: [{ name: 'resize' }], resources: { memory: 'lots' } },
+      });
+      expect(size.status).toBe(400);
+      const after = await app.ordo.database.withSystem(
+        async (tx) => (await sql<{ n: number }>`select count(*)::int as n from worker`.execute(tx)).rows[0].n,
+      );
+      expect(after).toBe(before);
+    });
+  });
+
+  describe('tasks', () => {
+    it('hands a queue step to a worker with templated inputs; the result ends the step, once', async () => {
+      await publish(
+        'resize-one',
+        { with: { taskType: 'resize', inputs: { url: '${{ inputs.url }}', size: 3 } }, timeout: '1m' },
+        { inputs: { type: 'object', properties: { url: { type: 'string' } } } },
+      );
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('resize-one', { url: 'https://example.test/a.png' });
+      const t = await take(w, id);
+      expect(t).toMatchObject({
+        runId,
+        stepId: 'work',
+        taskType: 'resize',
+        inputs: { url: 'https://example.test/a.png', size: 3 },
+      });
+      expect(
+        (await result(w, id, { ...t, epoch: t.epoch + 1 }, { status: 'succeeded', outputs: { width: 1 } })).body.error
+          .code,
+      ).toBe('STALE_EPOCH');
+      const ok = await result(w, id, t, { status: 'succeeded', outputs: { width: 10 } });
+      expect(ok.status).toBe(200);
+      expect(ok.body).toEqual({ outcome: 'succeeded', duplicate: false });
+      const again = await result(w, id, t, { status: 'succeeded', outputs: { width: 10 } });
+      expect(again.body).toEqual({ outcome: 'succeeded', duplicate: true });
+      const other = await result(w, id, t, { status: 'succeeded', outputs: { width: 11 } });
+      expect(other.status).toBe(409);
+      expect(other.body.error.code).toBe('RESULT_CONFLICT');
+      const done = await waitForRun(app, as, runId);
+      expect(done.status).toBe('succeeded');
+      const r = await run(runId);
+      expect(work(r).outputs).toEqual({ width: 10 });
+      expect(work(r).task).toMatchObject({ status: 'succeeded', worker: { name: expect.any(String) } });
+      const events = await runEvents(app, as, runId);
+      expect(events.map((e) => e.type)).toContain('step.worker_result');
+      const unknown = await app.request(
+        'POST',
+        `/api/v1/workers/${id}/tasks/00000000-0000-4000-8000-000000000000/result`,
+        { as: w, body: { epoch: 0, status: 'succeeded', outputs: {} } },
+      );
+      expect(unknown.status).toBe(404);
+      expect(unknown.body.error.code).toBe('TASK_NOT_FOUND');
+      const malformed = await app.request('POST', `/api/v1/workers/${id}/tasks/${t.attemptId}/result`, {
+        as: w,
+        body: { epoch: t.epoch, status: 'failed' },
+      });
+      expect(malformed.status).toBe(400);
+    });
+
+    it('fails the step with CONTRACT_VIOLATION when the outputs do not match the output schema', async () => {
+      await publish('resize-bad', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('resize-bad');
+      const t = await take(w, id);
+      const r = await result(w, id, t, { status: 'succeeded', outputs: { width: 'wide' } });
+      expect(r.body).toMatchObject({ outcome: 'failed', error: { code: 'CONTRACT_VIOLATION' } });
+      expect((await waitForRun(app, as, runId)).status).toBe('failed');
+      expect(work(await run(runId)).error).toMatchObject({ code: 'CONTRACT_VIOLATION' });
+    });
+
+    it('refuses outputs over the size limit with 413 and changes nothing', async () => {
+      await publish('resize-big', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('resize-big');
+      const t = await take(w, id);
+      const big = await result(w, id, t, { status: 'succeeded', outputs: { width: 1, blob: 'x'.repeat(1_100_000) } });
+      expect(big.status).toBe(413);
+      expect(work(await run(runId)).status).toBe('waiting');
+      expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 2 } })).status).toBe(200);
+    });
+
+    it('says why a step waits when no worker matches, and fails it past its dispatchTimeout', async () => {
+      await publish('needs-gpu', {
+        with: { taskType: 'resize', requires: { gpu: 1, vram: '>=16GiB' } },
+        dispatchTimeout: '2s',
+      });
+      const w = await mint('default');
+      await register(w, { resources: { gpu: { count: 1, vram: '8GiB' } } });
+      const runId = await start('needs-gpu');
+      await until('the reason', async () =>
+        work(await run(runId)).reason === 'no_matching_worker' ? true : undefined,
+      );
+      const done = await waitForRun(app, as, runId);
+      expect(done.status).toBe('failed');
+      expect(work(await run(runId)).error).toMatchObject({ code: 'DISPATCH_TIMEOUT' });
+    });
+
+    it('a worker of another tenant or pool never receives the task, nor sees the worker', async () => {
+      const b = await app.tenant(`wb-${process.pid}`);
+      await publish('iso', { with: { taskType: 'resize' } });
+      await publish('iso', { with: { taskType: 'resize' } }, {}, b);
+      const wb = await mint('default', b);
+      const idB = await register(wb, {});
+      const wGpu = await mint('gpu');
+      const idGpu = await register(wGpu, {});
+      const runA = await start('iso');
+      expect((await next(wb, idB, 600)).status).toBe(204);
+      expect((await next(wGpu, idGpu, 600)).status).toBe(204);
+      expect(work(await run(runA)).reason).toBe('no_matching_worker');
+      // Another tenant's or pool's worker id is not found through the worker routes or the tenant routes.
+      expect((await next(wb, idGpu, 0)).status).toBe(404);
+      expect((await next(wGpu, idB, 0)).status).toBe(404);
+      expect((await app.request('GET', `/api/v1/workers/${idB}`, { as })).status).toBe(404);
+      expect((await app.request('GET', `/api/v1/workers/${idGpu}`, { as: b })).status).toBe(404);
+      // Tenant B's own run goes to its worker.
+      const runB = await start('iso', {}, b);
+      const t = await take(wb, idB);
+      expect(t.runId).toBe(runB);
+    });
+  });
+
+  describe('dispatch strategies', () => {
+    /** Registers workers (name → cost), starts `n` runs and returns which worker got each, in order. */
+    const choices = async (
+      dagId: string,
+      strategy: string,
+      workers: { name: string; cost: number; max?: number }[],
+      n: number,
+    ) => {
+      await publish(dagId, { with: { taskType: 'resize', strategy } });
+      const w = await mint('default');
+      const ids = new Map<string, string>();
+      for (const x of workers)
+        ids.set(
+          await register(w, { name: `${dagId}-${x.name}`, costPerSecond: x.cost, maxConcurrent: x.max ?? 10 }),
+          x.name,
+        );
+      const got: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const runId = await start(dagId);
+        const name = await until('the assignment', async () => {
+          const s = work(await run(runId));
+          return s.task?.worker?.name;
+        });
+        got.push(name.slice(dagId.length + 1));
+      }
+      return got;
+    };
+
+    it('cheapest takes the lowest cost every time', async () => {
+      expect(
+        await choices(
+          's-cheap',
+          'cheapest',
+          [
+            { name: 'a', cost: 3 },
+            { name: 'b', cost: 1 },
+            { name: 'c', cost: 2 },
+          ],
+          3,
+        ),
+      ).toEqual(['b', 'b', 'b']);
+    });
+
+    it('least_connections spreads over the workers holding the fewest tasks', async () => {
+      const got = await choices(
+        's-least',
+        'least_connections',
+        [
+          { name: 'a', cost: 1 },
+          { name: 'b', cost: 1 },
+          { name: 'c', cost: 1 },
+        ],
+        3,
+      );
+      expect([...got].sort()).toEqual(['a', 'b', 'c']);
+    });
+
+    it('round_robin goes around the workers in id order', async () => {
+      const got = await choices(
+        's-rr',
+        'round_robin',
+        [
+          { name: 'a', cost: 1 },
+          { name: 'b', cost: 1 },
+        ],
+        4,
+      );
+      expect(new Set(got).size).toBe(2);
+      expect(got[0]).not.toBe(got[1]);
+      expect(got[2]).toBe(got[0]);
+      expect(got[3]).toBe(got[1]);
+    });
+
+    it('a full worker is passed over', async () => {
+      expect(
+        await choices(
+          's-full',
+          'cheapest',
+          [
+            { name: 'a', cost: 1, max: 1 },
+            { name: 'b', cost: 5 },
+          ],
+          3,
+        ),
+      ).toEqual(['a', 'b', 'b']);
+    });
+  });
+
+  describe('reputation', () => {
+    it('blocks a worker whose results violate its contract, until an operator resets it', async () => {
+      await publish('rep', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, { name: `rep-${process.pid}` });
+      for (let i = 0; i < 2; i++) {
+        await start('rep');
+        const t = await take(w, id);
+        await result(w, id, t, { status: 'succeeded', outputs: { nope: true } });
+      }
+      const seen = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body;
+      expect(seen.reputation).toMatchObject({ blocked: true, violations: 2 });
+      expect(seen.reputation.score).toBeLessThan(0.2);
+      const runId = await start('rep');
+      expect((await next(w, id, 600)).status).toBe(204);
+      expect(work(await run(runId)).reason).toBe('workers_busy');
+      const reset = await app.request('POST', `/api/v1/workers/${id}/reputation/reset`, {
+        as,
+        body: { reason: 'fixed the output encoder' },
+      });
+      expect(reset.status).toBe(200);
+      expect(reset.body.reputation.blocked).toBe(false);
+      const t = await take(w, id);
+      expect(t.runId).toBe(runId);
+      const reader = { token: await app.token(app.tenantId, ['orchestrator:write']), tenantId: app.tenantId };
+      expect(
+        (await app.request('POST', `/api/v1/workers/${id}/reputation/reset`, { as: reader, body: { reason: 'x' } }))
+          .status,
+      ).toBe(403);
+    });
+  });
+
+  describe('liveness', () => {
+    it('orphans the task of a worker that stops heartbeating; it retries elsewhere and the late result is refused', async () => {
+      await publish('lost', {
+        with: { taskType: 'resize' },
+        retry: { maxRetries: 2, initialDelay: '10ms' },
+      });
+      const w = await mint('default');
+      const quiet = await register(w, { name: 'quiet' });
+      const runId = await start('lost');
+      const t = await take(w, quiet);
+      const live = await register(w, { name: 'live' });
+      const beat = setInterval(
+        () => void app.request('POST', `/api/v1/workers/${live}/heartbeat`, { as: w, body: {} }),
+        400,
+      );
+      try {
+        const t2 = await take(w, live, 10_000);
+        expect(t2.runId).toBe(runId);
+        expect(t2.attemptId).not.toBe(t.attemptId);
+        const late = await result(w, quiet, t, { status: 'succeeded', outputs: { width: 1 } });
+        expect(late.status).toBe(409);
+        expect(late.body.error.code).toBe('TASK_ORPHANED');
+        expect((await result(w, live, t2, { status: 'succeeded', outputs: { width: 2 } })).status).toBe(200);
+        expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+        const types = (await runEvents(app, as, runId)).map((e) => e.type);
+        expect(types).toContain('step.result_rejected');
+        const hb = await app.request('POST', `/api/v1/workers/${quiet}/heartbeat`, { as: w, body: {} });
+        expect(hb.body.status).toBe('offline');
+        expect((await next(w, quiet, 0)).body.error.code).toBe('WORKER_OFFLINE');
+        const attempts = (await app.request('GET', `/api/v1/runs/${runId}/steps/work/attempts`, { as })).body.items as {
+          status: string;
+        }[];
+        expect(attempts.filter((a) => a.status === 'succeeded')).toHaveLength(1);
+      } finally {
+        clearInterval(beat);
+      }
+    });
+
+    it('a draining worker gets no new task and finishes the one it holds', async () => {
+      await publish('drain', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const r1 = await start('drain');
+      const t = await take(w, id);
+      expect((await app.request('POST', `/api/v1/workers/${id}/drain`, { as: w })).body).toEqual({
+        status: 'draining',
+      });
+      const r2 = await start('drain');
+      expect((await next(w, id, 2_000)).status).toBe(204);
+      expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 1 } })).status).toBe(200);
+      expect((await waitForRun(app, as, r1)).status).toBe('succeeded');
+      expect(work(await run(r2)).status).toBe('waiting');
+      expect((await app.request('DELETE', `/api/v1/workers/${id}`, { as: w })).status).toBe(204);
+    });
+
+    it('tells the worker to stop a task whose run was cancelled', async () => {
+      await publish('cancel', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('cancel');
+      const t = await take(w, id);
+      expect((await app.request('POST', `/api/v1/runs/${runId}/cancel`, { as, body: {} })).status).toBeLessThan(300);
+      const cancel = await until('the cancel', async () => {
+        const hb = await app.request('POST', `/api/v1/workers/${id}/heartbeat`, { as: w, body: {} });
+        return (hb.body.cancel as { attemptId: string }[]).find((c) => c.attemptId === t.attemptId);
+      });
+      expect(cancel).toMatchObject({ attemptId: t.attemptId, reason: 'cancelled' });
+      const late = await result(w, id, t, { status: 'succeeded', outputs: { width: 1 } });
+      expect(late.body.error.code).toBe('TASK_CANCELLED');
+    });
+  });
+
+  describe('progress and the channel', () => {
+    it('records progress on the step and as a run event', async () => {
+      await publish('prog', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('prog');
+      const t = await take(w, id);
+      const p = await app.request('POST', `/api/v1/workers/${id}/tasks/${t.attemptId}/progress`, {
+        as: w,
+        body: { epoch: t.epoch, percent: 40, message: 'resizing' },
+      });
+      expect(p.status).toBe(202);
+      expect(work(await run(runId)).task?.progress).toMatchObject({ percent: 40, message: 'resizing' });
+      const ev = (await runEvents(app, as, runId)).find((e) => e.type === 'step.progress');
+      expect(ev?.data).toMatchObject({ percent: 40 });
+    });
+
+    it('offers tasks over the WebSocket channel and takes results on it', async () => {
+      await publish('chan', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+        headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
+      });
+      const inbox: Record<string, unknown>[] = [];
+      ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
+      await new Promise((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      ws.send(JSON.stringify({ type: 'ready', credit: 2 }));
+      const runId = await start('chan');
+      const offer = await until('the offer', async () => inbox.find((m) => m.type === 'task'));
+      const task = offer.task as Task;
+      expect(task.runId).toBe(runId);
+      ws.send(
+        JSON.stringify({
+          type: 'result',
+          attemptId: task.attemptId,
+          epoch: task.epoch,
+          status: 'succeeded',
+          outputs: { width: 5 },
+        }),
+      );
+      const ack = await until('the ack', async () => inbox.find((m) => m.type === 'ack'));
+      expect(ack).toMatchObject({ attemptId: task.attemptId, outcome: 'succeeded' });
+      expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      ws.close();
+    });
+
+    it('refuses a channel upgrade without a worker token', async () => {
+      const w = await mint('default');
+      const id = await register(w, {});
+      const code = await new Promise<number>((resolve) => {
+        const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+          headers: { authorization: `Bearer ${as.token}`, 'x-tenant-id': as.tenantId },
+        });
+        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.on('open', () => resolve(101));
+      });
+      expect(code).toBe(403);
+    });
+  });
+});
