@@ -40,7 +40,7 @@ const config = z
   })
   .refine((c) => c.allowSecrets === true || !SECRET_REF.test(JSON.stringify(c.inputs ?? {})), {
     message: 'the inputs reference secrets: set allowSecrets: true to hand secrets to external workers',
-    path: ['inputs'],
+    path: ['allowSecrets'],
   });
 
 type QueueConfig = z.infer<typeof config>;
@@ -81,6 +81,7 @@ export default definePlugin({
     ...(cfg.strategy !== undefined ? { strategy: cfg.strategy } : {}),
     requires: requirements(cfg.requires),
     inputs: (cfg.inputs ?? {}) as JsonObject,
+    secretsAllowed: cfg.allowSecrets === true,
   }),
   // A queue step is ended by its worker's result, never run here (the worker asks waitFor instead).
   execute: () =>

@@ -398,6 +398,85 @@ describe('external workers', () => {
     });
   });
 
+  describe('dispatch by warmth and value', () => {
+    it('default prefers a worker with the required models loaded, then the cheapest', async () => {
+      await publish('warm', { with: { taskType: 'resize', requires: { models: ['sdxl'] } } });
+      await publish('warm-cheap', {
+        with: { taskType: 'resize', requires: { models: ['sdxl'] }, strategy: 'cheapest' },
+      });
+      const w = await mint('default');
+      const cold = await register(w, { name: 'cold', costPerSecond: 1, models: ['sdxl'], maxConcurrent: 10 });
+      const warm = await register(w, { name: 'warm', costPerSecond: 2, models: ['sdxl'], maxConcurrent: 10 });
+      await register(w, { name: 'no-model', costPerSecond: 0, maxConcurrent: 10 });
+      const hb = await app.request('POST', `/api/v1/workers/${warm}/heartbeat`, { as: w, body: { loaded: ['sdxl'] } });
+      expect(hb.body.status).toBe('online');
+      const byDefault = await start('warm');
+      expect((await take(w, warm)).runId).toBe(byDefault);
+      const byCost = await start('warm-cheap');
+      expect((await take(w, cold)).runId).toBe(byCost);
+    });
+
+    it('best_value weighs cost by reputation', async () => {
+      await publish('value-fail', { with: { taskType: 'resize', strategy: 'cheapest' } });
+      await publish('value', { with: { taskType: 'resize', strategy: 'best_value' } });
+      const w = await mint('default');
+      const cheap = await register(w, { name: `cheap-${process.pid}`, costPerSecond: 1, maxConcurrent: 10 });
+      const dear = await register(w, { name: `dear-${process.pid}`, costPerSecond: 1.5, maxConcurrent: 10 });
+      for (let i = 0; i < 2; i++) {
+        await start('value-fail');
+        const t = await take(w, cheap);
+        await result(w, cheap, t, { status: 'failed', error: { class: 'permanent', code: 'BROKEN', message: 'no' } });
+      }
+      const listed = (await app.request('GET', '/api/v1/workers', { as })).body.items as {
+        workerId: string;
+        reputation: { score: number; blocked: boolean };
+      }[];
+      expect(listed.find((x) => x.workerId === cheap)!.reputation).toMatchObject({ blocked: false });
+      expect(listed.find((x) => x.workerId === cheap)!.reputation.score).toBeCloseTo(0.25, 3);
+      const runId = await start('value');
+      expect((await take(w, dear)).runId).toBe(runId);
+    });
+  });
+
+  describe('secrets in task inputs', () => {
+    it('refuses secret references without allowSecrets, and seals them at rest with it', async () => {
+      expect(
+        (await app.request('PUT', '/api/v1/secrets/RESIZE_KEY', { as, body: { value: 's3cr3t-value' } })).status,
+      ).toBeLessThan(300);
+      const refused = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'sec-no',
+          steps: [
+            { id: 'work', plugin: 'queue', with: { taskType: 'resize', inputs: { key: '${{ secrets.RESIZE_KEY }}' } } },
+          ],
+        },
+      });
+      expect(refused.status).toBe(400);
+      expect(refused.text).toContain('allowSecrets');
+      await publish('sec-yes', {
+        with: { taskType: 'resize', allowSecrets: true, inputs: { key: '${{ secrets.RESIZE_KEY }}' } },
+      });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('sec-yes');
+      await until('the task', async () => (work(await run(runId)).task ? true : undefined));
+      const stored = await app.ordo.database.withSystem(
+        async (tx) =>
+          (
+            await sql<{
+              inputs: unknown;
+              sealed: unknown;
+            }>`select inputs, inputs_sealed as sealed from worker_task where run_id = ${runId}`.execute(tx)
+          ).rows[0],
+      );
+      expect(stored.inputs).toBeNull();
+      expect(JSON.stringify(stored.sealed)).not.toContain('s3cr3t-value');
+      const t = await take(w, id);
+      expect(t.inputs).toEqual({ key: 's3cr3t-value' });
+    });
+  });
+
   describe('reputation', () => {
     it('blocks a worker whose results violate its contract, until an operator resets it', async () => {
       await publish('rep', { with: { taskType: 'resize' } });
@@ -549,6 +628,28 @@ describe('external workers', () => {
       const ack = await until('the ack', async () => inbox.find((m) => m.type === 'ack'));
       expect(ack).toMatchObject({ attemptId: task.attemptId, outcome: 'succeeded' });
       expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      ws.close();
+    });
+
+    it('pushes a cancel on the channel when the run of an offered task is cancelled', async () => {
+      await publish('chan-cancel', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+        headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
+      });
+      const inbox: Record<string, unknown>[] = [];
+      ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
+      await new Promise((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const runId = await start('chan-cancel');
+      const offer = await until('the offer', async () => inbox.find((m) => m.type === 'task'));
+      expect((await app.request('POST', `/api/v1/runs/${runId}/cancel`, { as, body: {} })).status).toBeLessThan(300);
+      const cancel = await until('the cancel', async () => inbox.find((m) => m.type === 'cancel'));
+      expect(cancel).toMatchObject({ attemptId: (offer.task as Task).attemptId, reason: 'cancelled' });
       ws.close();
     });
 

@@ -326,6 +326,12 @@ export class StepExecutor {
     }
     if (plugin.waitFor) {
       const wait = plugin.waitFor(parsed.data);
+      if (wait.kind === 'queue' && used.secrets && plugin.waitData!(parsed.data).secretsAllowed !== true)
+        return fail(
+          'SECRETS_NOT_ALLOWED',
+          'a queue step hands secrets to a worker only with allowSecrets: true',
+          false,
+        );
       if (wait.kind === 'queue')
         return { status: 'waiting', wait, data: this.task(w, plugin.waitData!(parsed.data), used) };
       if (wait.kind !== 'dag') return { status: 'waiting', wait };
@@ -367,7 +373,7 @@ export class StepExecutor {
    * sealed for the database, bound to this attempt.
    */
   private task(w: ClaimedWork, data: JsonObject, used: { secrets: boolean }): JsonObject {
-    const { inputs, ...rest } = data;
+    const { inputs, secretsAllowed: _allowed, ...rest } = data;
     const task: JsonObject = {
       ...rest,
       traceparent: w.traceparent,
