@@ -62,7 +62,7 @@ worker.on('registered', (r) => print('registered', { workerId: r.workerId, pool:
 worker.on('transport', (kind) => print('transport', { kind }));
 worker.on('task', (t) => print('task', { attemptId: t.attemptId, runId: t.runId, stepId: t.stepId }));
 worker.on('result', ({ task, body, answer }) =>
-  print('result', { attemptId: task.attemptId, status: body.status, outcome: answer?.outcome }),
+  print('result', { attemptId: task.attemptId, status: body.status, outcome: answer.outcome }),
 );
 worker.on('warning', (e) => process.stderr.write(`warning: ${e.message}\n`));
 worker.on('stopped', () => print('stopped', {}));

@@ -18,6 +18,8 @@ export type TransportKind = 'websocket' | 'long-poll';
 /** What a session needs from the worker that owns it. */
 export interface SessionHost {
   readonly client: ApiClient;
+  /** Aborts when the worker stops: result posts outlive the session, not the worker. */
+  readonly stopSignal: AbortSignal;
   readonly backoff?: BackoffOptions;
   /** Tries of a result post over HTTP before it is given up. */
   readonly resultTries: number;
@@ -150,7 +152,8 @@ export class WorkerSession {
       const r = await this.host.client.call<ResultAnswer>(
         'POST',
         `${this.path}/tasks/${encodeURIComponent(task.attemptId)}/result`,
-        { body, tries: this.host.resultTries, signal: this.ended.signal },
+        // Not the session's signal: a result under way when the server drops the registration still gets its answer.
+        { body, tries: this.host.resultTries, signal: this.host.stopSignal },
       );
       return r.body;
     } catch (e) {

@@ -47,7 +47,8 @@ export interface WorkerEvents {
   registered: [Registration];
   transport: [TransportKind];
   task: [Task];
-  result: [{ task: Task; body: ResultBody; answer: ResultAnswer | undefined }];
+  /** A result the server took (the answer says how the step's attempt ended, or that it had it already). */
+  result: [{ task: Task; body: ResultBody; answer: ResultAnswer }];
   cancelled: [{ attemptId: string; reason: string }];
   /** A result the server refused for good (STALE_EPOCH, TASK_CANCELLED, TASK_ORPHANED, RESULT_CONFLICT, TASK_NOT_FOUND). */
   refused: [{ task: Task; code: string }];
@@ -256,6 +257,7 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
   private sessionHost(): SessionHost {
     return {
       client: this.client,
+      stopSignal: this.lifetime.signal,
       backoff: this.options.backoff,
       resultTries: this.options.resultTries ?? 12,
       capacity: () => (this.state === 'running' ? this.maxConcurrent - this.executions.size : 0),
@@ -299,7 +301,7 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
       const body = await execution.execute();
       if (body && !execution.cancelled && !session.isEnded) {
         const answer = await session.postResult(task, body);
-        this.emit('result', { task, body, answer });
+        if (answer) this.emit('result', { task, body, answer });
       }
     } catch (e) {
       this.emit('warning', e as Error);
