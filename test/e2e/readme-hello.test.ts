@@ -110,8 +110,8 @@ describe("README's hello world", () => {
 });
 
 describe('command blocks in README.md and docs/', () => {
-  /** Sections whose blocks a test runs as written (this file, bundles-walkthrough.test.ts). */
-  const TESTED = ['hello-world', 'bundles-walkthrough'];
+  /** Sections whose blocks a test runs as written (this file, bundles-walkthrough.test.ts, workers-sdk-walkthrough.test.ts). */
+  const TESTED = ['hello-world', 'bundles-walkthrough', 'workers-walkthrough'];
 
   it('are each run by a test or marked illustrative', () => {
     const files = ['README.md', ...fs.readdirSync(path.join(ROOT, 'docs')).map((f) => `docs/${f}`)].filter((f) =>
