@@ -8,6 +8,7 @@ describe('compileSchema', () => {
       'input',
       undefined,
     );
+    expect(s.json).not.toHaveProperty('$schema');
     expect(s.json).toMatchObject({
       type: 'object',
       properties: { width: { type: 'integer' }, fit: { type: 'string', default: 'cover' } },

@@ -3,7 +3,7 @@ import type { JsonSchema } from './protocol';
 /** The part of a zod (v4) schema the SDK uses: parsing and conversion to JSON Schema. */
 export interface ZodLike<T = unknown> {
   safeParse(value: unknown): { success: true; data: T } | { success: false; error: { issues: ZodIssueLike[] } };
-  toJSONSchema(params?: { io?: 'input' | 'output'; unrepresentable?: 'throw' | 'any' }): unknown;
+  toJSONSchema(params?: { io?: 'input' | 'output'; unrepresentable?: 'throw' | 'any'; target?: string }): unknown;
 }
 
 interface ZodIssueLike {
@@ -93,7 +93,13 @@ export function compileSchema(
   fromJsonSchema: FromJsonSchema | undefined,
 ): CompiledSchema {
   if (isZodLike(schema)) {
-    const json = schema.toJSONSchema({ io, unrepresentable: 'any' }) as JsonSchema;
+    // Draft-07 keywords, without a `$schema`: what every JSON Schema validator takes (the server's
+    // refuses a `$schema` naming draft 2020-12, zod's default).
+    const { $schema: _draft, ...json } = schema.toJSONSchema({
+      io,
+      unrepresentable: 'any',
+      target: 'draft-07',
+    }) as JsonSchema;
     return { json, validate: zodValidator(schema) };
   }
   if (schema === null || typeof schema !== 'object' || Array.isArray(schema)) {
