@@ -21,6 +21,7 @@ import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { conditionCost } from './conditions-bench';
 import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
+import { runExternalWorkersBench, wantsExternalWorkers } from './workers-bench';
 import { cpuMs, Processes, rssMiB, untilAll, type OrdoProcess } from './support-load';
 
 const HELP = `Usage: npm run bench -- [options]
@@ -218,6 +219,7 @@ const cleanups: (() => Promise<unknown> | void)[] = [];
 
 async function main(): Promise<void> {
   if (wantsLoad(process.argv.slice(2))) return runLoadCli(process.argv.slice(2));
+  if (wantsExternalWorkers(process.argv.slice(2))) return runExternalWorkersBench(process.argv.slice(2));
   const { values } = parseArgs({
     options: {
       db: { type: 'string' },

@@ -1,0 +1,367 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import { parseArgs } from 'node:util';
+import { OrdoWorker, type TransportKind } from '../sdk/worker/src';
+import {
+  authHeaders,
+  cleanupOnSignals,
+  freshDatabase,
+  load1,
+  log,
+  machine,
+  pgClient,
+  Processes,
+  publishDag,
+  round,
+  runsClient,
+  sleep,
+  stats,
+  writeResult,
+  type Stats,
+} from './support-load';
+
+export const EXT_WORKERS_HELP = `External workers (--only ext-workers): SDK workers (sdk/worker) in child processes against one Ordo
+process (api, worker and scheduler roles, dist/src/main.js), each task a one-step DAG whose queue step runs a no-op handler:
+  throughput  tasks/s through 4 SDK workers, over the WebSocket channel and by long-poll
+  latency     dispatch latency, task opened (worker_task.created_at) → handler start, and run created → handler start,
+              p50/p99 of runs started one at a time, by long-poll and by WebSocket
+  idle        transactions/s (pg_stat_database xact_commit delta) of 1,000 idle long-polling workers, beside the same
+              window with no worker
+Options:
+  --db <url>                 PostgreSQL server URL (default DATABASE_URL, else embedded)
+  --out <dir>                results directory (default bench/results; writes ext-workers-<time>.json)
+  --ext-tasks <n>            throughput: tasks per transport (default 2000)
+  --ext-concurrency <n>      throughput: maxConcurrent of each of the 4 workers (default 16)
+  --ext-latency-runs <n>     latency: runs per transport (default 200)
+  --ext-idle-workers <n>     idle: workers (default 1000)
+  --ext-idle-seconds <s>     idle: window (default 30)`;
+
+/** True when argv asks for this benchmark (`--only ext-workers`). */
+export function wantsExternalWorkers(argv: string[]): boolean {
+  const i = argv.findIndex((a) => a === '--only' || a.startsWith('--only='));
+  if (i < 0) return false;
+  const v = argv[i].startsWith('--only=') ? argv[i].slice(7) : (argv[i + 1] ?? '');
+  return v.split(',').includes('ext-workers');
+}
+
+const POOL = 'bench';
+const DAG_ID = 'ext-noop';
+
+/** Messages between the benchmark and its worker processes. */
+type ChildMessage = { type: 'ready' } | { type: 'start'; attemptId: string; runId: string; t: number };
+
+interface WorkerGroup {
+  child: ChildProcess;
+  starts: Map<string, number>;
+  ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Forks this module as a process of `count` SDK workers (see `workerProcess`). */
+function workerGroup(
+  url: string,
+  tenantId: string,
+  token: string,
+  opts: { count: number; transport: TransportKind; maxConcurrent: number; reportStarts: boolean; name: string },
+): WorkerGroup {
+  const child = fork(__filename, [], {
+    env: {
+      PATH: process.env.PATH,
+      ORDO_EXT_BENCH_CHILD: '1',
+      ORDO_URL: url,
+      ORDO_TENANT: tenantId,
+      ORDO_TOKEN: token,
+      WORKERS: String(opts.count),
+      TRANSPORT: opts.transport,
+      MAX_CONCURRENT: String(opts.maxConcurrent),
+      REPORT_STARTS: opts.reportStarts ? '1' : '',
+      NAME: opts.name,
+    },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const starts = new Map<string, number>();
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const ready = new Promise<void>((resolve, reject) => {
+    child.on('message', (m: ChildMessage) => {
+      if (m.type === 'ready') resolve();
+      else starts.set(m.runId, m.t);
+    });
+    child.once('exit', (code) => reject(new Error(`worker process ${opts.name} exited with ${code}`)));
+  });
+  ready.catch(() => undefined);
+  return {
+    child,
+    starts,
+    ready,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** The worker process: `WORKERS` SDK workers with a no-op handler for `noop`; SIGTERM stops them. */
+async function workerProcess(): Promise<void> {
+  const env = process.env;
+  const workers: OrdoWorker[] = [];
+  const count = Number(env.WORKERS);
+  for (let i = 0; i < count; i++) {
+    const w = new OrdoWorker({
+      urls: [env.ORDO_URL!],
+      token: env.ORDO_TOKEN!,
+      tenantId: env.ORDO_TENANT!,
+      name: `${env.NAME}-${i}`,
+      pool: POOL,
+      transport: env.TRANSPORT as TransportKind,
+      maxConcurrent: Number(env.MAX_CONCURRENT),
+    });
+    w.handle('noop', {
+      run: (_input, ctx) => {
+        if (env.REPORT_STARTS)
+          process.send!({ type: 'start', attemptId: ctx.attemptId, runId: ctx.runId, t: Date.now() });
+        return {};
+      },
+    });
+    w.on('warning', () => undefined);
+    workers.push(w);
+  }
+  // Registrations go 50 at a time, as a fleet coming up would.
+  for (let i = 0; i < workers.length; i += 50) await Promise.all(workers.slice(i, i + 50).map((w) => w.start()));
+  process.once('SIGTERM', () => void Promise.all(workers.map((w) => w.stop())).then(() => process.exit(0)));
+  process.send!({ type: 'ready' });
+}
+
+interface ThroughputRow {
+  transport: TransportKind;
+  tasks: number;
+  seconds: number;
+  tasksPerS: number;
+  succeeded: number;
+}
+
+interface LatencyRow {
+  transport: TransportKind;
+  runs: number;
+  /** Task opened (worker_task.created_at) → handler start, ms. */
+  dispatchMs: Stats;
+  /** Run created (the create call answered) → handler start, ms. */
+  endToEndMs: Stats;
+}
+
+interface IdleRow {
+  workers: number;
+  seconds: number;
+  xactPerS: number;
+  baselineXactPerS: number;
+  /** Transactions a second each idle worker adds over the baseline. */
+  perWorkerXactPerS: number;
+}
+
+/** Runs the external-workers benchmark (`npm run bench -- --only ext-workers`). */
+export async function runExternalWorkersBench(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      only: { type: 'string' },
+      db: { type: 'string' },
+      out: { type: 'string', default: 'bench/results' },
+      'ext-tasks': { type: 'string', default: '2000' },
+      'ext-concurrency': { type: 'string', default: '16' },
+      'ext-latency-runs': { type: 'string', default: '200' },
+      'ext-idle-workers': { type: 'string', default: '1000' },
+      'ext-idle-seconds': { type: 'string', default: '30' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.log(EXT_WORKERS_HELP);
+    return;
+  }
+  const db = await freshDatabase(values.db ?? process.env.DATABASE_URL, 'extw');
+  const procs = new Processes(db);
+  const groups: WorkerGroup[] = [];
+  const release = cleanupOnSignals();
+  const owner = pgClient(db.ownerUrl);
+  const { runs, close } = runsClient(db);
+  try {
+    await owner.connect();
+    const ordo = await procs.start('api,worker,scheduler');
+    const creds = procs.credentials();
+    await publishDag(ordo.url, creds, {
+      id: DAG_ID,
+      steps: [{ id: 'work', plugin: 'queue', timeout: '10m', with: { taskType: 'noop', pool: POOL } }],
+    });
+    const minted = await fetch(`${ordo.url}/api/v1/tokens`, {
+      method: 'POST',
+      headers: authHeaders(creds),
+      body: JSON.stringify({ scopes: ['worker'], pool: POOL, subject: 'bench' }),
+    });
+    if (minted.status !== 201) throw new Error(`worker token: ${minted.status} ${await minted.text()}`);
+    const token = ((await minted.json()) as { token: string }).token;
+    const group = (opts: Parameters<typeof workerGroup>[3]) => {
+      const g = workerGroup(ordo.url, creds.tenantId, token, opts);
+      groups.push(g);
+      return g;
+    };
+    const stopAll = async () => {
+      await Promise.all(groups.splice(0).map((g) => g.stop()));
+      // Their registrations end offline (they left): the next phase starts with none.
+    };
+    let seq = 0;
+    const create = async (n: number) => {
+      const made: string[] = [];
+      for (let i = 0; i < n; i += 500) {
+        const batch = Array.from({ length: Math.min(500, n - i) }, () => ({
+          dagId: DAG_ID,
+          inputs: {},
+          runToken: `ext-${++seq}`,
+          requestedBy: 'bench',
+        }));
+        made.push(...(await runs.createRuns(creds.tenantId, batch)).map((r) => r.runId));
+      }
+      return made;
+    };
+    const remaining = async (ids: string[]) =>
+      (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from run where run_id = any($1::uuid[]) and status not in ('succeeded', 'failed', 'cancelled')`,
+          [ids],
+        )
+      ).rows[0].n;
+
+    // ---- throughput ----
+    const throughput: ThroughputRow[] = [];
+    for (const transport of ['websocket', 'long-poll'] as const) {
+      const gs = [0, 1, 2, 3].map((i) =>
+        group({
+          count: 1,
+          transport,
+          maxConcurrent: Number(values['ext-concurrency']),
+          reportStarts: false,
+          name: `tp-${transport}-${i}`,
+        }),
+      );
+      await Promise.all(gs.map((g) => g.ready));
+      const n = Number(values['ext-tasks']);
+      const t0 = Date.now();
+      const ids = await create(n);
+      while ((await remaining(ids)) > 0) await sleep(100);
+      const end = (
+        await owner.query<{ end: Date; ok: number }>(
+          `select max(finished_at) as end, count(*) filter (where status = 'succeeded')::int ok from run where run_id = any($1::uuid[])`,
+          [ids],
+        )
+      ).rows[0];
+      const seconds = (end.end.getTime() - t0) / 1000;
+      const row = {
+        transport,
+        tasks: n,
+        seconds: round(seconds),
+        tasksPerS: Math.round(n / seconds),
+        succeeded: end.ok,
+      };
+      log(`ext-workers throughput ${transport}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()})`);
+      throughput.push(row);
+      await stopAll();
+    }
+
+    // ---- dispatch latency ----
+    const latency: LatencyRow[] = [];
+    for (const transport of ['long-poll', 'websocket'] as const) {
+      const g = group({ count: 1, transport, maxConcurrent: 1, reportStarts: true, name: `lat-${transport}` });
+      await g.ready;
+      const dispatch: number[] = [];
+      const endToEnd: number[] = [];
+      for (let i = 0; i < Number(values['ext-latency-runs']); i++) {
+        const [runId] = await create(1);
+        const created = Date.now();
+        while (!g.starts.has(runId)) await sleep(2);
+        while ((await remaining([runId])) > 0) await sleep(5);
+        const opened = (
+          await owner.query<{ t: Date }>(`select created_at t from worker_task where run_id = $1`, [runId])
+        ).rows[0].t;
+        dispatch.push(g.starts.get(runId)! - opened.getTime());
+        endToEnd.push(g.starts.get(runId)! - created);
+      }
+      const row = { transport, runs: dispatch.length, dispatchMs: stats(dispatch), endToEndMs: stats(endToEnd) };
+      log(`ext-workers latency ${transport}: dispatch p50 ${row.dispatchMs.p50} ms, p99 ${row.dispatchMs.p99} ms`);
+      latency.push(row);
+      await stopAll();
+    }
+
+    // ---- idle long-polling workers ----
+    const seconds = Number(values['ext-idle-seconds']);
+    const xactRate = async () => {
+      const read = async () =>
+        Number(
+          (
+            await owner.query<{ n: string }>(
+              `select xact_commit::text n from pg_stat_database where datname = current_database()`,
+            )
+          ).rows[0].n,
+        );
+      // Statistics are flushed about once a second: let the last ones land on both sides of the window.
+      await sleep(1_500);
+      const a = await read();
+      await sleep(seconds * 1000);
+      await sleep(1_500);
+      const b = await read();
+      // The two reads are the benchmark's own transactions.
+      return (b - a - 1) / (seconds + 1.5);
+    };
+    const baseline = await xactRate();
+    const workers = Number(values['ext-idle-workers']);
+    const idleGroup = group({
+      count: workers,
+      transport: 'long-poll',
+      maxConcurrent: 1,
+      reportStarts: false,
+      name: 'idle',
+    });
+    await idleGroup.ready;
+    // Registrations and first heartbeats settle before the window.
+    await sleep(5_000);
+    const busy = await xactRate();
+    const idle: IdleRow = {
+      workers,
+      seconds,
+      xactPerS: round(busy),
+      baselineXactPerS: round(baseline),
+      perWorkerXactPerS: round((busy - baseline) / workers, 4),
+    };
+    log(`ext-workers idle: ${idle.xactPerS} xact/s with ${workers} workers, ${idle.baselineXactPerS} without`);
+    await stopAll();
+
+    const result = { machine: machine(), database: db.embedded ? 'embedded' : 'server', throughput, latency, idle };
+    const file = writeResult(values.out, 'ext-workers', result);
+    console.log(`\n| transport | tasks | tasks/s |\n|---|---|---|`);
+    for (const r of throughput) console.log(`| ${r.transport} | ${r.tasks} | ${r.tasksPerS} |`);
+    console.log(
+      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|`,
+    );
+    for (const r of latency) {
+      console.log(
+        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} |`,
+      );
+    }
+    console.log(`\n| idle long-polling workers | xact/s | xact/s with none | per worker |\n|---|---|---|---|`);
+    console.log(`| ${idle.workers} | ${idle.xactPerS} | ${idle.baselineXactPerS} | ${idle.perWorkerXactPerS} |`);
+    console.log(`\n${file}`);
+  } finally {
+    await Promise.all(groups.map((g) => g.stop()));
+    await close();
+    await owner.end().catch(() => undefined);
+    await procs.stopAll();
+    await db.close();
+    release();
+  }
+}
+
+if (process.env.ORDO_EXT_BENCH_CHILD) {
+  workerProcess().catch((e: unknown) => {
+    console.error(e);
+    process.exit(1);
+  });
+}
