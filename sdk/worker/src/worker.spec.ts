@@ -267,6 +267,18 @@ describe('OrdoWorker', () => {
     expect(ordo.results.get(task.attemptId)!.via).toBe('websocket');
   });
 
+  it('opens the channel again when it leaves two heartbeats unanswered, heartbeating over HTTP meanwhile', async () => {
+    ordo.muteChannelHeartbeats = true;
+    const w = worker({ transport: 'websocket' });
+    w.handle('t', { run: () => ({}) });
+    const reg = await w.start();
+    await until(() => ordo.channels >= 2);
+    expect(ordo.requests.some((r) => r.path === `/api/v1/workers/${reg.workerId}/heartbeat`)).toBe(true);
+    ordo.muteChannelHeartbeats = false;
+    const task = ordo.enqueue('t');
+    await ordo.waitForResult(task.attemptId);
+  });
+
   it('heartbeats while it runs', async () => {
     const w = worker({ transport: 'long-poll', loaded: () => ['sd-xl'] });
     w.handle('t', { run: () => ({}) });

@@ -48,6 +48,10 @@ export class FakeOrdo {
   readonly offered = new Map<string, Offered>();
   /** Answers the next requests whose path matches with this status (and an error envelope). */
   readonly failures: { path: RegExp; status: number; code: string; times: number }[] = [];
+  /** Leaves heartbeats sent on the channel unanswered (a connection that looks open but carries nothing back). */
+  muteChannelHeartbeats = false;
+  /** Channel connections opened so far. */
+  channels = 0;
   /** Answers the channel upgrade with 404 (a server without the channel). */
   refuseChannel = false;
   token = 'worker-token';
@@ -199,6 +203,7 @@ export class FakeOrdo {
     if (!w || w.deleted) return refuse(404, 'WORKER_NOT_FOUND');
     if (w.status === 'offline') return refuse(409, 'WORKER_OFFLINE');
     this.wss.handleUpgrade(req, socket, head, (ws) => {
+      this.channels++;
       w.socket = ws;
       w.credit = 0;
       ws.on('close', () => {
@@ -218,6 +223,7 @@ export class FakeOrdo {
         this.dispatch();
         break;
       case 'heartbeat':
+        if (this.muteChannelHeartbeats) break;
         ws.send(JSON.stringify({ type: 'heartbeat', ...this.heartbeat(w) }));
         break;
       case 'progress': {
