@@ -1809,34 +1809,54 @@ CREATE FUNCTION public.ordo_engine_resolve(p jsonb) RETURNS TABLE(kind text, ite
     AS $$
 declare
   v_now timestamptz := date_trunc('milliseconds', now());
-  v_r jsonb := p->'result';
-  v_t text := v_r->>'tenant_id';
-  v_run uuid := (v_r->>'run_id')::uuid;
-  v_s text := v_r->>'step_id';
-  v_status text;
-  v_epoch integer;
-  v_attempt integer;
+  v_items jsonb := coalesce(p->'items', jsonb_build_array(jsonb_build_object('result', p->'result', 'decided', p->'decided')));
+  v_ok jsonb;
   v_ch ordo_adv_chained[];
 begin
-  perform 1 from run x where x.tenant_id = v_t and x.run_id = v_run for update;
-  select s.status, s.epoch, s.attempts into v_status, v_epoch, v_attempt
-  from step s where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s;
-  if v_status is distinct from 'waiting' or v_epoch <> (v_r->>'epoch')::integer then
-    return query select 'refused'::text, jsonb_build_object('status', v_status, 'epoch', v_epoch);
+  perform 1 from run x
+  where (x.tenant_id, x.run_id) in (
+    select i->'result'->>'tenant_id', (i->'result'->>'run_id')::uuid from jsonb_array_elements(v_items) i)
+  order by x.tenant_id, x.run_id
+  for update of x;
+
+  return query
+    select 'refused'::text, jsonb_build_object('tenant_id', r->>'tenant_id', 'run_id', r->>'run_id',
+      'step_id', r->>'step_id', 'status', s.status, 'epoch', s.epoch)
+    from jsonb_array_elements(v_items) with ordinality as i(v, n)
+    cross join lateral (select i.v->'result' as r) x
+    left join step s on s.tenant_id = x.r->>'tenant_id' and s.run_id = (x.r->>'run_id')::uuid and s.step_id = x.r->>'step_id'
+    where s.status is distinct from 'waiting' or s.epoch <> (x.r->>'epoch')::integer
+    order by i.n;
+
+  -- The results whose step still waits at their epoch, in the order given, with its attempt.
+  select coalesce(jsonb_agg(jsonb_build_object('result', x.r || jsonb_build_object('attempt', s.attempts, 'ord', i.n),
+      'decided', i.v->'decided') order by i.n), '[]')
+  into v_ok
+  from jsonb_array_elements(v_items) with ordinality as i(v, n)
+  cross join lateral (select i.v->'result' as r) x
+  join step s on s.tenant_id = x.r->>'tenant_id' and s.run_id = (x.r->>'run_id')::uuid and s.step_id = x.r->>'step_id'
+  where s.status = 'waiting' and s.epoch = (x.r->>'epoch')::integer;
+  if jsonb_array_length(v_ok) = 0 then
     return;
   end if;
 
-  v_ch := ordo_append_events(array[row(v_t, v_run, 0, p->'decided'->>'type', v_s, v_attempt, v_r->>'actor',
-    p->'decided'->>'data')::ordo_adv_event], v_now);
+  v_ch := ordo_append_events(array(
+    select row(o->'result'->>'tenant_id', (o->'result'->>'run_id')::uuid, (o->'result'->>'ord')::integer,
+      o->'decided'->>'type', o->'result'->>'step_id', (o->'result'->>'attempt')::integer, o->'result'->>'actor',
+      o->'decided'->>'data')::ordo_adv_event
+    from jsonb_array_elements(v_ok) o
+  ), v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
   from unnest(v_ch) e where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   update step s set status = 'running'
-  where s.tenant_id = v_t and s.run_id = v_run and s.step_id = v_s;
+  from jsonb_array_elements(v_ok) o
+  where s.tenant_id = o->'result'->>'tenant_id' and s.run_id = (o->'result'->>'run_id')::uuid
+    and s.step_id = o->'result'->>'step_id';
 
   return query
     select a.kind, a.item from ordo_engine_advance(jsonb_build_object(
-      'worker', v_r->>'actor', 'leaseMs', 0, 'capacity', 0, 'cap', 0,
-      'results', jsonb_build_array(v_r || jsonb_build_object('attempt', v_attempt, 'ord', 1)),
+      'worker', coalesce(v_ok->0->'result'->>'actor', 'engine'), 'leaseMs', 0, 'capacity', 0, 'cap', 0,
+      'results', (select jsonb_agg(o->'result') from jsonb_array_elements(v_ok) o),
       'artifacts', coalesce(p->'artifacts', '[]'))) a;
 end
 $$;
@@ -2135,17 +2155,31 @@ declare
   v_rr uuid;
   v_rr_moved boolean := false;
   v_models text[];
+  v_free bigint;
 begin
   perform pg_advisory_xact_lock(hashtextextended(jsonb_build_array('ordo_task_dispatch', p_tenant, p_pool)::text, 31));
   select wp.strategy, wp.rr_last into v_strategy, v_rr from worker_pool wp
   where wp.tenant_id = p_tenant and wp.pool = p_pool;
+  -- The free slots of the pool's live workers: with none, no pending task is looked at.
+  select coalesce(sum(greatest(w.max_concurrent - (
+      select count(*) from worker_task h
+      where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')), 0)), 0)
+  into v_free
+  from worker w
+  left join worker_reputation r on r.tenant_id = w.tenant_id and r.pool = w.pool and r.name = w.name
+  where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
+    and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now() and r.blocked_at is null;
+  if v_free <= 0 then
+    return 0;
+  end if;
   for v_t in
-    select t.task_id, t.task_type, t.requires, t.wait_reason, coalesce(t.strategy, v_strategy, 'default') as strategy
+    select t.task_id, t.task_type, t.requires, coalesce(t.strategy, v_strategy, 'default') as strategy
     from worker_task t
     where t.tenant_id = p_tenant and t.pool = p_pool and t.status = 'pending'
     order by t.priority desc, t.created_at, t.task_id
     for update of t skip locked
   loop
+    exit when v_free <= 0;
     v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
     select w.worker_id into v_w
     from worker w
@@ -2175,24 +2209,8 @@ begin
       case when v_t.strategy = 'round_robin' then v_rr is not null and w.worker_id <= v_rr end,
       w.worker_id
     limit 1;
-    if v_w is null then
-      -- Why it waits: no online worker of the pool could ever take it, or they are all busy (or blocked).
-      update worker_task t set wait_reason = case when exists (
-          select 1 from worker w
-          where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
-            and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
-            and w.task_types ? v_t.task_type
-            and w.gpu_count >= coalesce((v_t.requires->>'gpu')::integer, 0)
-            and w.vram_bytes >= coalesce((v_t.requires->>'vramBytes')::bigint, 0)
-            and coalesce(w.cpu, 0) >= coalesce((v_t.requires->>'cpu')::numeric, 0)
-            and coalesce(w.memory_bytes, 0) >= coalesce((v_t.requires->>'memoryBytes')::bigint, 0)
-            and w.models @> v_models
-            and w.labels @> coalesce(v_t.requires->'labels', '{}')
-        ) then 'workers_busy' else 'no_matching_worker' end
-      where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
-      continue;
-    end if;
-    update worker_task t set status = 'assigned', worker_id = v_w, assigned_at = clock_timestamp(), wait_reason = null
+    continue when v_w is null;
+    update worker_task t set status = 'assigned', worker_id = v_w, assigned_at = clock_timestamp()
     where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
     update worker w set last_task_type = v_t.task_type
     where w.tenant_id = p_tenant and w.worker_id = v_w and w.last_task_type is distinct from v_t.task_type;
@@ -2202,6 +2220,7 @@ begin
     end if;
     perform ordo_notify('ordo_task', jsonb_build_array(p_tenant, v_w)::text);
     v_n := v_n + 1;
+    v_free := v_free - 1;
   end loop;
   if v_rr_moved then
     insert into worker_pool (tenant_id, pool, rr_last) values (p_tenant, p_pool, v_rr)
@@ -2243,6 +2262,23 @@ begin
     perform ordo_notify('ordo_dispatch', jsonb_build_array(v_pool.tenant_id, v_pool.pool)::text);
   end loop;
 end
+$$;
+
+CREATE FUNCTION public.ordo_task_wait_reason(p_tenant text, p_pool text, p_task_type text, p_requires jsonb) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+  select case when exists (
+      select 1 from worker w
+      where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
+        and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
+        and w.task_types ? p_task_type
+        and w.gpu_count >= coalesce((p_requires->>'gpu')::integer, 0)
+        and w.vram_bytes >= coalesce((p_requires->>'vramBytes')::bigint, 0)
+        and coalesce(w.cpu, 0) >= coalesce((p_requires->>'cpu')::numeric, 0)
+        and coalesce(w.memory_bytes, 0) >= coalesce((p_requires->>'memoryBytes')::bigint, 0)
+        and w.models @> array(select jsonb_array_elements_text(coalesce(p_requires->'models', '[]')))
+        and w.labels @> coalesce(p_requires->'labels', '{}')
+    ) then 'workers_busy' else 'no_matching_worker' end
 $$;
 
 CREATE FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) RETURNS text
@@ -2950,7 +2986,6 @@ CREATE TABLE public.worker_task (
     deadline timestamp with time zone NOT NULL,
     dispatch_deadline timestamp with time zone,
     status text DEFAULT 'pending'::text NOT NULL,
-    wait_reason text,
     worker_id uuid,
     created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
     assigned_at timestamp with time zone,
@@ -3440,6 +3475,9 @@ GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) TO o
 
 REVOKE ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) TO ordo_system;
+
+GRANT ALL ON FUNCTION public.ordo_task_wait_reason(p_tenant text, p_pool text, p_task_type text, p_requires jsonb) TO ordo_app;
+GRANT ALL ON FUNCTION public.ordo_task_wait_reason(p_tenant text, p_pool text, p_task_type text, p_requires jsonb) TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) TO ordo_system;

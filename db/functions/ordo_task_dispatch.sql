@@ -1,7 +1,7 @@
 -- Dispatch of a pool's pending tasks, the only home of the strategies: under the pool's
 -- transaction advisory lock (dispatchers of a pool take turns; nothing else takes it), each pending
 -- task in order (priority, then age, then id) goes to the best worker that can take it, or stays
--- pending with the reason (`no_matching_worker`, `workers_busy`). A worker can take a task when it
+-- pending (ordo_task_wait_reason says why); with no free slot in the pool, no task is looked at. A worker can take a task when it
 -- is online and heard from within its TTL, handles the task type, meets the requirements (gpu count,
 -- vram, cpu, memory, models installed, labels), holds fewer tasks than its maxConcurrent, and its
 -- name's reputation is not blocked. The strategy (the task's, else the pool's, else default) orders
@@ -26,17 +26,31 @@ declare
   v_rr uuid;
   v_rr_moved boolean := false;
   v_models text[];
+  v_free bigint;
 begin
   perform pg_advisory_xact_lock(hashtextextended(jsonb_build_array('ordo_task_dispatch', p_tenant, p_pool)::text, 31));
   select wp.strategy, wp.rr_last into v_strategy, v_rr from worker_pool wp
   where wp.tenant_id = p_tenant and wp.pool = p_pool;
+  -- The free slots of the pool's live workers: with none, no pending task is looked at.
+  select coalesce(sum(greatest(w.max_concurrent - (
+      select count(*) from worker_task h
+      where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')), 0)), 0)
+  into v_free
+  from worker w
+  left join worker_reputation r on r.tenant_id = w.tenant_id and r.pool = w.pool and r.name = w.name
+  where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
+    and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now() and r.blocked_at is null;
+  if v_free <= 0 then
+    return 0;
+  end if;
   for v_t in
-    select t.task_id, t.task_type, t.requires, t.wait_reason, coalesce(t.strategy, v_strategy, 'default') as strategy
+    select t.task_id, t.task_type, t.requires, coalesce(t.strategy, v_strategy, 'default') as strategy
     from worker_task t
     where t.tenant_id = p_tenant and t.pool = p_pool and t.status = 'pending'
     order by t.priority desc, t.created_at, t.task_id
     for update of t skip locked
   loop
+    exit when v_free <= 0;
     v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
     select w.worker_id into v_w
     from worker w
@@ -66,24 +80,8 @@ begin
       case when v_t.strategy = 'round_robin' then v_rr is not null and w.worker_id <= v_rr end,
       w.worker_id
     limit 1;
-    if v_w is null then
-      -- Why it waits: no online worker of the pool could ever take it, or they are all busy (or blocked).
-      update worker_task t set wait_reason = case when exists (
-          select 1 from worker w
-          where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
-            and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
-            and w.task_types ? v_t.task_type
-            and w.gpu_count >= coalesce((v_t.requires->>'gpu')::integer, 0)
-            and w.vram_bytes >= coalesce((v_t.requires->>'vramBytes')::bigint, 0)
-            and coalesce(w.cpu, 0) >= coalesce((v_t.requires->>'cpu')::numeric, 0)
-            and coalesce(w.memory_bytes, 0) >= coalesce((v_t.requires->>'memoryBytes')::bigint, 0)
-            and w.models @> v_models
-            and w.labels @> coalesce(v_t.requires->'labels', '{}')
-        ) then 'workers_busy' else 'no_matching_worker' end
-      where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
-      continue;
-    end if;
-    update worker_task t set status = 'assigned', worker_id = v_w, assigned_at = clock_timestamp(), wait_reason = null
+    continue when v_w is null;
+    update worker_task t set status = 'assigned', worker_id = v_w, assigned_at = clock_timestamp()
     where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
     update worker w set last_task_type = v_t.task_type
     where w.tenant_id = p_tenant and w.worker_id = v_w and w.last_task_type is distinct from v_t.task_type;
@@ -93,6 +91,7 @@ begin
     end if;
     perform ordo_notify('ordo_task', jsonb_build_array(p_tenant, v_w)::text);
     v_n := v_n + 1;
+    v_free := v_free - 1;
   end loop;
   if v_rr_moved then
     insert into worker_pool (tenant_id, pool, rr_last) values (p_tenant, p_pool, v_rr)

@@ -80,8 +80,7 @@ create table worker_reputation (
   constraint worker_reputation_pk primary key (tenant_id, pool, name)
 );
 
--- The task of a queue step's attempt: pending until a worker is chosen (wait_reason says why not
--- yet), assigned to it, delivered when it pulls it, then succeeded or failed by its result,
+-- The task of a queue step's attempt: pending until a worker is chosen, assigned to it, delivered when it pulls it, then succeeded or failed by its result,
 -- cancelled when its step stops waiting (run cancelled, timeout), or orphaned when its worker is
 -- lost. Inputs are kept only while the task is open (sealed when they carry secrets).
 create table worker_task (
@@ -104,7 +103,6 @@ create table worker_task (
   deadline timestamptz not null,
   dispatch_deadline timestamptz,
   status text not null default 'pending',
-  wait_reason text,
   worker_id uuid,
   created_at timestamptz not null default date_trunc('milliseconds', now()),
   assigned_at timestamptz,

@@ -427,12 +427,17 @@ describe('external workers', () => {
         const t = await take(w, cheap);
         await result(w, cheap, t, { status: 'failed', error: { class: 'permanent', code: 'BROKEN', message: 'no' } });
       }
-      const listed = (await app.request('GET', '/api/v1/workers', { as })).body.items as {
-        workerId: string;
-        reputation: { score: number; blocked: boolean };
-      }[];
-      expect(listed.find((x) => x.workerId === cheap)!.reputation).toMatchObject({ blocked: false });
-      expect(listed.find((x) => x.workerId === cheap)!.reputation.score).toBeCloseTo(0.25, 3);
+      // Reputations are recorded just after the results that judge them.
+      const rep = await until('the reputation', async () => {
+        const listed = (await app.request('GET', '/api/v1/workers', { as })).body.items as {
+          workerId: string;
+          reputation: { score: number; tasks: number; blocked: boolean };
+        }[];
+        const r = listed.find((x) => x.workerId === cheap)!.reputation;
+        return r.tasks === 2 ? r : undefined;
+      });
+      expect(rep.blocked).toBe(false);
+      expect(rep.score).toBeCloseTo(0.25, 3);
       const runId = await start('value');
       expect((await take(w, dear)).runId).toBe(runId);
     });
@@ -487,7 +492,10 @@ describe('external workers', () => {
         const t = await take(w, id);
         await result(w, id, t, { status: 'succeeded', outputs: { nope: true } });
       }
-      const seen = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body;
+      const seen = await until('the block', async () => {
+        const b = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body;
+        return b.reputation.tasks === 2 ? b : undefined;
+      });
       expect(seen.reputation).toMatchObject({ blocked: true, violations: 2 });
       expect(seen.reputation.score).toBeLessThan(0.2);
       const runId = await start('rep');

@@ -534,7 +534,6 @@ export interface WorkerTask {
   task_type: string;
   tenant_id: string;
   traceparent: string;
-  wait_reason: string | null;
   worker_id: string | null;
 }
 

@@ -55,11 +55,9 @@ export interface ArtifactInput {
 
 /** One attempt's result as ordo_engine_advance takes it. */
 /** A waiting step's result, with the event of the decision that produced it (canonical JSON data). */
-export interface ResolveInput {
-  result: ResultInput;
-  artifacts: ArtifactInput[];
-  decided: { type: string; data: string };
-}
+export type ResolveInput =
+  | { result: ResultInput; artifacts: ArtifactInput[]; decided: { type: string; data: string } }
+  | { items: { result: ResultInput; decided: { type: string; data: string } }[]; artifacts: ArtifactInput[] };
 
 export interface ResultInput {
   tenant_id: string;
@@ -369,9 +367,9 @@ export class EngineRepository {
   }
 
   /**
-   * A decision on a waiting step, committed on its own (db/functions/ordo_engine_resolve.sql): one
-   * row ('refused', {status, epoch}) when the step no longer waits at that epoch; else what
-   * ordo_engine_advance returns for its result.
+   * Decisions on waiting steps, committed on their own (db/functions/ordo_engine_resolve.sql): a
+   * row ('refused', {tenant_id, run_id, step_id, status, epoch}) for each step that no longer waits
+   * at its epoch; and what ordo_engine_advance returns for the other results.
    */
   async resolve(db: SystemDb | SystemTx, p: ResolveInput): Promise<AdvanceRow[]> {
     return (await sql<AdvanceRow>`select kind, item from ordo_engine_resolve(${JSON.stringify(p)}::jsonb)`.execute(db))

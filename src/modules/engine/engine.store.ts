@@ -362,22 +362,36 @@ export class EngineStore implements OnApplicationShutdown {
     fn: (
       tx: SystemTx,
       resolve: (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>,
+      resolveAll: (items: { result: Completion; decided: { type: string; data: JsonObject } }[]) => Promise<boolean[]>,
     ) => Promise<T>,
   ): Promise<T> {
     const done: AdvanceRow[] = [];
-    const out = await this.withSystem((tx) =>
-      fn(tx, async (result, decided) => {
-        const artifacts: ArtifactInput[] = [];
-        const rows = await this.engine.resolve(tx, {
-          result: resultInput(result, artifacts, 1),
-          artifacts,
-          decided: { type: decided.type, data: canonicalJson(decided.data) },
-        });
-        if (rows.some((r) => (r.kind as string) === 'refused')) return false;
-        done.push(...rows);
-        return true;
-      }),
-    );
+    const resolveAll = async (items: { result: Completion; decided: { type: string; data: JsonObject } }[]) => {
+      if (items.length === 0) return [];
+      const artifacts: ArtifactInput[] = [];
+      const rows = await this.engine.resolve(tx!, {
+        items: items.map((i, n) => ({
+          result: resultInput(i.result, artifacts, n + 1),
+          decided: { type: i.decided.type, data: canonicalJson(i.decided.data) },
+        })),
+        artifacts,
+      });
+      const refused = new Set(
+        rows
+          .filter((r) => (r.kind as string) === 'refused')
+          .map((r) => {
+            const k = r.item as unknown as { tenant_id: string; run_id: string; step_id: string };
+            return JSON.stringify([k.tenant_id, k.run_id, k.step_id]);
+          }),
+      );
+      done.push(...rows.filter((r) => (r.kind as string) !== 'refused'));
+      return items.map((i) => !refused.has(JSON.stringify([i.result.tenantId, i.result.runId, i.result.stepId])));
+    };
+    let tx: SystemTx | undefined;
+    const out = await this.withSystem((t) => {
+      tx = t;
+      return fn(t, async (result, decided) => (await resolveAll([{ result, decided }]))[0], resolveAll);
+    });
     this.committed(done);
     return out;
   }

@@ -446,7 +446,10 @@ export class RunsRepository {
       worker_name: string | null;
       progress: unknown;
     }>`
-      select distinct on (t.step_id) t.step_id, t.task_id, t.status, t.pool, t.task_type, t.wait_reason, t.worker_id,
+      select distinct on (t.step_id) t.step_id, t.task_id, t.status, t.pool, t.task_type,
+        case when t.status = 'pending' then ordo_task_wait_reason(t.tenant_id, t.pool, t.task_type, t.requires) end
+          as wait_reason,
+        t.worker_id,
         w.name as worker_name, t.progress
       from worker_task t
       left join worker w on w.tenant_id = t.tenant_id and w.worker_id = t.worker_id

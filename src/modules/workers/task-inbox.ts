@@ -115,7 +115,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
       do {
         this.again.delete(k);
         try {
-          await this.repo.dispatch(this.db.system, tenantId, pool);
+          await this.repo.dispatchAlone(this.db.system, tenantId, pool);
         } catch (e) {
           // The scheduler's sweep dispatches every pool with pending tasks: nothing waits forever.
           if (!this.stopping) this.log.warn({ err: e, tenantId, pool }, 'dispatch failed');

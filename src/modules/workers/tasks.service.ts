@@ -13,19 +13,51 @@ import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins
 import { RunBooks } from '../runs/run-book';
 import { RunsRepository } from '../runs/runs.repository';
 import { SecretsService } from '../secrets/secrets.service';
-import { nextReputation, type TaskVerdict } from './reputation';
+import type { TaskVerdict } from './reputation';
+import { ReputationBook } from './reputation-book';
 import { TaskInbox } from './task-inbox';
 import { TaskSchemas } from './task-schemas';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
 import type { ProgressBody, ResultAnswer, ResultBody, TaskDto } from './workers.dto';
-import { WorkersRepository, type TaskRow } from './workers.repository';
+import { WorkersRepository, type TaskEnd, type TaskRow } from './workers.repository';
 
 /** Progress events a task may append to its run (more are kept on the task only). */
 const MAX_PROGRESS_EVENTS = 100;
 /** The most often a task's progress becomes a run event. */
 const PROGRESS_EVENT_EVERY_MS = 1_000;
 const MAX_PROGRESS_DATA_BYTES = 4 * 1024;
+
+/** A verdict on a worker name, recorded after its transaction commits (see ReputationBook). */
+interface Judged {
+  tenantId: string;
+  pool: string;
+  name: string;
+  verdict: TaskVerdict;
+}
+
+/** A result waiting for its batch (see TasksService.flush). */
+interface PendingResult {
+  w: KnownWorker;
+  taskId: string;
+  body: ResultBody;
+  digest: string;
+  resolve: (a: ResultAnswer | 'late') => void;
+  reject: (e: unknown) => void;
+}
+
+/** What a result makes of its task (see TasksService.outcome). */
+interface Applied {
+  result: Completion;
+  decided: { type: string; data: JsonObject };
+  verdict: TaskVerdict;
+  violation: boolean;
+  answer: ResultAnswer;
+}
+
+/** Results applied in one transaction at most, and transactions applying results at once per process. */
+const MAX_RESULT_BATCH = 200;
+const MAX_RESULT_FLUSHERS = 2;
 
 type Resolve = (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>;
 
@@ -41,6 +73,8 @@ export class TasksService {
   private readonly log = new Logger('workers');
   readonly schemas = new TaskSchemas();
   private readonly lastProgress = new Map<string, number>();
+  private readonly results: PendingResult[] = [];
+  private flushers = 0;
 
   constructor(
     @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
@@ -52,6 +86,7 @@ export class TasksService {
     private readonly inbox: TaskInbox,
     private readonly directory: WorkerDirectory,
     private readonly liveness: WorkerLiveness,
+    private readonly reputation: ReputationBook,
   ) {}
 
   /**
@@ -154,6 +189,7 @@ export class TasksService {
    * another one 409 RESULT_CONFLICT); refused with nothing changed for a wrong epoch (409
    * STALE_EPOCH), a task that is not its own (404), or that ended otherwise (409 TASK_CANCELLED, or
    * TASK_ORPHANED: a late result, counted on the task and recorded on the run as step.result_rejected).
+   * Results that arrive together are applied together (see `flush`).
    */
   async result(p: WorkerPrincipalT, workerId: string, taskId: string, body: ResultBody): Promise<ResultAnswer> {
     const w = await this.directory.get(p, workerId);
@@ -167,46 +203,136 @@ export class TasksService {
       );
     this.liveness.seen(w.tenantId, w.workerId);
     const digest = createHash('sha256').update(canonicalJson(body)).digest('hex');
-    let late = false;
-    const answer = await this.store.withResolve(async (tx, resolve) => {
-      const t = await this.repo.lockTask(tx, w.tenantId, w.pool, taskId);
-      if (!t || t.worker_id !== w.workerId) throw notFound(`task ${taskId} of worker ${workerId}`, 'TASK_NOT_FOUND');
-      if (body.epoch !== t.epoch)
-        throw conflict('STALE_EPOCH', `task ${taskId} is at epoch ${t.epoch}; the result names ${body.epoch}`);
-      switch (t.status) {
-        case 'succeeded':
-        case 'failed':
-          if (t.result_digest === digest) return { outcome: t.status, duplicate: true };
-          throw conflict('RESULT_CONFLICT', `task ${taskId} already has another result`);
-        case 'cancelled':
-          throw conflict('TASK_CANCELLED', `task ${taskId} was cancelled: its result is not used`);
-        case 'orphaned':
-          late = true;
-          return null;
-        case 'pending':
-        case 'assigned':
-        case 'delivered':
-          break;
-      }
-      return this.apply(tx, resolve, w, t, body, digest);
+    const answer = await new Promise<ResultAnswer | 'late'>((resolve, reject) => {
+      this.results.push({ w, taskId, body, digest, resolve, reject });
+      this.flushSoon();
     });
-    if (answer) return answer;
-    if (late) {
-      await this.recordLate(w, taskId, body);
-      throw conflict('TASK_ORPHANED', `task ${taskId} was given up when its worker was lost: its result is refused`);
-    }
-    throw conflict('TASK_CANCELLED', `task ${taskId} was cancelled: its result is not used`);
+    if (answer !== 'late') return answer;
+    await this.recordLate(w, taskId, body);
+    throw conflict('TASK_ORPHANED', `task ${taskId} was given up when its worker was lost: its result is refused`);
   }
 
-  /** Applies a result to the task's waiting step; null when the step no longer waits (the task is then cancelled). */
-  private async apply(
-    tx: SystemTx,
-    resolve: Resolve,
-    w: KnownWorker,
-    t: TaskRow,
-    body: ResultBody,
-    digest: string,
-  ): Promise<ResultAnswer | null> {
+  private flushSoon(): void {
+    if (this.flushers < MAX_RESULT_FLUSHERS) {
+      this.flushers += 1;
+      setImmediate(() => void this.flush().finally(() => (this.flushers -= 1)));
+    }
+  }
+
+  /**
+   * Applies the waiting results in batches, one transaction each (group commit): their tasks locked
+   * in key order, each checked, the accepted ones resolved in one ordo_engine_resolve. A batch that
+   * fails as a whole is applied again one result at a time, so one bad result fails only itself.
+   */
+  private async flush(): Promise<void> {
+    while (this.results.length > 0) {
+      const batch: PendingResult[] = [];
+      const seen = new Set<string>();
+      const later: PendingResult[] = [];
+      for (const r of this.results.splice(0, MAX_RESULT_BATCH)) {
+        // A second result for the same task waits for the first one's batch.
+        if (seen.has(r.taskId)) later.push(r);
+        else {
+          seen.add(r.taskId);
+          batch.push(r);
+        }
+      }
+      this.results.unshift(...later);
+      try {
+        await this.applyResults(batch);
+      } catch (e) {
+        if (batch.length === 1) batch[0].reject(e);
+        else
+          for (const r of batch)
+            await this.applyResults([r]).catch((err: unknown) => {
+              r.reject(err);
+            });
+      }
+    }
+  }
+
+  private async applyResults(batch: PendingResult[]): Promise<void> {
+    const judged: Judged[] = [];
+    const answers: { r: PendingResult; answer: ResultAnswer | 'late' | Error }[] = [];
+    await this.store.withResolve(async (tx, _resolve, resolveAll) => {
+      answers.length = 0;
+      judged.length = 0;
+      const rows = await this.repo.lockTasks(
+        tx,
+        batch.map((r) => ({ tenantId: r.w.tenantId, pool: r.w.pool, taskId: r.taskId })),
+      );
+      const open: { r: PendingResult; t: TaskRow; applied: Applied }[] = [];
+      for (const r of batch) {
+        const t = rows.get(`${r.w.tenantId}/${r.taskId}`);
+        const refused = this.check(r, t);
+        if (refused !== null) answers.push({ r, answer: refused });
+        else open.push({ r, t: t!, applied: this.outcome(r.w, t!, r.body) });
+      }
+      const ok = await resolveAll(open.map((o) => ({ result: o.applied.result, decided: o.applied.decided })));
+      const ends: TaskEnd[] = [];
+      open.forEach((o, i) => {
+        if (!ok[i]) {
+          ends.push({
+            tenantId: o.t.tenant_id,
+            taskId: o.t.task_id,
+            status: 'cancelled',
+            reason: 'step_ended',
+            digest: null,
+          });
+          answers.push({
+            r: o.r,
+            answer: conflict('TASK_CANCELLED', `task ${o.r.taskId} was cancelled: its result is not used`),
+          });
+          return;
+        }
+        ends.push({
+          tenantId: o.t.tenant_id,
+          taskId: o.t.task_id,
+          status: o.applied.answer.outcome,
+          reason: o.applied.violation ? 'CONTRACT_VIOLATION' : null,
+          digest: o.r.digest,
+        });
+        judged.push({ tenantId: o.t.tenant_id, pool: o.t.pool, name: o.r.w.name, verdict: o.applied.verdict });
+        answers.push({ r: o.r, answer: o.applied.answer });
+      });
+      await this.repo.endTasks(tx, ends);
+      // The slots these results freed go to the pools' pending tasks in the same commit.
+      for (const pool of [...new Set(open.map((o) => JSON.stringify([o.t.tenant_id, o.t.pool])))].sort()) {
+        const [tenantId, name] = JSON.parse(pool) as [string, string];
+        await this.repo.dispatch(tx, tenantId, name);
+      }
+    });
+    this.judge(judged);
+    for (const { r, answer } of answers) {
+      if (answer instanceof Error) r.reject(answer);
+      else r.resolve(answer);
+    }
+  }
+
+  /** Why a result cannot be applied to its task as it is (an error, a duplicate's answer, or late); null when it can. */
+  private check(r: PendingResult, t: TaskRow | undefined): Error | ResultAnswer | 'late' | null {
+    if (!t || t.worker_id !== r.w.workerId)
+      return notFound(`task ${r.taskId} of worker ${r.w.workerId}`, 'TASK_NOT_FOUND');
+    if (r.body.epoch !== t.epoch)
+      return conflict('STALE_EPOCH', `task ${r.taskId} is at epoch ${t.epoch}; the result names ${r.body.epoch}`);
+    switch (t.status) {
+      case 'succeeded':
+      case 'failed':
+        if (t.result_digest === r.digest) return { outcome: t.status, duplicate: true };
+        return conflict('RESULT_CONFLICT', `task ${r.taskId} already has another result`);
+      case 'cancelled':
+        return conflict('TASK_CANCELLED', `task ${r.taskId} was cancelled: its result is not used`);
+      case 'orphaned':
+        return 'late';
+      case 'pending':
+      case 'assigned':
+      case 'delivered':
+        return null;
+    }
+  }
+
+  /** What a result makes of its task's step: the completion, its event, the verdict on the worker and the answer. */
+  private outcome(w: KnownWorker, t: TaskRow, body: ResultBody): Applied {
     const logs: StepLogLine[] = (body.logs ?? []).map((l) => ({ ts: new Date().toISOString(), ...l }));
     let verdict: TaskVerdict;
     let outcome: Completion['outcome'];
@@ -245,17 +371,16 @@ export class TasksService {
         ? { error: { code: outcome.error.code, class: outcome.error.class ?? null } }
         : {}),
     };
-    if (!(await resolve(result, { type: 'step.worker_result', data }))) {
-      await this.repo.endTask(tx, t.tenant_id, t.task_id, 'cancelled', 'step_ended', null);
-      return null;
-    }
-    await this.repo.endTask(tx, t.tenant_id, t.task_id, status, violation ? 'CONTRACT_VIOLATION' : null, digest);
-    await this.judge(tx, t.tenant_id, t.pool, w.name, verdict);
-    await this.repo.wakeDispatch(tx, t.tenant_id, t.pool);
     return {
-      outcome: status,
-      duplicate: false,
-      ...(outcome.status === 'failed' ? { error: { code: outcome.error.code, message: outcome.error.message } } : {}),
+      result,
+      decided: { type: 'step.worker_result', data },
+      verdict,
+      violation: violation !== null,
+      answer: {
+        outcome: status,
+        duplicate: false,
+        ...(outcome.status === 'failed' ? { error: { code: outcome.error.code, message: outcome.error.message } } : {}),
+      },
     };
   }
 
@@ -271,21 +396,6 @@ export class TasksService {
       retryable: false,
       class: 'permanent',
     };
-  }
-
-  /** The worker name's reputation after a task (under its row lock); blocked once below the floor. */
-  private async judge(tx: SystemTx, tenantId: string, pool: string, name: string, verdict: TaskVerdict): Promise<void> {
-    const prev = await this.repo.lockReputation(tx, tenantId, pool, name);
-    const next = nextReputation(
-      { ...prev, updatedAt: prev.updated_at },
-      verdict,
-      new Date(),
-      this.config.ORDO_EXTERNAL_WORKER_REPUTATION_HALF_LIFE_MS,
-    );
-    await this.repo.saveReputation(tx, tenantId, pool, name, {
-      ...next,
-      block: next.score < this.config.ORDO_EXTERNAL_WORKER_REPUTATION_FLOOR,
-    });
   }
 
   /** A result that came after its task was orphaned: counted on the task and recorded on its run. */
@@ -350,6 +460,7 @@ export class TasksService {
    * (WORKER_LOST, transient: the step's retry policy applies) and counting as a timeout.
    */
   async releaseWorker(tenantId: string, workerId: string, pool: string): Promise<void> {
+    const judged: Judged[] = [];
     const lost = await this.store.withResolve(async (tx, resolve) => {
       await this.repo.announceWorker(tx, tenantId, workerId, 'offline');
       await this.repo.unassign(tx, tenantId, workerId);
@@ -362,11 +473,12 @@ export class TasksService {
           retryable: true,
           class: 'transient',
         });
-        if (t.worker_name) await this.judge(tx, tenantId, pool, t.worker_name, 'timeout');
+        if (t.worker_name) judged.push({ tenantId, pool, name: t.worker_name, verdict: 'timeout' });
       }
       await this.repo.wakeDispatch(tx, tenantId, pool);
       return started.length;
     });
+    this.judge(judged);
     if (lost > 0) this.log.warn({ tenantId, workerId, orphaned: lost }, 'worker lost: its tasks orphaned');
   }
 
@@ -375,6 +487,7 @@ export class TasksService {
    * against its worker); a pending one past its dispatch deadline fails (DISPATCH_TIMEOUT, permanent).
    */
   async overdue(tenantId: string, taskId: string, pool: string): Promise<void> {
+    const judged: Judged[] = [];
     await this.store.withResolve(async (tx, resolve) => {
       const t = await this.repo.lockTask(tx, tenantId, pool, taskId);
       if (!t || !['pending', 'assigned', 'delivered'].includes(t.status)) return;
@@ -389,9 +502,15 @@ export class TasksService {
       await this.repo.endTask(tx, tenantId, taskId, 'cancelled', timedOut ? 'timeout' : 'dispatch_timeout', null);
       await this.resolveFailed(tx, resolve, t, null, error);
       if (timedOut && t.status === 'delivered' && t.worker_name)
-        await this.judge(tx, tenantId, pool, t.worker_name, 'timeout');
+        judged.push({ tenantId, pool, name: t.worker_name, verdict: 'timeout' });
       await this.repo.wakeDispatch(tx, tenantId, pool);
     });
+    this.judge(judged);
+  }
+
+  /** Verdicts on workers, recorded once the transaction that judged them committed. */
+  private judge(judged: Judged[]): void {
+    for (const j of judged) this.reputation.record(j.tenantId, j.pool, j.name, j.verdict);
   }
 
   private async resolveFailed(

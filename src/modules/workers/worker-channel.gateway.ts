@@ -177,8 +177,11 @@ export class WorkerChannelGateway
           const body = resultBody.safeParse(rest);
           if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
           s.held.delete(id);
-          const answer = await this.tasks.result(s.p, s.w.workerId, id, body.data);
-          this.send(s, { type: 'ack', attemptId: id, ...answer });
+          // Results are applied together with others (group commit): the next message does not wait.
+          this.tasks.result(s.p, s.w.workerId, id, body.data).then(
+            (answer) => this.send(s, { type: 'ack', attemptId: id, ...answer }),
+            (e: unknown) => this.fail(s, id, e),
+          );
           return;
         }
         case 'progress': {
@@ -202,15 +205,20 @@ export class WorkerChannelGateway
           throw new DomainError('BAD_MESSAGE', 'type must be ready, result, progress or heartbeat', 400);
       }
     } catch (e) {
-      const err = e instanceof DomainError ? e : null;
-      if (!err) this.log.warn({ err: e }, 'worker channel message failed');
-      this.send(s, {
-        type: 'error',
-        ...(typeof msg.attemptId === 'string' ? { attemptId: msg.attemptId } : {}),
-        code: err?.code ?? 'INTERNAL',
-        message: err?.message ?? 'internal error',
-      });
+      this.fail(s, typeof msg.attemptId === 'string' ? msg.attemptId : undefined, e);
     }
+  }
+
+  /** Answers a message that failed with its error (an unexpected one is logged and answered INTERNAL). */
+  private fail(s: Session, attemptId: string | undefined, e: unknown): void {
+    const err = e instanceof DomainError ? e : null;
+    if (!err) this.log.warn({ err: e }, 'worker channel message failed');
+    this.send(s, {
+      type: 'error',
+      ...(attemptId !== undefined ? { attemptId } : {}),
+      code: err?.code ?? 'INTERNAL',
+      message: err?.message ?? 'internal error',
+    });
   }
 
   /** Offers the worker what is assigned to it, up to its credits (one pull at a time per channel). */

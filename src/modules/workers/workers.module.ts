@@ -3,6 +3,7 @@ import { AuthModule } from '../auth/auth.module';
 import { EngineStoreModule } from '../engine/engine.module';
 import { RunsCoreModule } from '../runs/runs.module';
 import { SecretsCoreModule } from '../secrets/secrets.module';
+import { ReputationBook } from './reputation-book';
 import { TaskInbox } from './task-inbox';
 import { TasksService } from './tasks.service';
 import { WorkerChannelGateway } from './worker-channel.gateway';
@@ -16,8 +17,8 @@ import { WorkersService } from './workers.service';
 /** What both sides of the external workers share: their tables and their tasks' ends. */
 @Module({
   imports: [EngineStoreModule, RunsCoreModule, SecretsCoreModule],
-  providers: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, TasksService],
-  exports: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, TasksService],
+  providers: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, ReputationBook, TasksService],
+  exports: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, ReputationBook, TasksService],
 })
 export class WorkersCoreModule {}
 

@@ -81,6 +81,15 @@ export interface TaskRow {
   worker_name: string | null;
 }
 
+/** How an open task ends. */
+export interface TaskEnd {
+  tenantId: string;
+  taskId: string;
+  status: 'succeeded' | 'failed' | 'cancelled' | 'orphaned';
+  reason: string | null;
+  digest: string | null;
+}
+
 /** A worker name's reputation record. */
 export interface ReputationRow {
   successes: number;
@@ -258,6 +267,35 @@ export class WorkersRepository {
     return r.rows[0];
   }
 
+  /** Tasks locked for their results, in key order (each under its worker's pool), by `<tenant>/<task>`. */
+  async lockTasks(
+    tx: SystemTx,
+    keys: { tenantId: string; pool: string; taskId: string }[],
+  ): Promise<Map<string, TaskRow>> {
+    const r = await sql<TaskRow>`
+      select ${TASK_COLUMNS} from worker_task t
+      join unnest(${keys.map((k) => k.tenantId)}::text[], ${keys.map((k) => k.pool)}::text[],
+        ${keys.map((k) => k.taskId)}::uuid[]) as k(tenant_id, pool, task_id)
+        on t.tenant_id = k.tenant_id and t.pool = k.pool and t.task_id = k.task_id
+      order by t.tenant_id, t.task_id
+      for update of t`.execute(tx);
+    return new Map(r.rows.map((row) => [`${row.tenant_id}/${row.task_id}`, row]));
+  }
+
+  /** Ends open tasks (their inputs dropped), in one statement. */
+  async endTasks(tx: SystemTx, ends: TaskEnd[]): Promise<void> {
+    if (ends.length === 0) return;
+    await sql`
+      update worker_task t set status = e.status, finished_at = now(), end_reason = e.reason, result_digest = e.digest,
+        inputs = null, inputs_sealed = null
+      from unnest(${ends.map((e) => e.tenantId)}::text[], ${ends.map((e) => e.taskId)}::uuid[],
+        ${ends.map((e) => e.status)}::text[], ${ends.map((e) => e.reason)}::text[], ${ends.map((e) => e.digest)}::text[])
+        as e(tenant_id, task_id, status, reason, digest)
+      where t.tenant_id = e.tenant_id and t.task_id = e.task_id and t.status in ('pending', 'assigned', 'delivered')`.execute(
+      tx,
+    );
+  }
+
   /** A task as its worker sees it (RLS: tenant and pool). */
   async findTask(tx: TenantTx, taskId: string): Promise<TaskRow | undefined> {
     const r = await sql<TaskRow>`
@@ -365,10 +403,22 @@ export class WorkersRepository {
     return r.rows;
   }
 
-  /** Runs the dispatch of a pool's pending tasks (ordo_task_dispatch); returns how many were assigned. */
-  async dispatch(db: SystemDb, tenantId: string, pool: string): Promise<number> {
-    const r = await sql<{ n: number }>`select ordo_task_dispatch(${tenantId}, ${pool}) as n`.execute(db);
+  /** The dispatch of a pool's pending tasks (ordo_task_dispatch) in the caller's transaction; returns how many were assigned. */
+  async dispatch(tx: SystemTx, tenantId: string, pool: string): Promise<number> {
+    const r = await sql<{ n: number }>`select ordo_task_dispatch(${tenantId}, ${pool}) as n`.execute(tx);
     return r.rows[0].n;
+  }
+
+  /**
+   * The dispatch of a pool in a transaction of its own, committed without waiting for its WAL flush:
+   * an assignment lost in a crash leaves its task pending again, and a worker's pull of it is a later
+   * transaction whose flush covers it.
+   */
+  async dispatchAlone(db: SystemDb, tenantId: string, pool: string): Promise<number> {
+    return db.transaction().execute(async (trx) => {
+      await sql`set local synchronous_commit = off`.execute(trx);
+      return this.dispatch(trx as unknown as SystemTx, tenantId, pool);
+    });
   }
 
   /** Wakes the dispatchers of a pool after this transaction commits. */
@@ -426,26 +476,5 @@ export class WorkersRepository {
     const r = await sql<{ strategy: string }>`
       select strategy from worker_pool where tenant_id = ${tenantOf(tx)} and pool = ${pool}`.execute(tx);
     return r.rows[0]?.strategy;
-  }
-
-  /** The open tasks of a run's steps: why a queue step waits (for the run's record). */
-  async openTasksOfRun(
-    tx: TenantTx,
-    runId: string,
-  ): Promise<
-    { step_id: string; status: string; wait_reason: string | null; worker_id: string | null; pool: string }[]
-  > {
-    const r = await sql<{
-      step_id: string;
-      status: string;
-      wait_reason: string | null;
-      worker_id: string | null;
-      pool: string;
-    }>`
-      select step_id, status, wait_reason, worker_id, pool from worker_task
-      where tenant_id = ${tenantOf(tx)} and run_id = ${runId} and status in ('pending', 'assigned', 'delivered')`.execute(
-      tx,
-    );
-    return r.rows;
   }
 }
