@@ -1,4 +1,5 @@
 import Ajv, { type ValidateFunction } from 'ajv';
+import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import type { JsonObject } from '../plugins/plugin';
 
@@ -12,15 +13,17 @@ export class SchemaError extends Error {}
 
 /**
  * The JSON Schemas workers declare for their task types' inputs and outputs, compiled with Ajv
- * (draft-07 and 2019/2020 keywords; standard formats) and cached by their text: a worker's schemas
+ * (draft-07, or draft 2020-12 when its $schema says so; standard formats) and cached by their text: a worker's schemas
  * are checked once at registration, and each result is validated without compiling again.
  */
 export class TaskSchemas {
-  private readonly ajv = new Ajv({ allErrors: false, strict: false, validateSchema: true });
+  private readonly draft07 = new Ajv({ allErrors: false, strict: false, validateSchema: true });
+  private readonly draft2020 = new Ajv2020({ allErrors: false, strict: false, validateSchema: true });
   private readonly cache = new Map<string, ValidateFunction>();
 
   constructor() {
-    addFormats(this.ajv);
+    addFormats(this.draft07);
+    addFormats(this.draft2020);
   }
 
   /** Compiles `schema` (throws SchemaError naming `where` when it is too large or not a schema). */
@@ -46,7 +49,9 @@ export class TaskSchemas {
     try {
       // A schema given twice (by $id) would clash in Ajv's registry: compiled without its $id.
       const { $id: _id, ...rest } = schema;
-      v = this.ajv.compile(rest);
+      // Draft-07 unless the schema names draft 2020-12 (or 2019-09, which 2020-12 reads alike).
+      const modern = typeof schema.$schema === 'string' && /20(19-09|20-12)/.test(schema.$schema);
+      v = (modern ? this.draft2020 : this.draft07).compile(rest);
     } catch (e) {
       throw new SchemaError(`${where}: ${(e as Error).message}`);
     }
