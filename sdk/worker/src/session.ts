@@ -62,8 +62,8 @@ export class WorkerSession {
   /** Aborts pulling (long-poll requests, channel credit) when the session drains or ends. */
   private readonly pulling = new AbortController();
   private channel: Channel | undefined;
-  /** Heartbeats sent on the channel since its last heartbeat answer. */
-  private channelHeartbeatsUnanswered = 0;
+  /** When the oldest heartbeat sent on the channel since its last heartbeat answer went. */
+  private channelHeartbeatUnansweredSince: number | undefined;
   /** Credit granted on the open channel and not yet used by a task. */
   private credit = 0;
   private wakeCapacity: (() => void) | undefined;
@@ -242,7 +242,7 @@ export class WorkerSession {
   }
 
   private onHeartbeat(answer: HeartbeatAnswer): void {
-    this.channelHeartbeatsUnanswered = 0;
+    this.channelHeartbeatUnansweredSince = undefined;
     for (const c of answer.cancel ?? []) this.host.onCancel(c.attemptId, c.reason);
     if (answer.status === 'offline') this.lost('offline');
     else if (answer.status === 'draining') this.stopPulling();
@@ -255,22 +255,24 @@ export class WorkerSession {
       if (signal.aborted) return;
       const loaded = this.host.loaded();
       const body = loaded !== undefined ? { loaded } : {};
-      // On the channel the answer comes back as a heartbeat message. A channel that left the last
-      // two unanswered is taken for dead (a lost network may leave the socket looking open): it is
-      // dropped and opened again, and this heartbeat goes over HTTP.
-      if (this.channel && this.channelHeartbeatsUnanswered >= 2) {
-        this.channelHeartbeatsUnanswered = 0;
-        this.host.onWarning(new Error('the channel did not answer a heartbeat: opening it again'));
+      // On the channel the answer comes back as a heartbeat message. A channel that answered no
+      // heartbeat for a TTL is taken for dead (a lost network may leave the socket looking open): it
+      // is dropped and opened again, and this heartbeat goes over HTTP.
+      const since = this.channelHeartbeatUnansweredSince;
+      if (this.channel && since !== undefined && Date.now() - since > this.registration.ttlMs) {
+        this.channelHeartbeatUnansweredSince = undefined;
+        this.host.onWarning(new Error('the channel answered no heartbeat for a TTL: opening it again'));
         this.channel.terminate();
       } else if (this.channel?.send({ type: 'heartbeat', ...body })) {
-        this.channelHeartbeatsUnanswered++;
+        this.channelHeartbeatUnansweredSince ??= Date.now();
         continue;
       }
       try {
         const r = await this.host.client.call<HeartbeatAnswer>('POST', `${this.path}/heartbeat`, {
           body,
-          tries: 3,
-          timeoutMs: Math.max(1_000, this.registration.heartbeatIntervalMs),
+          tries: 2,
+          // The server answers heartbeats in batches (about once a second): a slow answer is not a lost one.
+          timeoutMs: Math.max(5_000, this.registration.ttlMs),
           signal,
         });
         if (r.body) this.onHeartbeat(r.body);
@@ -380,7 +382,7 @@ export class WorkerSession {
       failures = 0;
       this.channel = channel;
       this.credit = 0;
-      this.channelHeartbeatsUnanswered = 0;
+      this.channelHeartbeatUnansweredSince = undefined;
       this.host.onTransport('websocket');
       this.grantCredit();
       const onEnd = () => closed();

@@ -267,7 +267,7 @@ describe('OrdoWorker', () => {
     expect(ordo.results.get(task.attemptId)!.via).toBe('websocket');
   });
 
-  it('opens the channel again when it leaves two heartbeats unanswered, heartbeating over HTTP meanwhile', async () => {
+  it('opens the channel again when it answers no heartbeat for a TTL, heartbeating over HTTP meanwhile', async () => {
     ordo.muteChannelHeartbeats = true;
     const w = worker({ transport: 'websocket' });
     w.handle('t', { run: () => ({}) });
