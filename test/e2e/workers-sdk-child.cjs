@@ -1,7 +1,7 @@
 // An SDK worker run as a child process by test/e2e/workers-sdk*.test.ts (compiled SDK from the
 // test's build of the tree). Its handlers:
 //   echo        answers { value, worker }
-//   sleep       waits WORKER_HOLD_MS or inputs.ms (aborted by ctx.signal), then answers { worker }
+//   sleep       reports progress 10, waits WORKER_HOLD_MS or inputs.ms (aborted by ctx.signal), then answers { worker }
 //   block       blocks its thread for WORKER_HOLD_MS or inputs.ms (as a CPU-bound handler would), then answers { worker }
 //   bad-output  declares { n: integer } and answers { n: 'many' } (a contract violation)
 //   noop        answers {} (the bench)
@@ -32,6 +32,7 @@ const handlers = {
   sleep: {
     run: (input, ctx) =>
       new Promise((resolve, reject) => {
+        ctx.progress(10, 'sleeping');
         const timer = setTimeout(() => resolve({ worker: name }), hold(input));
         ctx.signal.addEventListener('abort', () => {
           clearTimeout(timer);

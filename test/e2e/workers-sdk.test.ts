@@ -170,6 +170,33 @@ describe('SDK workers (child processes)', () => {
     await survivor.waitFor((e) => e.event === 'result' && e.runId === runId, 'the result');
   });
 
+  it.each(['websocket', 'long-poll'] as const)(
+    'shows the progress of a task on its step, and aborts it when its run is cancelled (over %s), posting nothing',
+    async (transport) => {
+      const pool = `cancel-${transport}`;
+      await publishDagJson(app, as, queueDag(`sdk-cancel-${transport}`, pool, 'sleep', { ms: 600_000 }));
+      const w = await worker(pool, `cancel-${transport}`, { transport });
+      await registered(w);
+      const runId = await startRun(app, as, `sdk-cancel-${transport}`, {}, `cancel-${transport}-1`);
+      const task = await w.waitFor((e) => e.event === 'task' && e.runId === runId, 'the task');
+      const shown = await until('the progress on the step', async () => {
+        const step = (await app.request('GET', `/api/v1/runs/${runId}`, { as })).body.steps[0] as {
+          task?: { progress: { percent: number; message: string } | null };
+        };
+        return step.task?.progress ?? undefined;
+      });
+      expect(shown).toMatchObject({ percent: 10, message: 'sleeping' });
+      expect((await app.request('POST', `/api/v1/runs/${runId}/cancel`, { as, body: {} })).status).toBeLessThan(300);
+      const cancelled = await w.waitFor((e) => e.event === 'cancelled', 'the cancel');
+      expect(cancelled.attemptId).toBe(task.attemptId);
+      expect((await waitForRun(app, as, runId, 60_000)).status).toBe('cancelled');
+      // Aborted, the handler failed; the SDK posted nothing for it, and the worker is free for the next task.
+      const next = await startRun(app, as, `sdk-cancel-${transport}`, {}, `cancel-${transport}-2`);
+      await w.waitFor((e) => e.event === 'task' && e.runId === next, 'the next task');
+      expect(w.events.filter((e) => e.attemptId === task.attemptId).map((e) => e.event)).toEqual(['task', 'cancelled']);
+    },
+  );
+
   it('a worker of tenant A never receives a task of tenant B, in a pool of the same name', async () => {
     const b = await app.tenant(`sdk-b-${process.pid}`);
     const dag = queueDag('sdk-iso', 'iso', 'echo', { value: '${{ inputs.value }}' });
