@@ -310,6 +310,56 @@ describe('external workers', () => {
     });
   });
 
+  describe('determinism', () => {
+    it('gives the same dispatch order, events and outputs on every run of the same DAG, inputs and worker results', async () => {
+      const r = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'det',
+          steps: [
+            { id: 'before', plugin: 'noop', with: { output: { n: '${{ inputs.n }}' } } },
+            {
+              id: 'work',
+              plugin: 'queue',
+              dependsOn: ['before'],
+              with: { taskType: 'resize', inputs: { n: '${{ steps.before.outputs.n }}' } },
+            },
+            {
+              id: 'after',
+              plugin: 'noop',
+              dependsOn: ['work'],
+              with: { output: { w: '${{ steps.work.outputs.width }}' } },
+            },
+          ],
+        },
+      });
+      expect(r.status).toBe(201);
+      const w = await mint('default');
+      const id = await register(w, { name: 'det-worker' });
+      let want: unknown;
+      for (let i = 0; i < 20; i++) {
+        const runId = await start('det', { n: 7 });
+        const t = await take(w, id);
+        expect(t.inputs).toEqual({ n: 7 });
+        expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 7 } })).status).toBe(200);
+        const done = (await waitForRun(app, as, runId)) as Run & { outputsHash: string };
+        const got = {
+          outputsHash: done.outputsHash,
+          steps: done.steps.map((x) => [x.stepId, x.status, (x as Step & { dispatchSeq: number }).dispatchSeq]).sort(),
+          // (A run's creation names its own token and trace.)
+          events: (await runEvents(app, as, runId)).map((e) => [
+            e.type,
+            e.stepId,
+            e.actor,
+            e.type === 'run.created' ? null : e.data,
+          ]),
+        };
+        if (i === 0) want = got;
+        else expect(got).toEqual(want);
+      }
+    });
+  });
+
   describe('dispatch strategies', () => {
     /** Registers workers (name → cost), starts `n` runs and returns which worker got each, in order. */
     const choices = async (

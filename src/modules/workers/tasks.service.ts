@@ -360,11 +360,10 @@ export class TasksService {
     const status = outcome.status === 'succeeded' ? 'succeeded' : 'failed';
     const key = { tenantId: t.tenant_id, runId: t.run_id, stepId: t.step_id, attempt: t.attempt, epoch: t.epoch };
     const result = completionFor(key, `worker:${w.name}`, outcome, t.delivered_at, new Date());
+    // Names, not instance or task ids: the same results of the same workers make the same events.
     const data: JsonObject = {
-      workerId: w.workerId,
       worker: w.name,
       pool: w.pool,
-      taskId: t.task_id,
       taskType: t.task_type,
       status,
       ...(outcome.status === 'failed'
@@ -527,10 +526,8 @@ export class TasksService {
     await resolve(result, {
       type: 'step.worker_result',
       data: {
-        workerId: w?.workerId ?? t.worker_id,
         worker: w?.name ?? t.worker_name,
         pool: t.pool,
-        taskId: t.task_id,
         taskType: t.task_type,
         status: 'failed',
         error: { code: error.code, class: error.class ?? (error.retryable ? 'transient' : 'permanent') },
