@@ -194,6 +194,8 @@ export class WorkersRepository {
     statuses: { tenant_id: string; worker_id: string; status: string; ttl_ms: number }[];
     cancels: { tenant_id: string; worker_id: string; task_id: string; reason: string }[];
   }> {
+    // A liveness record lost in a crash is made again by the next heartbeat: no need to wait for its flush.
+    await sql`set local synchronous_commit = off`.execute(tx);
     const tenants = seen.map((s) => s.tenantId);
     const ids = seen.map((s) => s.workerId);
     const loaded = seen.map((s) => (s.loaded === null ? null : JSON.stringify(s.loaded)));
@@ -239,9 +241,14 @@ export class WorkersRepository {
     return { statuses: statuses.rows, cancels };
   }
 
-  /** Hands the worker up to `max` of the tasks assigned to it (delivered now), oldest first. */
+  /**
+   * Hands the worker up to `max` of the tasks assigned to it (delivered now), oldest first. The
+   * commit need not wait for its WAL flush: lost in a crash, the tasks are assigned again and handed
+   * over again (a result is fenced by its epoch and idempotent); the result's commit flushes it.
+   */
   async deliver(tx: TenantTx, workerId: string, max: number): Promise<TaskRow[]> {
     const tenant = tenantOf(tx);
+    await sql`set local synchronous_commit = off`.execute(tx);
     const r = await sql<TaskRow>`
       with x as (
         select task_id from worker_task
