@@ -2,7 +2,8 @@ import os from 'node:os';
 import pg from 'pg';
 import { Cluster, Postgres, readyz, sleep, type OrdoProcess, type Role } from './cluster';
 import { checkRuns, checkSchedule, checkTimers, drain, throughput, type Counts } from './invariants';
-import { Api, SCHEDULE_DAG, setupTenants, Submitter, type Tenant } from './workload';
+import { WorkerCell } from './worker-cell';
+import { Api, SCHEDULE_DAG, setupTenants, Submitter, type Kind, type Submitted, type Tenant } from './workload';
 
 /**
  * Chaos cells against real, separate Ordo processes (2 api, 2 scheduler, 3 worker) and the
@@ -14,6 +15,11 @@ import { Api, SCHEDULE_DAG, setupTenants, Submitter, type Tenant } from './workl
 const FULL = process.env.CHAOS_FORM !== 'short';
 const LEASE_MS = 3_000;
 const REAPER_MS = 1_000;
+/** External workers' TTL and sweep for every Ordo process: only the worker cell has external workers. */
+const EXTERNAL_WORKER_TTL_MS = 3_000;
+const EXTERNAL_WORKER_SWEEP_MS = 1_000;
+/** How the worker the cell pauses pulls its tasks (the other two use the WebSocket channel). */
+const PAUSED_TRANSPORT = process.env.CHAOS_PAUSED_TRANSPORT === 'websocket' ? 'websocket' : 'long-poll';
 const RATE = Number(process.env.CHAOS_RATE ?? (FULL ? 20 : 12));
 const BASELINE_MS = FULL ? 10_000 : 4_000;
 /** The baseline leaves out the cell's first seconds: its first runs are still on their way. */
@@ -48,8 +54,10 @@ let cluster: Cluster;
 let api: Api;
 let owner: pg.Client;
 let tenants: Tenant[] = [];
+let workerCell: WorkerCell | undefined;
 
 function cleanup(): void {
+  workerCell?.killAll();
   cluster?.killAll();
   pgServer.destroy();
   cluster?.destroy();
@@ -90,7 +98,14 @@ async function startRole(role: Role, env: Record<string, string> = {}): Promise<
 beforeAll(async () => {
   // Ctrl-C, a crash or a kill of jest: the guard (cluster.ts) kills and removes what is left.
   await pgServer.init();
-  cluster = new Cluster(pgServer, { leaseMs: LEASE_MS, reaperMs: REAPER_MS });
+  cluster = new Cluster(pgServer, {
+    leaseMs: LEASE_MS,
+    reaperMs: REAPER_MS,
+    env: {
+      ORDO_EXTERNAL_WORKER_TTL_MS: String(EXTERNAL_WORKER_TTL_MS),
+      ORDO_EXTERNAL_WORKER_SWEEP_MS: String(EXTERNAL_WORKER_SWEEP_MS),
+    },
+  });
   // The first api process migrates and bootstraps; the others join.
   await startRole('api');
   await Promise.all([
@@ -137,6 +152,16 @@ interface FaultContext {
 
 interface CellOptions {
   rate?: number;
+  /** The kinds of run submitted (default: the mix), by the first `tenants` tenants (default: all). */
+  kinds?: Kind[];
+  tenants?: number;
+  /** The most runs submitted (default: as many as the rate gives). */
+  limit?: number;
+  /** Before the load starts; its counterpart `teardown` runs after the checks, also when the cell fails. */
+  setup?: () => Promise<void>;
+  /** More invariants, after the common ones. */
+  check?: (c: pg.Client, submitted: Submitted[], ctx: FaultContext) => Promise<void>;
+  teardown?: (ctx: FaultContext) => Promise<void>;
   /** The fault must make late results be refused (step.result_rejected > 0). */
   expectRejections?: boolean;
   /** The fault; resolves when it has ended. */
@@ -165,9 +190,20 @@ function loadSampler(): () => string {
 
 async function runCell(name: string, opts: CellOptions): Promise<void> {
   const load = loadSampler();
+  const submitter = new Submitter(api, tenants.slice(0, opts.tenants), name, opts.rate ?? RATE, opts.kinds);
+  if (opts.limit !== undefined) submitter.limit = opts.limit;
+  const ctx: FaultContext = { submitter, notes: [], violations: [] };
+  try {
+    await opts.setup?.();
+    await runLoad(name, opts, ctx, load);
+  } finally {
+    await opts.teardown?.(ctx);
+  }
+}
+
+async function runLoad(name: string, opts: CellOptions, ctx: FaultContext, load: () => string): Promise<void> {
   const started = new Date(Date.now() - 1_000).toISOString();
-  const notes: string[] = [];
-  const violations: string[] = [];
+  const { notes, violations } = ctx;
   const t = tenants[0];
   const deadline = Date.now() + 60_000;
   // A schedule firing every second for the whole cell (catch-up all: no fire may be dropped).
@@ -191,11 +227,11 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
   if (sched.status !== 201) throw new Error(`create schedule: ${sched.status} ${JSON.stringify(sched.body)}`);
   const scheduleId = sched.body.id as string;
 
-  const submitter = new Submitter(api, tenants, name, opts.rate ?? RATE);
+  const { submitter } = ctx;
   submitter.start();
   await sleep(BASELINE_MS);
   const faultStart = Date.now();
-  await opts.fault({ submitter, notes, violations });
+  await opts.fault(ctx);
   const faultEnd = Date.now();
   await sleep(AFTER_MS);
   await submitter.stop();
@@ -219,6 +255,8 @@ async function runCell(name: string, opts: CellOptions): Promise<void> {
   violations.push(...(await checkSchedule(c, scheduleId)));
   const queue = (await c.query<{ n: number }>('select count(*)::int as n from queue_item')).rows[0].n;
   if (queue !== 0) violations.push(`queue depth back to zero: ${queue} items left`);
+  await opts.check?.(c, submitter.runs, ctx);
+  await opts.teardown?.(ctx);
 
   // Throughput from finish times: baseline skips the first 2 s of ramp-up.
   const tp = await throughput(c, started);
@@ -381,6 +419,37 @@ describe('chaos cells', () => {
         await sleep(2_000);
         if (!v.alive()) ctx.violations.push('the resumed worker keeps running');
       },
+    },
+    600_000,
+  );
+
+  cell(
+    'external workers: SIGKILL one mid-task, SIGSTOP another past its TTL',
+    true,
+    true,
+    {
+      // One tenant's queue runs (noop → queue step → noop) at a bounded rate, up to a bounded count.
+      kinds: ['queue'],
+      tenants: 1,
+      rate: FULL ? 10 : 6,
+      limit: FULL ? 400 : 120,
+      expectRejections: true,
+      setup: async () => {
+        workerCell = new WorkerCell({
+          cluster,
+          api,
+          db,
+          tenant: tenants[0],
+          ttlMs: EXTERNAL_WORKER_TTL_MS,
+          sweepMs: EXTERNAL_WORKER_SWEEP_MS,
+          transports: ['websocket', 'websocket', PAUSED_TRANSPORT],
+          sleepMs: [100, 800],
+        });
+        await workerCell.setup();
+      },
+      fault: (ctx) => workerCell!.fault(ctx),
+      check: (c, submitted, ctx) => workerCell!.check(c, submitted, ctx),
+      teardown: async (ctx) => workerCell?.teardown(ctx),
     },
     600_000,
   );

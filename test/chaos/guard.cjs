@@ -1,6 +1,6 @@
 // The chaos harness's guard. The harness starts it detached (its own session: a Ctrl-C in the
 // terminal does not reach it) and tells it, one JSON object a line on its stdin, what it started:
-//   {"group": pid}          an Ordo process (the leader of its own process group)
+//   {"group": pid}          an Ordo process or an external worker (the leader of its own process group)
 //   {"exited": pid}         that process has exited: forget it
 //   {"pg": dataDir, "stop": [cmd, ...args]}  the harness's PostgreSQL and the command that stops it
 //   {"rm": dir}             a temporary directory
@@ -33,10 +33,11 @@ function handle(line) {
   if (typeof m.rm === 'string') dirs.add(m.rm);
 }
 
-/** Still an Ordo process of ours (not a recycled pid): its command line runs dist/src/main.js. */
+/** Still a process of ours (not a recycled pid): its command line runs Ordo or the harness's external worker. */
 function ours(pid) {
   try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('dist/src/main.js');
+    const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    return cmd.includes('dist/src/main.js') || cmd.includes('dist/test/chaos/external-worker.js');
   } catch {
     return false;
   }

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
 import type { JsonObject } from '../../src/modules/plugins/plugin';
 import { sleep } from './cluster';
+import type { WorkerLine } from './fleet';
 import { expectedOutputs, expectedStatus, type Submitted } from './workload';
 
 /**
@@ -231,6 +232,105 @@ export async function checkRuns(
       duplicated: dup.length,
       staleApplied: stale.length,
       staleRejected: events.filter((e) => e.type === 'step.result_rejected').length,
+    },
+  };
+}
+
+export interface WorkerTaskCounts {
+  /** Queue steps checked (one a run). */
+  steps: number;
+  /** Tasks given up when their worker was lost (worker_task status orphaned). */
+  orphaned: number;
+  /** Attempts failed WORKER_LOST. */
+  workerLost: number;
+  /** Results refused because their task was orphaned (worker_task.late_results, summed). */
+  lateRefused: number;
+  /** Those refusals as the workers saw them (TASK_ORPHANED in their own lines). */
+  refusedSeen: number;
+}
+
+/**
+ * Per-id accounting of the queue step `stepId` of `runIds` (runs that must all succeed): exactly
+ * one succeeded attempt and one succeeded worker_task row, at the same attempt; its outputs name
+ * the run, the step, that attempt and the worker the task row names; that worker's own lines have
+ * handled it; every orphaned task's attempt failed WORKER_LOST.
+ */
+export async function checkWorkerTasks(
+  db: pg.Client,
+  runIds: string[],
+  stepId: string,
+  lines: WorkerLine[],
+): Promise<{ violations: string[]; counts: WorkerTaskCounts }> {
+  const violations: string[] = [];
+  const add = (name: string, examples: string[]) => {
+    if (examples.length > 0) violations.push(`${name}: ${examples.length} (e.g. ${examples.slice(0, 3).join('; ')})`);
+  };
+  const attempts = (
+    await db.query<{ run_id: string; attempt: number; status: string; code: string | null }>(
+      `select run_id, attempt, status, error->>'code' as code from attempt where run_id = any($1::uuid[]) and step_id = $2`,
+      [runIds, stepId],
+    )
+  ).rows;
+  const tasks = (
+    await db.query<{ run_id: string; attempt: number; status: string; worker: string | null; late_results: number }>(
+      `select t.run_id, t.attempt, t.status, w.name as worker, t.late_results
+         from worker_task t left join worker w on w.tenant_id = t.tenant_id and w.worker_id = t.worker_id
+        where t.run_id = any($1::uuid[]) and t.step_id = $2`,
+      [runIds, stepId],
+    )
+  ).rows;
+  const outputs = new Map(
+    (
+      await db.query<{ run_id: string; outputs: Record<string, unknown> | null }>(
+        `select run_id, outputs from step where run_id = any($1::uuid[]) and step_id = $2`,
+        [runIds, stepId],
+      )
+    ).rows.map((r) => [r.run_id, r.outputs]),
+  );
+  const handled = new Set(
+    lines.filter((l) => l.kind === 'handled').map((l) => `${l.worker} ${l.runId} ${l.stepId} ${l.attempt}`),
+  );
+
+  const notOne: string[] = [];
+  const taskNotOne: string[] = [];
+  const mismatch: string[] = [];
+  const unhandled: string[] = [];
+  for (const runId of runIds) {
+    const ok = attempts.filter((a) => a.run_id === runId && a.status === 'succeeded');
+    const okTasks = tasks.filter((t) => t.run_id === runId && t.status === 'succeeded');
+    if (ok.length !== 1) notOne.push(`${runId} ×${ok.length}`);
+    if (okTasks.length !== 1) taskNotOne.push(`${runId} ×${okTasks.length}`);
+    if (ok.length !== 1 || okTasks.length !== 1) continue;
+    const [a, t] = [ok[0], okTasks[0]];
+    const out = outputs.get(runId);
+    if (
+      t.attempt !== a.attempt ||
+      out?.runId !== runId ||
+      out?.stepId !== stepId ||
+      out?.attempt !== a.attempt ||
+      out?.worker !== t.worker
+    )
+      mismatch.push(`${runId} attempt ${a.attempt}, task attempt ${t.attempt} of ${t.worker}: ${JSON.stringify(out)}`);
+    else if (!handled.has(`${t.worker} ${runId} ${stepId} ${a.attempt}`))
+      unhandled.push(`${runId} attempt ${a.attempt} by ${t.worker}`);
+  }
+  const orphaned = tasks.filter((t) => t.status === 'orphaned');
+  const notLost = orphaned
+    .filter((t) => !attempts.some((a) => a.run_id === t.run_id && a.attempt === t.attempt && a.code === 'WORKER_LOST'))
+    .map((t) => `${t.run_id} attempt ${t.attempt}`);
+  add('each queue step exactly one succeeded attempt', notOne);
+  add('each queue step exactly one succeeded worker task', taskNotOne);
+  add("the success's outputs name its run, step, attempt and worker", mismatch);
+  add('each success handled by the worker it names (its own lines)', unhandled);
+  add('each orphaned task failed its attempt WORKER_LOST', notLost);
+  return {
+    violations,
+    counts: {
+      steps: runIds.length,
+      orphaned: orphaned.length,
+      workerLost: attempts.filter((a) => a.code === 'WORKER_LOST').length,
+      lateRefused: tasks.reduce((n, t) => n + t.late_results, 0),
+      refusedSeen: lines.filter((l) => l.kind === 'refused' && l.code === 'TASK_ORPHANED').length,
     },
   };
 }

@@ -8,7 +8,11 @@ import { sleep } from './cluster';
  * fails (5xx, connection refused) is repeated with the same token until it is acknowledged.
  */
 
-export type Kind = 'chain' | 'diamond' | 'retry' | 'timeout' | 'cancel' | 'slow' | 'three';
+export type Kind = 'chain' | 'diamond' | 'retry' | 'timeout' | 'cancel' | 'slow' | 'three' | 'queue';
+
+/** The pool and task type of the worker cell's external workers (external-worker.ts). */
+export const WORKER_POOL = 'chaos';
+export const WORKER_TASK_TYPE = 'chaos-echo';
 
 const retry = { maxRetries: 20, initialDelay: 100, multiplier: 2, maxDelay: 1_000 };
 
@@ -92,6 +96,29 @@ export const DAGS: Record<Kind, Record<string, unknown>> = {
     inputs: { type: 'object', properties: { k: { type: 'string' } }, required: ['k'] },
     steps: [{ id: 'z', plugin: 'noop', retry, with: { sleepMs: 3_000, output: { k: '${{ inputs.k }}' } } }],
   },
+  // A step handed to an external worker between two noops: the worker cell's runs.
+  queue: {
+    id: 'chaos-queue',
+    inputs: { type: 'object', properties: { k: { type: 'string' } }, required: ['k'] },
+    steps: [
+      { id: 'first', plugin: 'noop', retry, with: { output: { k: '${{ inputs.k }}' } } },
+      {
+        id: 'work',
+        plugin: 'queue',
+        dependsOn: ['first'],
+        timeout: 30_000,
+        retry: { maxRetries: 5, initialDelay: 100 },
+        with: { taskType: WORKER_TASK_TYPE, pool: WORKER_POOL, inputs: { k: '${{ steps.first.outputs.k }}' } },
+      },
+      {
+        id: 'last',
+        plugin: 'noop',
+        retry,
+        dependsOn: ['work'],
+        with: { output: { k: '${{ steps.work.outputs.k }}' } },
+      },
+    ],
+  },
   retry: {
     id: 'chaos-retry',
     inputs: { type: 'object', properties: { k: { type: 'string' } } },
@@ -130,6 +157,8 @@ export const SCHEDULE_DAG = {
 export function expectedOutputs(kind: Kind, k: string): Record<string, unknown> | undefined {
   if (kind === 'chain' || kind === 'three') return { s1: { k, n: 1 }, s2: { k, n: 2 }, s3: { k, n: 3 } };
   if (kind === 'slow') return { z: { k } };
+  // The worker's own outputs name the worker and the attempt: checked by checkWorkerTasks.
+  if (kind === 'queue') return { first: { k }, last: { k } };
   if (kind === 'diamond') return { a: { k }, b: { k, side: 'b' }, c: { k, side: 'c' }, d: { b: 'b', c: 'c', k } };
   return undefined;
 }
@@ -279,6 +308,8 @@ export class Submitter {
   private readonly pending = new Set<Promise<void>>();
   private n = 0;
   errors = 0;
+  /** The most runs this submitter submits; the loop stops submitting once it has. */
+  limit = Infinity;
 
   constructor(
     private readonly api: Api,
@@ -295,7 +326,7 @@ export class Submitter {
       let due = Date.now();
       while (!this.stopped) {
         const now = Date.now();
-        while (due <= now && !this.stopped) {
+        while (due <= now && !this.stopped && this.n < this.limit) {
           this.submitOne();
           due += 1000 / this.rate;
         }
