@@ -311,6 +311,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       // The two reads are the benchmark's own transactions.
       return (b - a - 1) / (seconds + 1.5);
     };
+    // The phases before leave work behind (sweeps of the workers that left, reputations): it settles first.
+    await sleep(5_000);
     const baseline = await xactRate();
     const workers = Number(values['ext-idle-workers']);
     const idleGroup = group({
@@ -324,6 +326,14 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     // Registrations and first heartbeats settle before the window.
     await sleep(5_000);
     const busy = await xactRate();
+    // After the window: the workers were there all along (none went offline meanwhile).
+    const online = (
+      await owner.query<{ n: number }>(
+        `select count(*)::int n from worker where pool = $1 and status = 'online' and name like 'idle-%'`,
+        [POOL],
+      )
+    ).rows[0].n;
+    if (online !== workers) throw new Error(`idle: ${online} of ${workers} workers online after the window`);
     const idle: IdleRow = {
       workers,
       seconds,
