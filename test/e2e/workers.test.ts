@@ -711,6 +711,35 @@ describe('external workers', () => {
       ws.close();
     });
 
+    it('takes a worker whose channel stays open but answers no ping for offline, and orphans its task', async () => {
+      await publish('chan-hung', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      // A hung worker: its socket stays open, it sends nothing and answers no ping.
+      const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+        headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
+        autoPong: false,
+      });
+      const inbox: Record<string, unknown>[] = [];
+      ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
+      await new Promise((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const runId = await start('chan-hung');
+      await until('the offer', async () => inbox.find((m) => m.type === 'task'));
+      const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+      await until('the worker offline', async () => {
+        const r = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body as { status: string };
+        return r.status === 'offline' ? true : undefined;
+      });
+      expect(await closed).toBe(4409);
+      await until('the orphaned task', async () =>
+        work(await run(runId)).task?.status === 'orphaned' ? true : undefined,
+      );
+    });
+
     it('refuses a channel upgrade without a worker token', async () => {
       const w = await mint('default');
       const id = await register(w, {});

@@ -93,8 +93,9 @@ export const envSchema = z.object({
   ORDO_WORKER_CHAIN_MS: z.coerce.number().int().min(0).max(1_000).default(20),
   // How deep child runs of `dag` steps may nest (a run's child is depth 1); deeper, the step fails (SUBDAG_DEPTH_EXCEEDED).
   ORDO_SUBDAG_MAX_DEPTH: z.coerce.number().int().min(1).max(100).default(5),
-  // An external worker not heard from (heartbeat, pull, open channel) for this long is offline and its tasks go elsewhere.
-  ORDO_EXTERNAL_WORKER_TTL_MS: z.coerce.number().int().min(1_000).max(3_600_000).default(30_000),
+  // An external worker not heard from (heartbeat, pull, result, a message or pong on its channel) for this long is offline and its tasks go elsewhere.
+  // (At least 2 s: liveness is recorded in batches once a second.)
+  ORDO_EXTERNAL_WORKER_TTL_MS: z.coerce.number().int().min(2_000).max(3_600_000).default(30_000),
   // How long a task pull (GET …/tasks/next) waits for a task before it answers 204.
   ORDO_EXTERNAL_WORKER_LONG_POLL_MS: z.coerce.number().int().min(100).max(120_000).default(25_000),
   // A worker name whose reputation score (0..1) falls below this gets no task until an operator resets it.

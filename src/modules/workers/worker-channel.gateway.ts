@@ -42,7 +42,8 @@ interface Session {
  * The worker channel (WebSocket, same worker token and tenant header as the REST routes): tasks
  * are offered as soon as they are assigned, up to the credits the worker gave (`ready`), cancels
  * are pushed at once (a cancelled run), and results, progress and heartbeats go the other way,
- * each answered on the channel. An open channel counts as the worker being heard from.
+ * each answered on the channel. The worker is heard from by its messages and its answers to the
+ * pings the server sends every third of its TTL.
  */
 @WebSocketGateway({ path: WORKER_CHANNEL_PATH, maxPayload: MAX_PAYLOAD })
 export class WorkerChannelGateway
@@ -123,9 +124,17 @@ export class WorkerChannelGateway
       again: false,
       queue: Promise.resolve(),
     };
+    // The worker is heard from when it sends a message or answers a ping: an open socket alone
+    // proves nothing (a paused or hung worker keeps its connection open).
     const seen = () => this.liveness.seen(s.w.tenantId, s.w.workerId);
     seen();
-    const alive = setInterval(seen, Math.max(1_000, Math.floor(s.w.ttlMs / 3)));
+    ws.on('pong', seen);
+    const alive = setInterval(
+      () => {
+        if (ws.readyState === ws.OPEN) ws.ping();
+      },
+      Math.max(500, Math.floor(s.w.ttlMs / 3)),
+    );
     const unsubscribe = this.inbox.subscribe(s.w.tenantId, s.w.workerId, {
       task: () => this.offer(s),
       cancelled: (runId) => {
@@ -144,6 +153,7 @@ export class WorkerChannelGateway
       unsubscribe();
     });
     ws.on('message', (data: RawData, isBinary: boolean) => {
+      seen();
       s.queue = s.queue.then(() => this.handle(s, data, isBinary)).catch(() => undefined);
     });
   }
