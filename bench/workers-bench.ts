@@ -323,8 +323,17 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       name: 'idle',
     });
     await idleGroup.ready;
-    // Registrations and first heartbeats settle before the window.
-    await sleep(5_000);
+    // Every worker registered (a thousand take a while from one process), then their first pulls
+    // and heartbeats settle before the window.
+    const registered = async () =>
+      (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from worker where pool = $1 and status = 'online' and name like 'idle-%'`,
+          [POOL],
+        )
+      ).rows[0].n;
+    for (const until = Date.now() + 300_000; (await registered()) < workers && Date.now() < until;) await sleep(1_000);
+    await sleep(10_000);
     const busy = await xactRate();
     // After the window: the workers were there all along (none went offline meanwhile).
     const online = (
