@@ -2189,14 +2189,8 @@ begin
       where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')
     ) h
     where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
-      and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
-      and w.task_types ? v_t.task_type
-      and w.gpu_count >= coalesce((v_t.requires->>'gpu')::integer, 0)
-      and w.vram_bytes >= coalesce((v_t.requires->>'vramBytes')::bigint, 0)
-      and coalesce(w.cpu, 0) >= coalesce((v_t.requires->>'cpu')::numeric, 0)
-      and coalesce(w.memory_bytes, 0) >= coalesce((v_t.requires->>'memoryBytes')::bigint, 0)
-      and w.models @> v_models
-      and w.labels @> coalesce(v_t.requires->'labels', '{}')
+      and ordo_worker_fits(w.status, w.last_seen_at, w.ttl_ms, w.task_types, w.gpu_count, w.vram_bytes, w.cpu,
+        w.memory_bytes, w.models, w.labels, v_t.task_type, v_t.requires)
       and r.blocked_at is null
       and h.held < w.max_concurrent
     order by
@@ -2269,15 +2263,9 @@ CREATE FUNCTION public.ordo_task_wait_reason(p_tenant text, p_pool text, p_task_
     AS $$
   select case when exists (
       select 1 from worker w
-      where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
-        and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
-        and w.task_types ? p_task_type
-        and w.gpu_count >= coalesce((p_requires->>'gpu')::integer, 0)
-        and w.vram_bytes >= coalesce((p_requires->>'vramBytes')::bigint, 0)
-        and coalesce(w.cpu, 0) >= coalesce((p_requires->>'cpu')::numeric, 0)
-        and coalesce(w.memory_bytes, 0) >= coalesce((p_requires->>'memoryBytes')::bigint, 0)
-        and w.models @> array(select jsonb_array_elements_text(coalesce(p_requires->'models', '[]')))
-        and w.labels @> coalesce(p_requires->'labels', '{}')
+      where w.tenant_id = p_tenant and w.pool = p_pool
+        and ordo_worker_fits(w.status, w.last_seen_at, w.ttl_ms, w.task_types, w.gpu_count, w.vram_bytes, w.cpu,
+          w.memory_bytes, w.models, w.labels, p_task_type, p_requires)
     ) then 'workers_busy' else 'no_matching_worker' end
 $$;
 
@@ -2308,6 +2296,20 @@ CREATE FUNCTION public.ordo_trigger_decision(rule text, total integer, pending i
         case when total - pending - skipped > 0 then 'trigger_rule' when pending = 0 then 'ready' else 'wait' end
     end
   $$;
+
+CREATE FUNCTION public.ordo_worker_fits(p_status text, p_last_seen timestamp with time zone, p_ttl_ms integer, p_task_types jsonb, p_gpu_count integer, p_vram bigint, p_cpu numeric, p_memory bigint, p_models text[], p_labels jsonb, p_task_type text, p_requires jsonb) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  select p_status = 'online'
+    and p_last_seen + make_interval(secs => p_ttl_ms::numeric / 1000) > now()
+    and p_task_types ? p_task_type
+    and p_gpu_count >= coalesce((p_requires->>'gpu')::integer, 0)
+    and p_vram >= coalesce((p_requires->>'vramBytes')::bigint, 0)
+    and coalesce(p_cpu, 0) >= coalesce((p_requires->>'cpu')::numeric, 0)
+    and coalesce(p_memory, 0) >= coalesce((p_requires->>'memoryBytes')::bigint, 0)
+    and p_models @> array(select jsonb_array_elements_text(coalesce(p_requires->'models', '[]')))
+    and p_labels @> coalesce(p_requires->'labels', '{}')
+$$;
 
 CREATE FUNCTION public.run_event_append_only() RETURNS trigger
     LANGUAGE plpgsql
@@ -3481,6 +3483,9 @@ GRANT ALL ON FUNCTION public.ordo_task_wait_reason(p_tenant text, p_pool text, p
 
 REVOKE ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) TO ordo_system;
+
+GRANT ALL ON FUNCTION public.ordo_worker_fits(p_status text, p_last_seen timestamp with time zone, p_ttl_ms integer, p_task_types jsonb, p_gpu_count integer, p_vram bigint, p_cpu numeric, p_memory bigint, p_models text[], p_labels jsonb, p_task_type text, p_requires jsonb) TO ordo_app;
+GRANT ALL ON FUNCTION public.ordo_worker_fits(p_status text, p_last_seen timestamp with time zone, p_ttl_ms integer, p_task_types jsonb, p_gpu_count integer, p_vram bigint, p_cpu numeric, p_memory bigint, p_models text[], p_labels jsonb, p_task_type text, p_requires jsonb) TO ordo_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO ordo_system;

@@ -1,11 +1,10 @@
 -- Dispatch of a pool's pending tasks, the only home of the strategies: under the pool's
 -- transaction advisory lock (dispatchers of a pool take turns; nothing else takes it), each pending
 -- task in order (priority, then age, then id) goes to the best worker that can take it, or stays
--- pending (ordo_task_wait_reason says why); with no free slot in the pool, no task is looked at. A worker can take a task when it
--- is online and heard from within its TTL, handles the task type, meets the requirements (gpu count,
--- vram, cpu, memory, models installed, labels), holds fewer tasks than its maxConcurrent, and its
--- name's reputation is not blocked. The strategy (the task's, else the pool's, else default) orders
--- the candidates, ties by worker id:
+-- pending (ordo_task_wait_reason says why); with no free slot in the pool, no task is looked at. A
+-- worker can take a task when it fits it (ordo_worker_fits), holds fewer tasks than its
+-- maxConcurrent, and its name's reputation is not blocked. The strategy (the task's, else the
+-- pool's, else default) orders the candidates, ties by worker id:
 --   default            warm first (its last task was of this type, or it has the required models
 --                      loaded), then cheapest
 --   round_robin        the next worker id after the pool's cursor, wrapping
@@ -60,14 +59,8 @@ begin
       where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')
     ) h
     where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
-      and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now()
-      and w.task_types ? v_t.task_type
-      and w.gpu_count >= coalesce((v_t.requires->>'gpu')::integer, 0)
-      and w.vram_bytes >= coalesce((v_t.requires->>'vramBytes')::bigint, 0)
-      and coalesce(w.cpu, 0) >= coalesce((v_t.requires->>'cpu')::numeric, 0)
-      and coalesce(w.memory_bytes, 0) >= coalesce((v_t.requires->>'memoryBytes')::bigint, 0)
-      and w.models @> v_models
-      and w.labels @> coalesce(v_t.requires->'labels', '{}')
+      and ordo_worker_fits(w.status, w.last_seen_at, w.ttl_ms, w.task_types, w.gpu_count, w.vram_bytes, w.cpu,
+        w.memory_bytes, w.models, w.labels, v_t.task_type, v_t.requires)
       and r.blocked_at is null
       and h.held < w.max_concurrent
     order by

@@ -75,6 +75,20 @@ describe('external workers', () => {
     }
     throw new Error(`${what} never happened`);
   };
+  /** Opens a worker's channel; every message it receives lands in `inbox`. */
+  const channel = async (w: As, id: string, opts: { autoPong?: boolean } = {}) => {
+    const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+      headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
+      ...opts,
+    });
+    const inbox: Record<string, unknown>[] = [];
+    ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    return { ws, inbox };
+  };
   /** Takes every worker of the tenant out of dispatch (each test starts from its own fixed worker set). */
   const retireAll = async () => {
     await app.ordo.database.withSystem(async (tx) => {
@@ -660,15 +674,7 @@ describe('external workers', () => {
       await publish('chan', { with: { taskType: 'resize' } });
       const w = await mint('default');
       const id = await register(w, {});
-      const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-        headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
-      });
-      const inbox: Record<string, unknown>[] = [];
-      ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
-      await new Promise((resolve, reject) => {
-        ws.once('open', resolve);
-        ws.once('error', reject);
-      });
+      const { ws, inbox } = await channel(w, id);
       ws.send(JSON.stringify({ type: 'ready', credit: 2 }));
       const runId = await start('chan');
       const offer = await until('the offer', async () => inbox.find((m) => m.type === 'task'));
@@ -693,15 +699,7 @@ describe('external workers', () => {
       await publish('chan-cancel', { with: { taskType: 'resize' } });
       const w = await mint('default');
       const id = await register(w, {});
-      const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-        headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
-      });
-      const inbox: Record<string, unknown>[] = [];
-      ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
-      await new Promise((resolve, reject) => {
-        ws.once('open', resolve);
-        ws.once('error', reject);
-      });
+      const { ws, inbox } = await channel(w, id);
       ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
       const runId = await start('chan-cancel');
       const offer = await until('the offer', async () => inbox.find((m) => m.type === 'task'));
@@ -716,16 +714,7 @@ describe('external workers', () => {
       const w = await mint('default');
       const id = await register(w, {});
       // A hung worker: its socket stays open, it sends nothing and answers no ping.
-      const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-        headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
-        autoPong: false,
-      });
-      const inbox: Record<string, unknown>[] = [];
-      ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
-      await new Promise((resolve, reject) => {
-        ws.once('open', resolve);
-        ws.once('error', reject);
-      });
+      const { ws, inbox } = await channel(w, id, { autoPong: false });
       ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
       const runId = await start('chan-hung');
       await until('the offer', async () => inbox.find((m) => m.type === 'task'));
