@@ -173,7 +173,7 @@ export class TasksService {
     const message = `the task's inputs do not match the input schema of ${t.task_type} on worker ${w.name}: ${mismatch}`;
     await this.store.withResolve(async (tx, resolve) => {
       if (!(await this.repo.endTask(tx, t.tenant_id, t.task_id, 'failed', 'INPUT_SCHEMA_MISMATCH', null))) return;
-      await this.resolveFailed(tx, resolve, t, w, {
+      await this.resolveFailed(resolve, t, w, {
         code: 'INPUT_SCHEMA_MISMATCH',
         message,
         retryable: false,
@@ -466,7 +466,7 @@ export class TasksService {
       const started = await this.repo.deliveredTo(tx, tenantId, workerId);
       for (const t of started) {
         await this.repo.endTask(tx, tenantId, t.task_id, 'orphaned', 'worker_lost', null);
-        await this.resolveFailed(tx, resolve, t, null, {
+        await this.resolveFailed(resolve, t, null, {
           code: 'WORKER_LOST',
           message: `worker ${t.worker_name ?? workerId} was lost while it held the task`,
           retryable: true,
@@ -499,7 +499,7 @@ export class TasksService {
             retryable: false,
           };
       await this.repo.endTask(tx, tenantId, taskId, 'cancelled', timedOut ? 'timeout' : 'dispatch_timeout', null);
-      await this.resolveFailed(tx, resolve, t, null, error);
+      await this.resolveFailed(resolve, t, null, error);
       if (timedOut && t.status === 'delivered' && t.worker_name)
         judged.push({ tenantId, pool, name: t.worker_name, verdict: 'timeout' });
       await this.repo.wakeDispatch(tx, tenantId, pool);
@@ -512,14 +512,7 @@ export class TasksService {
     for (const j of judged) this.reputation.record(j.tenantId, j.pool, j.name, j.verdict);
   }
 
-  private async resolveFailed(
-    tx: SystemTx,
-    resolve: Resolve,
-    t: TaskRow,
-    w: KnownWorker | null,
-    error: PluginError,
-  ): Promise<void> {
-    void tx;
+  private async resolveFailed(resolve: Resolve, t: TaskRow, w: KnownWorker | null, error: PluginError): Promise<void> {
     const key = { tenantId: t.tenant_id, runId: t.run_id, stepId: t.step_id, attempt: t.attempt, epoch: t.epoch };
     const now = new Date();
     const result = completionFor(key, 'engine', { status: 'failed', error, logs: [] }, t.delivered_at, now);

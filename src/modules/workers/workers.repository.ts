@@ -303,15 +303,6 @@ export class WorkersRepository {
     );
   }
 
-  /** A task as its worker sees it (RLS: tenant and pool). */
-  async findTask(tx: TenantTx, taskId: string): Promise<TaskRow | undefined> {
-    const r = await sql<TaskRow>`
-      select ${TASK_COLUMNS} from worker_task t where t.tenant_id = ${tenantOf(tx)} and t.task_id = ${taskId}`.execute(
-      tx,
-    );
-    return r.rows[0];
-  }
-
   /** Ends an open task (its inputs dropped); false when it was no longer open. */
   async endTask(
     tx: SystemTx,
