@@ -2055,6 +2055,17 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_plan_sync(p_tenants text[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+  insert into tenant_queue (tenant_id, weight, max_in_flight)
+  select t.id, coalesce((l.limits->>'weight')::integer, 1), (l.limits->>'maxStepsInFlight')::integer
+  from tenant t left join lateral ordo_tenant_limits(t.id) l on true
+  where t.id = any(p_tenants)
+  on conflict (tenant_id) do update set weight = excluded.weight, max_in_flight = excluded.max_in_flight
+  where (tenant_queue.weight, tenant_queue.max_in_flight) is distinct from (excluded.weight, excluded.max_in_flight)
+$$;
+
 CREATE FUNCTION public.ordo_refuse_transition() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -2267,6 +2278,14 @@ CREATE FUNCTION public.ordo_task_wait_reason(p_tenant text, p_pool text, p_task_
         and ordo_worker_fits(w.status, w.last_seen_at, w.ttl_ms, w.task_types, w.gpu_count, w.vram_bytes, w.cpu,
           w.memory_bytes, w.models, w.labels, p_task_type, p_requires)
     ) then 'workers_busy' else 'no_matching_worker' end
+$$;
+
+CREATE FUNCTION public.ordo_tenant_limits(p_tenant text) RETURNS TABLE(plan_id text, limits jsonb, time_zone text)
+    LANGUAGE sql STABLE
+    AS $$
+  select tp.plan_id, p.limits || tp.overrides, tp.time_zone
+  from tenant_plan tp join plan p on p.id = tp.plan_id
+  where tp.tenant_id = p_tenant
 $$;
 
 CREATE FUNCTION public.ordo_trigger_decision(rule text, total integer, pending integer, failed integer, skipped integer) RETURNS text
@@ -2553,6 +2572,42 @@ CREATE TABLE public.idempotency_key (
 
 ALTER TABLE ONLY public.idempotency_key FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.limit_hit (
+    tenant_id text NOT NULL,
+    limit_name text NOT NULL,
+    minute timestamp with time zone NOT NULL,
+    hits bigint NOT NULL
+);
+
+ALTER TABLE ONLY public.limit_hit FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.operator_audit (
+    seq bigint NOT NULL,
+    at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    actor text NOT NULL,
+    token_jti text NOT NULL,
+    action text NOT NULL,
+    tenant_id text,
+    plan_id text,
+    reason text,
+    detail jsonb DEFAULT '{}'::jsonb NOT NULL,
+    prev_hash text NOT NULL,
+    hash text NOT NULL,
+    CONSTRAINT operator_audit_hash_check CHECK ((octet_length(hash) = 64))
+);
+
+CREATE TABLE public.plan (
+    id text NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    limits jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    updated_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    CONSTRAINT plan_id_format CHECK ((id ~ '^[a-z0-9][a-z0-9._-]{0,62}$'::text)),
+    CONSTRAINT plan_limits_object CHECK ((jsonb_typeof(limits) = 'object'::text))
+);
+
+ALTER TABLE ONLY public.plan FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.platform_token (
     jti uuid NOT NULL,
     subject text NOT NULL,
@@ -2590,6 +2645,12 @@ ALTER TABLE public.queue_item ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.rate_limit (
+    key character varying(255) NOT NULL,
+    points integer DEFAULT 0 NOT NULL,
+    expire bigint
 );
 
 CREATE TABLE public.run (
@@ -2872,15 +2933,37 @@ CREATE TABLE public.tenant (
 
 ALTER TABLE ONLY public.tenant FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.tenant_plan (
+    tenant_id text NOT NULL,
+    plan_id text NOT NULL,
+    overrides jsonb DEFAULT '{}'::jsonb NOT NULL,
+    time_zone text DEFAULT 'UTC'::text NOT NULL,
+    updated_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    CONSTRAINT tenant_plan_overrides_object CHECK ((jsonb_typeof(overrides) = 'object'::text))
+);
+
+ALTER TABLE ONLY public.tenant_plan FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.tenant_queue (
     tenant_id text NOT NULL,
     weight integer DEFAULT 1 NOT NULL,
     served_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    max_in_flight integer,
+    CONSTRAINT tenant_queue_max_in_flight_check CHECK (((max_in_flight IS NULL) OR ((max_in_flight >= 1) AND (max_in_flight <= 100000)))),
     CONSTRAINT tenant_queue_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
 )
 WITH (fillfactor='50');
 
 ALTER TABLE ONLY public.tenant_queue FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.tenant_usage (
+    tenant_id text NOT NULL,
+    period_start date NOT NULL,
+    runs_created bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT tenant_usage_runs_check CHECK ((runs_created >= 0))
+);
+
+ALTER TABLE ONLY public.tenant_usage FORCE ROW LEVEL SECURITY;
 
 CREATE TABLE public.tenant_webhook_secret (
     tenant_id text NOT NULL,
@@ -3044,6 +3127,15 @@ ALTER TABLE ONLY public.dead_letter
 ALTER TABLE ONLY public.idempotency_key
     ADD CONSTRAINT idempotency_key_pk PRIMARY KEY (tenant_id, key);
 
+ALTER TABLE ONLY public.limit_hit
+    ADD CONSTRAINT limit_hit_pk PRIMARY KEY (tenant_id, limit_name, minute);
+
+ALTER TABLE ONLY public.operator_audit
+    ADD CONSTRAINT operator_audit_pk PRIMARY KEY (seq);
+
+ALTER TABLE ONLY public.plan
+    ADD CONSTRAINT plan_pk PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.platform_token
     ADD CONSTRAINT platform_token_pk PRIMARY KEY (jti);
 
@@ -3052,6 +3144,9 @@ ALTER TABLE ONLY public.queue_item
 
 ALTER TABLE ONLY public.queue_item
     ADD CONSTRAINT queue_item_step_uq UNIQUE (tenant_id, run_id, step_id);
+
+ALTER TABLE ONLY public.rate_limit
+    ADD CONSTRAINT rate_limit_pk PRIMARY KEY (key);
 
 ALTER TABLE ONLY public.run_event
     ADD CONSTRAINT run_event_pk PRIMARY KEY (tenant_id, run_id, seq, created_at);
@@ -3089,8 +3184,14 @@ ALTER TABLE ONLY public.step
 ALTER TABLE ONLY public.tenant
     ADD CONSTRAINT tenant_pk PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.tenant_plan
+    ADD CONSTRAINT tenant_plan_pk PRIMARY KEY (tenant_id);
+
 ALTER TABLE ONLY public.tenant_queue
     ADD CONSTRAINT tenant_queue_pk PRIMARY KEY (tenant_id);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_pk PRIMARY KEY (tenant_id, period_start);
 
 ALTER TABLE ONLY public.tenant_webhook_secret
     ADD CONSTRAINT tenant_webhook_secret_pk PRIMARY KEY (tenant_id);
@@ -3122,6 +3223,10 @@ CREATE INDEX dag_version_list_idx ON public.dag_version USING btree (tenant_id, 
 CREATE INDEX dead_letter_list_idx ON public.dead_letter USING btree (tenant_id, created_at, run_id);
 
 CREATE INDEX idempotency_key_expiry_idx ON public.idempotency_key USING btree (expires_at);
+
+CREATE INDEX limit_hit_minute_idx ON public.limit_hit USING btree (minute);
+
+CREATE INDEX operator_audit_tenant_idx ON public.operator_audit USING btree (tenant_id, seq);
 
 CREATE INDEX queue_item_gate_idx ON public.queue_item USING btree (tenant_id, gate, state) WHERE (gate IS NOT NULL);
 
@@ -3160,6 +3265,8 @@ CREATE INDEX signal_pending_idx ON public.signal USING btree (tenant_id, name, c
 CREATE INDEX signal_wait_key_idx ON public.signal_wait USING btree (tenant_id, name, correlation_key, waiting_since, run_id, step_id);
 
 CREATE INDEX span_run_idx ON public.span USING btree (tenant_id, run_id, started_at, span_id);
+
+CREATE INDEX tenant_plan_plan_idx ON public.tenant_plan USING btree (plan_id);
 
 CREATE INDEX trust_key_tenant_created_idx ON public.trust_key USING btree (tenant_id, created_at DESC, kid);
 
@@ -3233,6 +3340,12 @@ ALTER TABLE ONLY public.dead_letter
 ALTER TABLE ONLY public.idempotency_key
     ADD CONSTRAINT idempotency_key_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
+ALTER TABLE ONLY public.limit_hit
+    ADD CONSTRAINT limit_hit_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.operator_audit
+    ADD CONSTRAINT operator_audit_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE ONLY public.run
     ADD CONSTRAINT run_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
@@ -3254,8 +3367,17 @@ ALTER TABLE ONLY public.signal
 ALTER TABLE ONLY public.signal_wait
     ADD CONSTRAINT signal_wait_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
+ALTER TABLE ONLY public.tenant_plan
+    ADD CONSTRAINT tenant_plan_plan_id_fkey FOREIGN KEY (plan_id) REFERENCES public.plan(id);
+
+ALTER TABLE ONLY public.tenant_plan
+    ADD CONSTRAINT tenant_plan_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE ONLY public.tenant_queue
     ADD CONSTRAINT tenant_queue_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
 ALTER TABLE ONLY public.tenant_webhook_secret
     ADD CONSTRAINT tenant_webhook_secret_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
@@ -3299,6 +3421,10 @@ ALTER TABLE public.dag_version_status_change ENABLE ROW LEVEL SECURITY;
 ALTER TABLE public.dead_letter ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.idempotency_key ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.limit_hit ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.plan ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY pool_isolation ON public.worker AS RESTRICTIVE USING (((COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = ''::text) OR (COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = pool)));
 
@@ -3348,6 +3474,8 @@ CREATE POLICY tenant_isolation ON public.dead_letter USING ((tenant_id = public.
 
 CREATE POLICY tenant_isolation ON public.idempotency_key USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
+CREATE POLICY tenant_isolation ON public.limit_hit USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
 CREATE POLICY tenant_isolation ON public.queue_item USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.run USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
@@ -3370,7 +3498,11 @@ CREATE POLICY tenant_isolation ON public.step USING ((tenant_id = public.ordo_cu
 
 CREATE POLICY tenant_isolation ON public.tenant USING ((id = public.ordo_current_tenant())) WITH CHECK ((id = public.ordo_current_tenant()));
 
+CREATE POLICY tenant_isolation ON public.tenant_plan USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
 CREATE POLICY tenant_isolation ON public.tenant_queue USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.tenant_usage USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.tenant_webhook_secret USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
@@ -3384,7 +3516,15 @@ CREATE POLICY tenant_isolation ON public.worker_reputation USING ((tenant_id = p
 
 CREATE POLICY tenant_isolation ON public.worker_task USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
+ALTER TABLE public.tenant_plan ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_plan_only ON public.plan FOR SELECT TO ordo_app USING ((id = ( SELECT tp.plan_id
+   FROM public.tenant_plan tp
+  WHERE (tp.tenant_id = public.ordo_current_tenant()))));
+
 ALTER TABLE public.tenant_queue ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.tenant_usage ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.tenant_webhook_secret ENABLE ROW LEVEL SECURITY;
 
@@ -3539,10 +3679,19 @@ GRANT UPDATE(requeued_run_id) ON TABLE public.dead_letter TO ordo_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.idempotency_key TO ordo_app;
 GRANT SELECT,DELETE ON TABLE public.idempotency_key TO ordo_system;
 
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.limit_hit TO ordo_system;
+
+GRANT SELECT,INSERT ON TABLE public.operator_audit TO ordo_system;
+
+GRANT SELECT ON TABLE public.plan TO ordo_app;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.plan TO ordo_system;
+
 GRANT SELECT,INSERT,UPDATE ON TABLE public.platform_token TO ordo_system;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.queue_item TO ordo_app;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.queue_item TO ordo_system;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.rate_limit TO ordo_system;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_system;
@@ -3593,8 +3742,14 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant TO ordo_system;
 
 GRANT UPDATE(settings) ON TABLE public.tenant TO ordo_app;
 
+GRANT SELECT ON TABLE public.tenant_plan TO ordo_app;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_plan TO ordo_system;
+
 GRANT SELECT,INSERT ON TABLE public.tenant_queue TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_queue TO ordo_system;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_usage TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.tenant_usage TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.tenant_webhook_secret TO ordo_system;
 

@@ -224,10 +224,39 @@ export interface IdempotencyKey {
   tenant_id: string;
 }
 
+export interface LimitHit {
+  hits: number;
+  limit_name: string;
+  minute: Timestamp;
+  tenant_id: string;
+}
+
+export interface OperatorAudit {
+  action: string;
+  actor: string;
+  at: Generated<Timestamp>;
+  detail: Generated<Json>;
+  hash: string;
+  plan_id: string | null;
+  prev_hash: string;
+  reason: string | null;
+  seq: number;
+  tenant_id: string | null;
+  token_jti: string;
+}
+
 export interface OrdoFunction {
   applied_at: Generated<Timestamp>;
   checksum: string;
   name: string;
+}
+
+export interface Plan {
+  created_at: Generated<Timestamp>;
+  description: Generated<string>;
+  id: string;
+  limits: Generated<Json>;
+  updated_at: Generated<Timestamp>;
 }
 
 export interface PlatformToken {
@@ -252,6 +281,12 @@ export interface QueueItem {
   step_id: string;
   tenant_id: string;
   worker_id: string | null;
+}
+
+export interface RateLimit {
+  expire: number | null;
+  key: string;
+  points: Generated<number>;
 }
 
 export interface Run {
@@ -430,10 +465,25 @@ export interface Tenant {
   status: Generated<string>;
 }
 
+export interface TenantPlan {
+  overrides: Generated<Json>;
+  plan_id: string;
+  tenant_id: string;
+  time_zone: Generated<string>;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface TenantQueue {
+  max_in_flight: number | null;
   served_at: Generated<Timestamp>;
   tenant_id: string;
   weight: Generated<number>;
+}
+
+export interface TenantUsage {
+  period_start: Timestamp;
+  runs_created: Generated<number>;
+  tenant_id: string;
 }
 
 export interface TenantWebhookSecret {
@@ -555,9 +605,13 @@ export interface DB {
   "graphile_worker.jobs": GraphileWorkerJobs;
   "graphile_worker.migrations": GraphileWorkerMigrations;
   idempotency_key: IdempotencyKey;
+  limit_hit: LimitHit;
+  operator_audit: OperatorAudit;
   ordo_function: OrdoFunction;
+  plan: Plan;
   platform_token: PlatformToken;
   queue_item: QueueItem;
+  rate_limit: RateLimit;
   run: Run;
   run_event: RunEvent;
   schedule: Schedule;
@@ -569,7 +623,9 @@ export interface DB {
   state_transition: StateTransition;
   step: Step;
   tenant: Tenant;
+  tenant_plan: TenantPlan;
   tenant_queue: TenantQueue;
+  tenant_usage: TenantUsage;
   tenant_webhook_secret: TenantWebhookSecret;
   trust_key: TrustKey;
   worker: Worker;
