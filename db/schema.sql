@@ -407,7 +407,6 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
-  v_cap integer := (p->>'cap')::integer;
   v_c ordo_adv_result[];
   v_e ordo_adv_event[] := '{}';
   v_ready ordo_adv_ready[] := '{}';
@@ -758,7 +757,7 @@ begin
     v_ready := array(
       select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
         x.claim and x.n_all <= v_capacity
-          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= v_cap then x.want else greatest(0, v_cap - f.used) end
+          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= f.cap then x.want else greatest(0, f.cap - f.used) end
       )::ordo_adv_ready
       from (
         select x.*,
@@ -769,10 +768,14 @@ begin
         from unnest(v_ready) x
       ) x
       left join (
-        select w.tenant_id, (
-          select count(*)::integer from (select 1 from queue_item l where l.tenant_id = w.tenant_id and l.state = 'leased' limit v_cap) l
+        select w.tenant_id, w.cap, (
+          select count(*)::integer from (select 1 from queue_item l where l.tenant_id = w.tenant_id and l.state = 'leased' limit w.cap) l
         ) as used
-        from (select distinct x.tenant_id from unnest(v_ready) x) w
+        from (
+          select d.tenant_id, ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap
+          from (select distinct x.tenant_id from unnest(v_ready) x) d
+          left join tenant_queue tq on tq.tenant_id = d.tenant_id
+        ) w
       ) f on f.tenant_id = x.tenant_id
       order by x.tenant_id, x.run_id, x.topo_index, x.step_id
     );
@@ -1016,7 +1019,8 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
-  v_cap integer := (p->>'cap')::integer;
+  -- The tenant's in-flight cap (ordo_in_flight_cap), read when the last link's successors are handed out.
+  v_cap integer;
   v_c jsonb := p->'head';
   v_t text := v_c->>'tenant_id';
   v_r uuid := (v_c->>'run_id')::uuid;
@@ -1230,6 +1234,8 @@ begin
   -- allows: the slot the first result freed (the links ran in it), more only under the cap (the
   -- tenant's leased items, the first result's released, counted up to the cap).
   if v_want > 0 then
+    select ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) into v_cap
+    from (select 1) o left join tenant_queue tq on tq.tenant_id = v_t;
     select count(*)::integer into v_in_flight
     from (select 1 from queue_item l where l.tenant_id = v_t and l.state = 'leased' limit v_cap) l;
     v_claim := least(v_want, v_capacity,
@@ -1394,7 +1400,6 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
-  v_cap integer := (p->>'cap')::integer;
   v_skip boolean := coalesce((p->>'skipLocked')::boolean, false);
   v_exclude text[] := array(select jsonb_array_elements_text(coalesce(p->'exclude', '[]')));
   -- Only these tenants, when named (a claim for the tenants a wake-up named).
@@ -1435,13 +1440,14 @@ begin
     into v_tenants, v_used
     from (
       select tq.tenant_id, tq.served_at, f.used from tenant_queue tq
+      cross join lateral (select ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap) c
       cross join lateral (
         select count(*)::integer as used
-        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit v_cap) l
+        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit c.cap) l
       ) f
       where tq.tenant_id <> all(v_exclude) and (v_only is null or tq.tenant_id = any(v_only))
         and coalesce((select true from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready' limit 1), false)
-        and f.used < v_cap
+        and f.used < c.cap
       order by tq.served_at, tq.tenant_id
       limit least(256, v_capacity)
       for update of tq skip locked
@@ -1452,13 +1458,14 @@ begin
     into v_tenants, v_used
     from (
       select tq.tenant_id, tq.served_at, f.used from tenant_queue tq
+      cross join lateral (select ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap) c
       cross join lateral (
         select count(*)::integer as used
-        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit v_cap) l
+        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit c.cap) l
       ) f
       where tq.tenant_id <> all(v_exclude) and (v_only is null or tq.tenant_id = any(v_only))
         and coalesce((select true from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready' limit 1), false)
-        and f.used < v_cap
+        and f.used < c.cap
       order by tq.served_at, tq.tenant_id
       limit least(256, v_capacity)
     ) x;
@@ -1507,7 +1514,7 @@ begin
     -- up to that many of its ready items, highest priority first and oldest first within a
     -- priority, skipping items another claimer holds.
     with t as (
-      select u.tenant_id, u.ord, tq.weight, u.used as in_flight,
+      select u.tenant_id, u.ord, tq.weight, u.used as in_flight, ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap,
         (select count(*) from unnest(v_items) i where i.tenant_id = u.tenant_id)::integer as got
       from unnest(v_tenants, v_used) with ordinality as u(tenant_id, used, ord)
       join tenant_queue tq on tq.tenant_id = u.tenant_id
@@ -1515,7 +1522,7 @@ begin
     ),
     s as (
       select t.tenant_id, t.ord,
-        least(v_cap - t.in_flight - t.got, v_left, greatest(1, floor(v_left::numeric * t.weight / sum(t.weight) over ())))::integer as share
+        least(t.cap - t.in_flight - t.got, v_left, greatest(1, floor(v_left::numeric * t.weight / sum(t.weight) over ())))::integer as share
       from t
     ),
     q as (
@@ -1914,6 +1921,15 @@ begin
   perform ordo_notify('ordo_ready', old.tenant_id);
   return null;
 end
+$$;
+
+CREATE FUNCTION public.ordo_in_flight_cap(p_max_in_flight integer, p_weight integer, p jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  select least(
+    coalesce(p_max_in_flight, (p->>'cap')::integer),
+    coalesce((p->>'sharedCap')::integer * coalesce(p_weight, 1), 2147483647)
+  )
 $$;
 
 CREATE FUNCTION public.ordo_map_expand(p_maps jsonb, p_c public.ordo_adv_result[]) RETURNS public.ordo_adv_event[]

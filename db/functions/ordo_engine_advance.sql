@@ -39,7 +39,6 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
-  v_cap integer := (p->>'cap')::integer;
   v_c ordo_adv_result[];
   v_e ordo_adv_event[] := '{}';
   v_ready ordo_adv_ready[] := '{}';
@@ -390,7 +389,7 @@ begin
     v_ready := array(
       select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
         x.claim and x.n_all <= v_capacity
-          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= v_cap then x.want else greatest(0, v_cap - f.used) end
+          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= f.cap then x.want else greatest(0, f.cap - f.used) end
       )::ordo_adv_ready
       from (
         select x.*,
@@ -401,10 +400,14 @@ begin
         from unnest(v_ready) x
       ) x
       left join (
-        select w.tenant_id, (
-          select count(*)::integer from (select 1 from queue_item l where l.tenant_id = w.tenant_id and l.state = 'leased' limit v_cap) l
+        select w.tenant_id, w.cap, (
+          select count(*)::integer from (select 1 from queue_item l where l.tenant_id = w.tenant_id and l.state = 'leased' limit w.cap) l
         ) as used
-        from (select distinct x.tenant_id from unnest(v_ready) x) w
+        from (
+          select d.tenant_id, ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap
+          from (select distinct x.tenant_id from unnest(v_ready) x) d
+          left join tenant_queue tq on tq.tenant_id = d.tenant_id
+        ) w
       ) f on f.tenant_id = x.tenant_id
       order by x.tenant_id, x.run_id, x.topo_index, x.step_id
     );

@@ -27,7 +27,8 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
-  v_cap integer := (p->>'cap')::integer;
+  -- The tenant's in-flight cap (ordo_in_flight_cap), read when the last link's successors are handed out.
+  v_cap integer;
   v_c jsonb := p->'head';
   v_t text := v_c->>'tenant_id';
   v_r uuid := (v_c->>'run_id')::uuid;
@@ -241,6 +242,8 @@ begin
   -- allows: the slot the first result freed (the links ran in it), more only under the cap (the
   -- tenant's leased items, the first result's released, counted up to the cap).
   if v_want > 0 then
+    select ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) into v_cap
+    from (select 1) o left join tenant_queue tq on tq.tenant_id = v_t;
     select count(*)::integer into v_in_flight
     from (select 1 from queue_item l where l.tenant_id = v_t and l.state = 'leased' limit v_cap) l;
     v_claim := least(v_want, v_capacity,

@@ -17,7 +17,6 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
-  v_cap integer := (p->>'cap')::integer;
   v_skip boolean := coalesce((p->>'skipLocked')::boolean, false);
   v_exclude text[] := array(select jsonb_array_elements_text(coalesce(p->'exclude', '[]')));
   -- Only these tenants, when named (a claim for the tenants a wake-up named).
@@ -58,13 +57,14 @@ begin
     into v_tenants, v_used
     from (
       select tq.tenant_id, tq.served_at, f.used from tenant_queue tq
+      cross join lateral (select ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap) c
       cross join lateral (
         select count(*)::integer as used
-        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit v_cap) l
+        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit c.cap) l
       ) f
       where tq.tenant_id <> all(v_exclude) and (v_only is null or tq.tenant_id = any(v_only))
         and coalesce((select true from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready' limit 1), false)
-        and f.used < v_cap
+        and f.used < c.cap
       order by tq.served_at, tq.tenant_id
       limit least(256, v_capacity)
       for update of tq skip locked
@@ -75,13 +75,14 @@ begin
     into v_tenants, v_used
     from (
       select tq.tenant_id, tq.served_at, f.used from tenant_queue tq
+      cross join lateral (select ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap) c
       cross join lateral (
         select count(*)::integer as used
-        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit v_cap) l
+        from (select 1 from queue_item l where l.tenant_id = tq.tenant_id and l.state = 'leased' limit c.cap) l
       ) f
       where tq.tenant_id <> all(v_exclude) and (v_only is null or tq.tenant_id = any(v_only))
         and coalesce((select true from queue_item q where q.tenant_id = tq.tenant_id and q.state = 'ready' limit 1), false)
-        and f.used < v_cap
+        and f.used < c.cap
       order by tq.served_at, tq.tenant_id
       limit least(256, v_capacity)
     ) x;
@@ -130,7 +131,7 @@ begin
     -- up to that many of its ready items, highest priority first and oldest first within a
     -- priority, skipping items another claimer holds.
     with t as (
-      select u.tenant_id, u.ord, tq.weight, u.used as in_flight,
+      select u.tenant_id, u.ord, tq.weight, u.used as in_flight, ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap,
         (select count(*) from unnest(v_items) i where i.tenant_id = u.tenant_id)::integer as got
       from unnest(v_tenants, v_used) with ordinality as u(tenant_id, used, ord)
       join tenant_queue tq on tq.tenant_id = u.tenant_id
@@ -138,7 +139,7 @@ begin
     ),
     s as (
       select t.tenant_id, t.ord,
-        least(v_cap - t.in_flight - t.got, v_left, greatest(1, floor(v_left::numeric * t.weight / sum(t.weight) over ())))::integer as share
+        least(t.cap - t.in_flight - t.got, v_left, greatest(1, floor(v_left::numeric * t.weight / sum(t.weight) over ())))::integer as share
       from t
     ),
     q as (

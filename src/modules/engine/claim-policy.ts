@@ -7,7 +7,7 @@ export interface ClaimPolicySettings {
   leaseMs: number;
   /** ORDO_TENANT_MAX_IN_FLIGHT. */
   tenantCap: number;
-  /** ORDO_TENANT_SHARED_IN_FLIGHT: the cap while tenants share the engine (0: the full cap always). */
+  /** ORDO_TENANT_SHARED_IN_FLIGHT: the cap (per unit of fair-share weight) while tenants share the engine (0: none). */
   sharedCap: number;
   /** ORDO_TENANT_SHARED_WINDOW_MS. */
   sharedWindowMs: number;
@@ -15,17 +15,16 @@ export interface ClaimPolicySettings {
 }
 
 /**
- * What this worker's claims and hops are given: room for some steps, its lease, and the tenant cap,
- * the shared one while tenants share the engine (work of two of them seen within the window: see
- * TenantActivity), decided from the worker's own wake-ups and starts, with no query.
+ * What this worker's claims and hops are given: room for some steps, its lease, the tenant cap, and
+ * the shared cap while tenants share the engine (work of two of them seen within the window: see
+ * TenantActivity), decided from the worker's own wake-ups and starts, with no query. Each tenant's
+ * own cap is applied in the database (ordo_in_flight_cap), from its plan.
  */
 export class ClaimPolicy {
   private readonly activity: TenantActivity;
-  private readonly sharedCap: number;
 
   constructor(private readonly s: ClaimPolicySettings) {
     this.activity = new TenantActivity(s.sharedWindowMs);
-    this.sharedCap = s.sharedCap > 0 ? Math.min(s.tenantCap, s.sharedCap) : s.tenantCap;
   }
 
   /** Work of `tenantId` was announced or started here. */
@@ -38,7 +37,8 @@ export class ClaimPolicy {
       workerId: this.s.workerId,
       capacity,
       leaseMs: this.s.leaseMs,
-      tenantCap: this.activity.shared(performance.now()) ? this.sharedCap : this.s.tenantCap,
+      tenantCap: this.s.tenantCap,
+      ...(this.s.sharedCap > 0 && this.activity.shared(performance.now()) && { sharedCap: this.s.sharedCap }),
       receivesRunData: this.s.traits.receivesRunData,
     };
   }

@@ -93,7 +93,9 @@ export interface AdvanceInput {
   worker: string;
   leaseMs: number;
   capacity: number;
+  /** The instance's per-tenant cap of steps in flight, and the shared one while tenants share (see ordo_in_flight_cap). */
   cap: number;
+  sharedCap?: number;
   results: ResultInput[];
   artifacts: ArtifactInput[];
   /** The elements of map steps handed back as waiting in `results` (ordo_map_expand), when there are any. */
@@ -139,7 +141,9 @@ export interface ChainInput {
   worker: string;
   leaseMs: number;
   capacity: number;
+  /** The instance's per-tenant cap of steps in flight, and the shared one while tenants share (see ordo_in_flight_cap). */
   cap: number;
+  sharedCap?: number;
   head: ResultInput;
   links: LinkInput[];
   artifacts: ArtifactInput[];
@@ -152,7 +156,9 @@ export interface ClaimInput {
   worker: string;
   leaseMs: number;
   capacity: number;
+  /** The instance's per-tenant cap of steps in flight, and the shared one while tenants share (see ordo_in_flight_cap). */
   cap: number;
+  sharedCap?: number;
   /** Leave out tenants and runs another transaction holds (a claim that must not wait). */
   skipLocked?: boolean;
   /** Tenants not to claim for. */

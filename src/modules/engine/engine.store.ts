@@ -99,7 +99,10 @@ export interface ClaimOptions {
   workerId: string;
   capacity: number;
   leaseMs: number;
+  /** The per-tenant cap of steps in flight (a tenant's plan may set its own). */
   tenantCap: number;
+  /** While tenants share the engine: each tenant's cap is at most this times its fair-share weight. */
+  sharedCap?: number;
   /** Whether a plugin wants the run's inputs and upstream outputs even without templates in its config. */
   receivesRunData?: (plugin: string) => boolean;
 }
@@ -258,6 +261,7 @@ export class EngineStore implements OnApplicationShutdown {
       leaseMs: opts.leaseMs,
       capacity: Math.max(0, opts.capacity),
       cap: opts.tenantCap,
+      ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
       results: completions.map((c, n) => resultInput(c, artifacts, n + 1)),
       artifacts,
     };
@@ -314,6 +318,7 @@ export class EngineStore implements OnApplicationShutdown {
       leaseMs: opts.leaseMs,
       capacity: Math.max(0, opts.capacity),
       cap: opts.tenantCap,
+      ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
       head: resultInput(head, artifacts, 1),
       links: [],
       artifacts,
@@ -526,7 +531,13 @@ function observeRows(rows: AdvanceRow[]): void {
 export type SideClaimOptions = ClaimOptions & { excludeTenants?: string[]; onlyTenants?: string[] };
 
 function claimInput(opts: ClaimOptions): ClaimInput {
-  return { worker: opts.workerId, leaseMs: opts.leaseMs, capacity: Math.max(0, opts.capacity), cap: opts.tenantCap };
+  return {
+    worker: opts.workerId,
+    leaseMs: opts.leaseMs,
+    capacity: Math.max(0, opts.capacity),
+    cap: opts.tenantCap,
+    ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
+  };
 }
 
 /** Appends `item` to one statement's artifacts unless `same` finds it there (a few hundred at most). */
