@@ -21,6 +21,7 @@ import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { conditionCost } from './conditions-bench';
 import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
+import { runWeights } from './weights-bench';
 import { runExternalWorkersBench, wantsExternalWorkers } from './workers-bench';
 import { cpuMs, Processes, rssMiB, untilAll, type OrdoProcess } from './support-load';
 
@@ -42,6 +43,8 @@ Options:
   --light-runs <n>         light-phase runs, one every --light-interval ms (default 50)
   --light-interval <ms>    (default 100)
   --backlog <n>            fairness: queued steps of the busy tenant (default 50000)
+  --weights-backlog <n>    weights: queued steps of the tenant of weight 3 (default 45000; the tenant of weight 1
+                           gets a third of it, so both stay saturated while the share is measured)
   --quiet-runs <n>         fairness: runs of the quiet tenant per measurement (default 100; p99 of 100 samples, not the maximum of 30)
   --fairness-rounds <n>    fairness: rounds of an idle and a loaded measurement (default 3); the headline p99s pool
                            every round's samples, and each round's ratio is reported too
@@ -54,7 +57,7 @@ Options:
                            write transactions that mostly wait for their WAL flush
   --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
   --idle-seconds <s>       idle query-rate window (default 10)
-  --only <list>            comma list of burst,map,light,fairness,idle (default all), conditions (the cost of a step's
+  --only <list>            comma list of burst,map,light,fairness,weights,idle (default all), conditions (the cost of a step's
                            condition, no database); load or load-<name>: the load figures below
   --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
                            one, which then only creates runs and measures, like an api apart from the workers
@@ -232,13 +235,14 @@ async function main(): Promise<void> {
       'light-runs': { type: 'string', default: '50' },
       'light-interval': { type: 'string', default: '100' },
       backlog: { type: 'string', default: '50000' },
+      'weights-backlog': { type: 'string', default: '45000' },
       'quiet-runs': { type: 'string', default: '100' },
       'fairness-rounds': { type: 'string', default: '3' },
       'control-clients': { type: 'string', default: '2' },
       'control-work': { type: 'string', default: '150000' },
       'control-pause': { type: 'string', default: '8' },
       'idle-seconds': { type: 'string', default: '10' },
-      only: { type: 'string', default: 'burst,map,light,fairness,idle' },
+      only: { type: 'string', default: 'burst,map,light,fairness,weights,idle' },
       out: { type: 'string', default: 'bench/results' },
       'worker-process': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
@@ -370,7 +374,9 @@ async function main(): Promise<void> {
   const workerCpuMs = () => (worker ? cpuMs(worker.pid) : 0);
   const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
 
-  await owner.query(`insert into tenant (id, name) values ('bench', 'bench'), ('busy', 'busy'), ('quiet', 'quiet')`);
+  await owner.query(
+    `insert into tenant (id, name) values ('bench', 'bench'), ('busy', 'busy'), ('quiet', 'quiet'), ('heavy', 'heavy'), ('light', 'light')`,
+  );
   const publish = async (tenantId: string, input: DagDefinitionInput) => {
     const def = dagDefinition.parse(input);
     const repo = new DagsRepository();
@@ -393,6 +399,8 @@ async function main(): Promise<void> {
   await publish('bench', fanOutDag('fanout'));
   await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
   await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+  await publish('heavy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
+  await publish('light', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
 
   // Run completion times as the engine announces them (NOTIFY at commit).
   const finishedAt = new Map<string, number>();
@@ -963,6 +971,30 @@ async function main(): Promise<void> {
     );
   }
 
+  // ---- weights ----
+  if (only.has('weights')) {
+    const settle = async () => {
+      const settleBy = Date.now() + 60_000;
+      const vacuuming = async () =>
+        (
+          await owner.query<{ n: number }>(
+            `select count(*)::int n from pg_stat_activity where backend_type = 'autovacuum worker' and datname = current_database()`,
+          )
+        ).rows[0].n > 0;
+      while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
+      await sleep(1000);
+    };
+    const w = await runWeights(
+      { owner, runs, waitAll, settle, log, nextToken: () => token++ },
+      Number(values['weights-backlog']),
+      Number(values['quiet-runs']),
+    );
+    result.weights = w;
+    log(
+      `weights: heavy share ${w.share} (expected ${w.expectedShare}, ${w.bothSaturated ? 'both saturated' : 'NOT both saturated'}); quiet claim p99 idle ${w.quietIdleClaimMs.p99} ms, loaded ${w.quietLoadedClaimMs.p99} ms`,
+    );
+  }
+
   // ---- idle ----
   if (only.has('idle')) {
     await sleep(3000);
@@ -1047,6 +1079,18 @@ function printTable(r: Record<string, any>): void {
       'dispatch latency p50 / p99 ms',
       `${r.light.dispatchLatencyMs.p50} / ${r.light.dispatchLatencyMs.p99}`,
       '',
+    ]);
+  }
+  if (r.weights) {
+    rows.push([
+      `weights 3:1: heavy tenant's share of claims (${r.weights.claimed.join(' / ')} in ${r.weights.windowSeconds} s${r.weights.bothSaturated ? '' : ', not both saturated'})`,
+      `${r.weights.share} (${r.weights.shareError >= 0 ? '+' : ''}${Math.round(r.weights.shareError * 1000) / 10} %)`,
+      '0.75 ± 10 %',
+    ]);
+    rows.push([
+      'weights 3:1: quiet claim p99 idle / loaded ms',
+      `${r.weights.quietIdleClaimMs.p99} / ${r.weights.quietLoadedClaimMs.p99} (×${r.weights.p99Ratio})`,
+      '≤ 2×',
     ]);
   }
   if (r.fairness) {

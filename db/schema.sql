@@ -1521,12 +1521,12 @@ begin
       where u.tenant_id = any(v_eligible)
     ),
     s as (
-      select t.tenant_id, t.ord,
+      select t.tenant_id, t.ord, t.weight,
         least(t.cap - t.in_flight - t.got, v_left, greatest(1, floor(v_left::numeric * t.weight / sum(t.weight) over ())))::integer as share
       from t
     ),
     q as (
-      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.gate, i.gate_limit, i.priority, s.ord, s.share
+      select i.tenant_id, i.id, i.run_id, i.step_id, i.enqueued_at, i.gate, i.gate_limit, i.priority, s.ord, s.weight, s.share
       from s cross join lateral (
         -- The tenant's first ready items: those without a gate, and under each gate this claim holds
         -- as many as the gate has slots for (its limit less its leased items and the items this
@@ -1568,12 +1568,19 @@ begin
         + (select count(*) from queue_item g where g.tenant_id = q.tenant_id and g.gate = q.gate and g.state = 'leased')
         <= q.gate_limit
     )
+    -- In the order the worker runs them: the tenants' items interleaved by weight (the k-th item of
+    -- a tenant of weight w at k / w), so that each tenant's steps wait behind the others' in
+    -- proportion to its share, and tenants at their caps progress in proportion to their weights.
     select array_agg(row(q.tenant_id, q.id, q.run_id, q.step_id, q.enqueued_at, 0)::ordo_claim_item
-        order by q.ord, q.priority desc, q.id),
+        order by q.tk::numeric / q.weight, q.ord, q.priority desc, q.id),
       array_agg(distinct q.tenant_id) filter (where q.full_share),
       coalesce(array_agg(q.tenant_id || '/' || q.gate) filter (where q.gate is not null), '{}')
     into v_new, v_eligible, v_new_gates
-    from (select f.*, count(*) over (partition by f.tenant_id) = f.share as full_share from f) q;
+    from (
+      select f.*, count(*) over (partition by f.tenant_id) = f.share as full_share,
+        row_number() over (partition by f.tenant_id order by f.priority desc, f.id) as tk
+      from f
+    ) q;
     v_new := coalesce(v_new[1:v_left], '{}');
     v_eligible := coalesce(v_eligible, '{}');
     exit when cardinality(v_new) = 0;

@@ -87,7 +87,11 @@ describe('engine: caps and weights from tenant plans', () => {
   it('splits scarce room by the plans’ weights', async () => {
     const heavy = await tenantOnPlan({ weight: 3 }, 20);
     const light = await tenantOnPlan({ weight: 1 }, 20);
-    expect(countBy(await claim([heavy, light], 8))).toEqual({ [heavy]: 6, [light]: 2 });
+    const claimed = await claim([heavy, light], 8);
+    expect(countBy(claimed)).toEqual({ [heavy]: 6, [light]: 2 });
+    // In the order the worker runs them: interleaved by weight, so neither tenant's steps wait
+    // behind all of the other's.
+    expect(claimed.map((w) => (w.tenantId === heavy ? 'h' : 'l')).join('')).toBe('hhhlhhhl');
   });
 
   it('scales the shared cap by weight while tenants share the engine', async () => {
