@@ -10,6 +10,9 @@ import { startEmbeddedPostgres, type EmbeddedPostgresHandle } from '../src/core/
 import { migrate } from '../src/core/database/migrator';
 import { SigningKeys } from '../src/modules/auth/signing-keys';
 import { ExportRepository } from '../src/modules/export/export.repository';
+import { PlansRepository } from '../src/modules/plans/plans.repository';
+import { QuotaChecks } from '../src/modules/plans/quota-checks';
+import { TenantLimits } from '../src/modules/plans/tenant-limits';
 import { ExportService } from '../src/modules/export/export.service';
 
 export interface ExportBenchOptions {
@@ -96,7 +99,12 @@ export async function runExportBench(opts: ExportBenchOptions): Promise<ExportBe
       { poolSize: 4, applicationName: 'ordo:bench-export' },
     );
     const keys = await SigningKeys.open(path.join(tmp, 'keys'), { create: true });
-    const service = new ExportService(database, new ExportRepository(), keys);
+    const service = new ExportService(
+      database,
+      new ExportRepository(),
+      keys,
+      new QuotaChecks(database, new PlansRepository(), new TenantLimits(database)),
+    );
     const file = opts.out ?? path.join(tmp, 'export.ndjson');
     const fd = fs.openSync(file, 'w');
 

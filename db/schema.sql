@@ -286,6 +286,14 @@ declare
   v_now timestamptz := (p->>'now')::timestamptz;
   v_bound text := nullif(current_setting('app.tenant_id', true), '');
   v_stale jsonb;
+  v_limits jsonb;
+  v_tz text;
+  v_period date;
+  v_monthly bigint;
+  v_max_open bigint;
+  v_max_queued bigint;
+  v_refused jsonb := '[]';
+  v_refused_ids uuid[] := '{}';
 begin
   if v_t is null or (v_bound is not null and v_bound <> v_t) then
     raise exception 'ordo_create_runs: the transaction is bound to another tenant' using errcode = 'insufficient_privilege';
@@ -309,6 +317,74 @@ begin
     return;
   end if;
 
+  -- The plan's quotas (a tenant without a plan has none and counts nothing).
+  select l.limits, l.time_zone into v_limits, v_tz from ordo_tenant_limits(v_t) l;
+  if found then
+    v_period := date_trunc('month', now() at time zone v_tz)::date;
+    v_monthly := (v_limits->>'monthlyRuns')::bigint;
+    v_max_open := (v_limits->>'maxConcurrentRuns')::bigint;
+    v_max_queued := (v_limits->>'maxQueuedSteps')::bigint;
+  end if;
+  if coalesce(v_monthly, v_max_open, v_max_queued) is not null then
+    perform pg_advisory_xact_lock(hashtextextended('ordo.quota:' || v_t, 0));
+    -- (Each statement below reads what the lock's previous holder committed.)
+    with used as (
+      select
+        coalesce((select tu.runs_created from tenant_usage tu where tu.tenant_id = v_t and tu.period_start = v_period), 0)
+          as runs,
+        case when v_max_open is not null then (
+          select count(*) from run o
+          where o.tenant_id = v_t and o.status in ('scheduled', 'queued', 'running') and o.parent_run_id is null
+        ) end as open_runs,
+        case when v_max_queued is not null then (
+          select count(*) from queue_item qi where qi.tenant_id = v_t and qi.state = 'ready'
+        ) end as queued
+    ),
+    -- The top-level runs this call would write (a used token is not a creation), in the given order.
+    fresh as (
+      select u.run_id, u.n, (not coalesce(u.finished, false))::integer as opens,
+        (select count(*) from jsonb_to_recordset(p->'queue') as qq(run_id uuid) where qq.run_id = u.run_id) as queues
+      from rows from (jsonb_to_recordset(p->'runs') as (run_id uuid, dag_id text, run_token text, parent_run_id uuid,
+        finished boolean)) with ordinality as u(run_id, dag_id, run_token, parent_run_id, finished, n)
+      where u.parent_run_id is null
+        and not exists (select 1 from run o where o.tenant_id = v_t and o.dag_id = u.dag_id and o.run_token = u.run_token)
+    ),
+    -- Use before each run (the runs before it in the list included) and the first limit it would pass.
+    c as (
+      select f.run_id, f.n,
+        used.runs + count(*) over w - 1 as runs_before,
+        used.open_runs + sum(f.opens) over w - f.opens as open_before,
+        used.queued + sum(f.queues) over w - f.queues as queued_before,
+        f.opens, f.queues
+      from fresh f cross join used
+      window w as (order by f.n rows between unbounded preceding and current row)
+    ),
+    v as (
+      select c.*,
+        case
+          when v_monthly is not null and c.runs_before + 1 > v_monthly then 'monthlyRuns'
+          when v_max_open is not null and c.opens > 0 and c.open_before + 1 > v_max_open then 'maxConcurrentRuns'
+          when v_max_queued is not null and c.queues > 0 and c.queued_before + c.queues > v_max_queued then 'maxQueuedSteps'
+        end as hit
+      from c
+    ),
+    -- From the first run over a limit on, none is written; the use reported is that of the runs admitted.
+    cut as (select min(v.n) as n from v where v.hit is not null)
+    select coalesce(jsonb_agg(jsonb_build_object(
+        'run_id', v.run_id,
+        'limit', coalesce(v.hit, f1.hit),
+        'value', case coalesce(v.hit, f1.hit)
+          when 'monthlyRuns' then v_monthly when 'maxConcurrentRuns' then v_max_open else v_max_queued end,
+        'current', case coalesce(v.hit, f1.hit)
+          when 'monthlyRuns' then f1.runs_before when 'maxConcurrentRuns' then f1.open_before
+          else f1.queued_before end)
+        order by v.n), '[]')
+    into v_refused
+    from v cross join cut join v f1 on f1.n = cut.n
+    where v.n >= cut.n;
+    v_refused_ids := array(select (qr->>'run_id')::uuid from jsonb_array_elements(v_refused) qr);
+  end if;
+
   -- The runs (skipping (tenant, dag, runToken) duplicates), and only for those inserted their steps,
   -- chained events and ready queue items (in the given order), the tenant's queue row, and the
   -- workers' wake-up.
@@ -326,8 +402,9 @@ begin
       replay_of uuid, rerun_of uuid, rerun_from_step text, parent_run_id uuid, parent_step_id text, depth smallint,
       admitted boolean, steps_total integer, steps_remaining integer, event_seq integer, event_hash text, finished boolean,
       priority smallint, not_before timestamptz)
+    where u.run_id <> all(v_refused_ids)
     on conflict (tenant_id, dag_id, run_token) do nothing
-    returning run.run_id, run.dag_id, run.status, run.not_before
+    returning run.run_id, run.dag_id, run.status, run.not_before, run.parent_run_id
   ),
   s as (
     insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
@@ -371,6 +448,14 @@ begin
     returning 1
   ),
   w as (select pg_notify('ordo_ready', v_t) where exists (select 1 from q)),
+  -- The period's count of a tenant with a plan: the top-level runs written.
+  uc as (
+    insert into tenant_usage (tenant_id, period_start, runs_created)
+    select v_t, v_period, count(*) from r where r.parent_run_id is null and v_period is not null
+    having count(*) > 0
+    on conflict (tenant_id, period_start) do update set runs_created = tenant_usage.runs_created + excluded.runs_created
+    returning 1
+  ),
   -- A scheduled run's start at its notBefore (job ordo.engine.start_run, src/modules/engine/jobs.ts).
   j as (select ordo_add_start_job(r.run_id, r.not_before) from r where r.status = 'scheduled'),
   -- Runs whose token was used already: the stored run, for the caller to compare its inputs.
@@ -381,12 +466,14 @@ begin
     join run o on o.tenant_id = v_t and o.dag_id = u.dag_id and o.run_token = u.run_token
     where u.run_id not in (select r.run_id from r)
   )
-  -- The inserts (s, e, tq, q) run to completion whether read or not; w and j only when read.
+  -- The inserts (s, e, tq, q, uc) run to completion whether read or not; w and j only when read.
   select 'created'::text,
     jsonb_build_object('run_id', r.run_id, 'woken', (select count(*) from w), 'start_jobs', (select count(*) from j))
   from r
   union all
-  select 'existing'::text, x.item from x;
+  select 'existing'::text, x.item from x
+  union all
+  select 'quota'::text, qr.value from jsonb_array_elements(v_refused) qr;
 end
 $$;
 
@@ -2619,6 +2706,8 @@ CREATE TABLE public.operator_audit (
     CONSTRAINT operator_audit_hash_check CHECK ((octet_length(hash) = 64))
 );
 
+ALTER TABLE ONLY public.operator_audit FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.plan (
     id text NOT NULL,
     description text DEFAULT ''::text NOT NULL,
@@ -3273,6 +3362,8 @@ CREATE INDEX run_export_idx ON public.run USING btree (tenant_id, COALESCE(start
 
 CREATE INDEX run_list_idx ON public.run USING btree (tenant_id, created_at DESC, run_id DESC);
 
+CREATE INDEX run_open_top_idx ON public.run USING btree (tenant_id) WHERE ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text])) AND (parent_run_id IS NULL));
+
 CREATE INDEX run_parent_idx ON public.run USING btree (tenant_id, parent_run_id) WHERE (parent_run_id IS NOT NULL);
 
 CREATE INDEX run_waiting_idx ON public.run USING btree (tenant_id, dag_id, created_at, run_id) WHERE ((status = 'queued'::text) AND (NOT admitted));
@@ -3447,6 +3538,8 @@ ALTER TABLE public.idempotency_key ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.limit_hit ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE public.operator_audit ENABLE ROW LEVEL SECURITY;
+
 ALTER TABLE public.plan ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY pool_isolation ON public.worker AS RESTRICTIVE USING (((COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = ''::text) OR (COALESCE(current_setting('app.worker_pool'::text, true), ''::text) = pool)));
@@ -3498,6 +3591,8 @@ CREATE POLICY tenant_isolation ON public.dead_letter USING ((tenant_id = public.
 CREATE POLICY tenant_isolation ON public.idempotency_key USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.limit_hit USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.operator_audit USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.queue_item USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 

@@ -7,6 +7,17 @@
 -- transaction's insert. A run token already used is not written
 -- again: its run is returned instead.
 --
+-- Quotas of the tenant's plan (ordo_tenant_limits): monthlyRuns (runs created in the calendar month
+-- of the tenant's time zone, counted in tenant_usage), maxConcurrentRuns (open runs: scheduled,
+-- queued or running) and maxQueuedSteps (ready queue items). Only top-level runs are checked and
+-- counted: a child run of a `dag` step belongs to its parent's run, whose creation was. The new runs
+-- are taken in the given order while all of them fit; the first that does not and every one after
+-- it are not written and come back as 'quota' rows naming the limit, its value and the use then.
+-- A tenant with any of these limits has its creations serialized by a transaction-level advisory
+-- lock taken before its use is read, so concurrent creators (any number of api processes) cannot
+-- both take the last unit; a tenant without them takes no lock and reads nothing more than its
+-- plan row. Every top-level run written by a tenant with a plan adds to its period's count.
+--
 -- Called by the application role: row-level security applies to every statement, bound to the
 -- tenant named in the input (a transaction bound to another tenant is refused).
 
@@ -19,6 +30,14 @@ declare
   v_now timestamptz := (p->>'now')::timestamptz;
   v_bound text := nullif(current_setting('app.tenant_id', true), '');
   v_stale jsonb;
+  v_limits jsonb;
+  v_tz text;
+  v_period date;
+  v_monthly bigint;
+  v_max_open bigint;
+  v_max_queued bigint;
+  v_refused jsonb := '[]';
+  v_refused_ids uuid[] := '{}';
 begin
   if v_t is null or (v_bound is not null and v_bound <> v_t) then
     raise exception 'ordo_create_runs: the transaction is bound to another tenant' using errcode = 'insufficient_privilege';
@@ -42,6 +61,74 @@ begin
     return;
   end if;
 
+  -- The plan's quotas (a tenant without a plan has none and counts nothing).
+  select l.limits, l.time_zone into v_limits, v_tz from ordo_tenant_limits(v_t) l;
+  if found then
+    v_period := date_trunc('month', now() at time zone v_tz)::date;
+    v_monthly := (v_limits->>'monthlyRuns')::bigint;
+    v_max_open := (v_limits->>'maxConcurrentRuns')::bigint;
+    v_max_queued := (v_limits->>'maxQueuedSteps')::bigint;
+  end if;
+  if coalesce(v_monthly, v_max_open, v_max_queued) is not null then
+    perform pg_advisory_xact_lock(hashtextextended('ordo.quota:' || v_t, 0));
+    -- (Each statement below reads what the lock's previous holder committed.)
+    with used as (
+      select
+        coalesce((select tu.runs_created from tenant_usage tu where tu.tenant_id = v_t and tu.period_start = v_period), 0)
+          as runs,
+        case when v_max_open is not null then (
+          select count(*) from run o
+          where o.tenant_id = v_t and o.status in ('scheduled', 'queued', 'running') and o.parent_run_id is null
+        ) end as open_runs,
+        case when v_max_queued is not null then (
+          select count(*) from queue_item qi where qi.tenant_id = v_t and qi.state = 'ready'
+        ) end as queued
+    ),
+    -- The top-level runs this call would write (a used token is not a creation), in the given order.
+    fresh as (
+      select u.run_id, u.n, (not coalesce(u.finished, false))::integer as opens,
+        (select count(*) from jsonb_to_recordset(p->'queue') as qq(run_id uuid) where qq.run_id = u.run_id) as queues
+      from rows from (jsonb_to_recordset(p->'runs') as (run_id uuid, dag_id text, run_token text, parent_run_id uuid,
+        finished boolean)) with ordinality as u(run_id, dag_id, run_token, parent_run_id, finished, n)
+      where u.parent_run_id is null
+        and not exists (select 1 from run o where o.tenant_id = v_t and o.dag_id = u.dag_id and o.run_token = u.run_token)
+    ),
+    -- Use before each run (the runs before it in the list included) and the first limit it would pass.
+    c as (
+      select f.run_id, f.n,
+        used.runs + count(*) over w - 1 as runs_before,
+        used.open_runs + sum(f.opens) over w - f.opens as open_before,
+        used.queued + sum(f.queues) over w - f.queues as queued_before,
+        f.opens, f.queues
+      from fresh f cross join used
+      window w as (order by f.n rows between unbounded preceding and current row)
+    ),
+    v as (
+      select c.*,
+        case
+          when v_monthly is not null and c.runs_before + 1 > v_monthly then 'monthlyRuns'
+          when v_max_open is not null and c.opens > 0 and c.open_before + 1 > v_max_open then 'maxConcurrentRuns'
+          when v_max_queued is not null and c.queues > 0 and c.queued_before + c.queues > v_max_queued then 'maxQueuedSteps'
+        end as hit
+      from c
+    ),
+    -- From the first run over a limit on, none is written; the use reported is that of the runs admitted.
+    cut as (select min(v.n) as n from v where v.hit is not null)
+    select coalesce(jsonb_agg(jsonb_build_object(
+        'run_id', v.run_id,
+        'limit', coalesce(v.hit, f1.hit),
+        'value', case coalesce(v.hit, f1.hit)
+          when 'monthlyRuns' then v_monthly when 'maxConcurrentRuns' then v_max_open else v_max_queued end,
+        'current', case coalesce(v.hit, f1.hit)
+          when 'monthlyRuns' then f1.runs_before when 'maxConcurrentRuns' then f1.open_before
+          else f1.queued_before end)
+        order by v.n), '[]')
+    into v_refused
+    from v cross join cut join v f1 on f1.n = cut.n
+    where v.n >= cut.n;
+    v_refused_ids := array(select (qr->>'run_id')::uuid from jsonb_array_elements(v_refused) qr);
+  end if;
+
   -- The runs (skipping (tenant, dag, runToken) duplicates), and only for those inserted their steps,
   -- chained events and ready queue items (in the given order), the tenant's queue row, and the
   -- workers' wake-up.
@@ -59,8 +146,9 @@ begin
       replay_of uuid, rerun_of uuid, rerun_from_step text, parent_run_id uuid, parent_step_id text, depth smallint,
       admitted boolean, steps_total integer, steps_remaining integer, event_seq integer, event_hash text, finished boolean,
       priority smallint, not_before timestamptz)
+    where u.run_id <> all(v_refused_ids)
     on conflict (tenant_id, dag_id, run_token) do nothing
-    returning run.run_id, run.dag_id, run.status, run.not_before
+    returning run.run_id, run.dag_id, run.status, run.not_before, run.parent_run_id
   ),
   s as (
     insert into step (tenant_id, run_id, step_id, status, reason, plugin, config, spec, depends_on, topo_index, pending_deps,
@@ -104,6 +192,14 @@ begin
     returning 1
   ),
   w as (select pg_notify('ordo_ready', v_t) where exists (select 1 from q)),
+  -- The period's count of a tenant with a plan: the top-level runs written.
+  uc as (
+    insert into tenant_usage (tenant_id, period_start, runs_created)
+    select v_t, v_period, count(*) from r where r.parent_run_id is null and v_period is not null
+    having count(*) > 0
+    on conflict (tenant_id, period_start) do update set runs_created = tenant_usage.runs_created + excluded.runs_created
+    returning 1
+  ),
   -- A scheduled run's start at its notBefore (job ordo.engine.start_run, src/modules/engine/jobs.ts).
   j as (select ordo_add_start_job(r.run_id, r.not_before) from r where r.status = 'scheduled'),
   -- Runs whose token was used already: the stored run, for the caller to compare its inputs.
@@ -114,12 +210,14 @@ begin
     join run o on o.tenant_id = v_t and o.dag_id = u.dag_id and o.run_token = u.run_token
     where u.run_id not in (select r.run_id from r)
   )
-  -- The inserts (s, e, tq, q) run to completion whether read or not; w and j only when read.
+  -- The inserts (s, e, tq, q, uc) run to completion whether read or not; w and j only when read.
   select 'created'::text,
     jsonb_build_object('run_id', r.run_id, 'woken', (select count(*) from w), 'start_jobs', (select count(*) from j))
   from r
   union all
-  select 'existing'::text, x.item from x;
+  select 'existing'::text, x.item from x
+  union all
+  select 'quota'::text, qr.value from jsonb_array_elements(v_refused) qr;
 end
 $$;
 

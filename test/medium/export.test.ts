@@ -17,6 +17,9 @@ import {
 import { runSpanId } from '../../src/core/telemetry/tracing';
 import { verifyExport } from '../../src/modules/export/export-verify';
 import { ExportRepository } from '../../src/modules/export/export.repository';
+import { PlansRepository } from '../../src/modules/plans/plans.repository';
+import { QuotaChecks } from '../../src/modules/plans/quota-checks';
+import { TenantLimits } from '../../src/modules/plans/tenant-limits';
 import { ExportService, parseRange, type SignedManifest } from '../../src/modules/export/export.service';
 import { DomainError } from '../../src/core/errors/domain-error';
 import { appendEvents, insertRun, insertStepWithAttempt, type FactoryRun } from '../factories/run-events';
@@ -62,7 +65,12 @@ describe('NDJSON export', () => {
     t = await createTestDatabase();
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-export-'));
     keys = await SigningKeys.open(path.join(tmp, 'keys'), { create: true });
-    service = new ExportService(t.db, new ExportRepository(), keys);
+    service = new ExportService(
+      t.db,
+      new ExportRepository(),
+      keys,
+      new QuotaChecks(t.db, new PlansRepository(), new TenantLimits(t.db)),
+    );
     const db = t.db.system;
     await db
       .insertInto('tenant')

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ArtifactsCoreModule } from '../artifacts/artifacts.module';
+import { PlansCoreModule } from '../plans/plans.module';
 import { PluginsModule } from '../plugins/plugins.module';
 import { RunsCoreModule } from '../runs/runs.module';
 import { SandboxModule } from '../sandbox/sandbox.module';
@@ -47,7 +48,7 @@ export class EngineCoreModule {}
 
 /** The worker role's engine: claims and runs steps (secrets resolved at call time). */
 @Module({
-  imports: [EngineCoreModule, PluginsModule, SecretsCoreModule, SandboxModule],
+  imports: [EngineCoreModule, PluginsModule, SecretsCoreModule, SandboxModule, PlansCoreModule],
   providers: [WorkerService],
   exports: [WorkerService],
 })

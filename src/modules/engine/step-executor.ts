@@ -22,6 +22,9 @@ import type { ConstraintsService } from './constraints.service';
 import { completionFor, type ClaimedWork, type Completion } from './engine.store';
 import { stopStep, type RunningStep } from './running-step';
 import type { DagStepConfig, SubDagsService } from './sub-dags.service';
+import { canonicalJson } from '../../core/json/canonical-json';
+import type { QuotaChecks } from '../plans/quota-checks';
+import { QUOTA_EXCEEDED } from '../plans/quota-exceeded';
 
 /** Log lines kept per attempt (plugin lines and the engine's). */
 const MAX_LOG_LINES = 1_000;
@@ -41,6 +44,7 @@ export class StepExecutor {
     private readonly sandbox: Sandbox,
     private readonly constraints: ConstraintsService,
     private readonly subDags: Pick<SubDagsService, 'start'>,
+    private readonly quotas?: Pick<QuotaChecks, 'artifactRefusal'>,
   ) {}
 
   /** Runs `r`'s step to its result (never throws: a plugin's exception is its step's failure). */
@@ -185,17 +189,34 @@ export class StepExecutor {
         error: { code: 'UNKNOWN_STATUS', message: unknown, retryable: false },
         logs: lines,
       });
-    if (result.status === 'succeeded')
+    if (result.status === 'succeeded') {
       // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
+      const outputs =
+        secrets.redact === unredacted
+          ? result.outputs
+          : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject);
+      // Outputs that would take the tenant past its plan's maxArtifactBytes are not stored: the step fails (not retried).
+      const refused = await this.quotas?.artifactRefusal(w.tenantId, () =>
+        Buffer.byteLength(canonicalJson(outputs ?? {}), 'utf8'),
+      );
+      if (refused)
+        return done({
+          status: 'failed',
+          error: {
+            code: QUOTA_EXCEEDED,
+            message: `the step's outputs would take the tenant past its plan's maxArtifactBytes (${refused.value}; ${refused.current} stored)`,
+            retryable: false,
+            class: 'permanent',
+          },
+          logs: lines,
+        });
       return done({
         status: 'succeeded',
         ...(result.namedStatus !== undefined ? { namedStatus: result.namedStatus } : {}),
-        outputs:
-          secrets.redact === unredacted
-            ? result.outputs
-            : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject),
+        outputs,
         logs: lines,
       });
+    }
     return done({
       status: 'failed',
       error: classified({ ...result.error, message: redact(result.error.message) }),

@@ -20,6 +20,7 @@ import { SideClaims } from './side-claims';
 import { SlotTable } from './slot-table';
 import { abortedCompletion, StepExecutor } from './step-executor';
 import { SubDagsService } from './sub-dags.service';
+import { QuotaChecks } from '../plans/quota-checks';
 
 /** The slow safety poll when no NOTIFY arrives (an idle worker issues one claim query per interval). */
 const IDLE_POLL_MS = 2_000;
@@ -84,6 +85,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     secrets: SecretsService,
     sandbox: SandboxService,
     subDags: SubDagsService,
+    quotas: QuotaChecks,
   ) {
     this.concurrency = config.ORDO_WORKER_CONCURRENCY;
     this.prefetch = Math.min(256, config.ORDO_WORKER_CONCURRENCY * 8);
@@ -102,7 +104,7 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
       sharedWindowMs: config.ORDO_TENANT_SHARED_WINDOW_MS,
       traits,
     });
-    this.executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags);
+    this.executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags, quotas);
     this.chains = new ChainRunner({
       chainMs: this.chainMs,
       traits,

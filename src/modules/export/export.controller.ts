@@ -1,11 +1,10 @@
 import { Controller, Get, Res } from '@nestjs/common';
 import type { FastifyReply } from 'fastify';
 import { Readable } from 'node:stream';
-import { canonicalJson } from '../../core/json/canonical-json';
 import { Query, TenantPrincipal, type TenantPrincipalT } from '../../core/http/request-context';
 import { Route } from '../../core/http/route-spec';
 import { exportQuery, type ExportQuery } from './export.dto';
-import { ExportService, parseRange } from './export.service';
+import { ExportService, manifestLine, parseRange } from './export.service';
 
 @Controller('api/v1/export')
 export class ExportController {
@@ -27,9 +26,10 @@ export class ExportController {
       },
     },
   })
-  export(@Query() q: ExportQuery, @TenantPrincipal() p: TenantPrincipalT, @Res() reply: FastifyReply): void {
+  async export(@Query() q: ExportQuery, @TenantPrincipal() p: TenantPrincipalT, @Res() reply: FastifyReply) {
     const range = parseRange(q);
     const service = this.service;
+    await service.checkSize(p.tenantId, range);
     async function* body(): AsyncGenerator<string> {
       const lines = service.lines(p.tenantId, range);
       let r = await lines.next();
@@ -37,7 +37,7 @@ export class ExportController {
         yield r.value;
         r = await lines.next();
       }
-      yield `${canonicalJson({ type: 'manifest', ...r.value })}\n`;
+      yield manifestLine(r.value);
     }
     void reply
       .type('application/x-ndjson; charset=utf-8')

@@ -9,6 +9,8 @@ import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord,
 import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
 import { runSpan, stepSpan } from './step-spans';
 import { DEFAULT_PRIORITY } from '../runs/run-plan';
+import { QuotaChecks } from '../plans/quota-checks';
+import { quotaExceeded } from '../plans/quota-exceeded';
 
 const RUN_PAGE = 100;
 const EVENT_PAGE = 2000;
@@ -24,6 +26,11 @@ export interface SignedManifest {
   jws: string;
   kid: string;
   publicJwk: JWK;
+}
+
+/** The export's last line: the signed manifest. */
+export function manifestLine(signed: SignedManifest): string {
+  return `${canonicalJson({ type: 'manifest', ...signed })}\n`;
 }
 
 /** Parses and checks an export range: ISO 8601 instants, from before to; 400 otherwise. */
@@ -58,7 +65,34 @@ export class ExportService {
     private readonly db: Database,
     private readonly repo: ExportRepository,
     private readonly keys: SigningKeys,
+    private readonly quotas: QuotaChecks,
   ) {}
+
+  /**
+   * Refuses an export larger than the tenant's plan's maxExportBytes (429 QUOTA_EXCEEDED) before
+   * any of it is sent. Its size is known only by making it: with the limit, the lines are made once
+   * without being sent, stopping as soon as they pass it, then again for the response (runs still
+   * running may add a few events between the two); without the limit nothing is made twice.
+   */
+  async checkSize(tenantId: string, range: ExportRange): Promise<void> {
+    const max = await this.quotas.exportLimit(tenantId);
+    if (max === null) return;
+    const refuse = (bytes: number) =>
+      quotaExceeded(
+        { limit: 'maxExportBytes', value: max, current: bytes },
+        `the export is larger than the plan's maxExportBytes (${max} bytes; at least ${bytes}): export a shorter range (from, to, dagId)`,
+      );
+    let bytes = 0;
+    const lines = this.lines(tenantId, range);
+    let r = await lines.next();
+    while (!r.done) {
+      bytes += Buffer.byteLength(r.value, 'utf8');
+      if (bytes > max) throw refuse(bytes);
+      r = await lines.next();
+    }
+    bytes += Buffer.byteLength(manifestLine(r.value), 'utf8');
+    if (bytes > max) throw refuse(bytes);
+  }
 
   /** Yields NDJSON lines (each ending in a newline); returns the signed manifest once they are all out. */
   async *lines(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {

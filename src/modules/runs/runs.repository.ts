@@ -8,6 +8,7 @@ import {
   type TenantStatement,
   type TenantTx,
 } from '../../core/database/handles';
+import type { QuotaRefusal } from '../plans/quota-exceeded';
 import type { JsonValue } from '../plugins/plugin';
 import type { ChainedEvent } from './run-events';
 import type { PlannedStep, QueuedStep } from './run-plan';
@@ -187,7 +188,8 @@ export class RunsRepository {
    * chained events and ready queue items (in the given order), the tenant's queue row and the
    * workers' wake-up (ordo_ready). On a TenantStatement the statement is its own transaction; in a
    * TenantTx it is part of it. Writes nothing and names the DAGs whose version is no longer the one
-   * to use (disabled, or no longer the latest active one where `latest`) when there are any.
+   * to use (disabled, or no longer the latest active one where `latest`) when there are any. Runs
+   * refused by the tenant's plan's quotas are not written and come back in `refused`.
    */
   async createRuns(
     h: TenantTx | TenantStatement,
@@ -198,7 +200,7 @@ export class RunsRepository {
       events: ChainedEvent[];
       queue: QueuedStep[];
     },
-  ): Promise<{ created: Set<string>; existing: ExistingRun[]; stale: string[] }> {
+  ): Promise<{ created: Set<string>; existing: ExistingRun[]; stale: string[]; refused: Map<string, QuotaRefusal> }> {
     const tenant = isTenantStatement(h) ? h.tenantId : tenantOf(h);
     const input = JSON.stringify({
       tenant,
@@ -260,14 +262,22 @@ export class RunsRepository {
       })),
       queue: w.queue.map((q) => ({ run_id: q.runId, step_id: q.stepId })),
     });
-    const statement = sql<{ kind: 'created' | 'existing' | 'stale'; item: unknown }>`
+    const statement = sql<{ kind: 'created' | 'existing' | 'stale' | 'quota'; item: unknown }>`
       select kind, item from ordo_create_runs(${input}::jsonb)`;
     const { rows } = await statement.execute(isTenantStatement(h) ? h.db : asTrx(h));
-    const out = { created: new Set<string>(), existing: [] as ExistingRun[], stale: [] as string[] };
+    const out = {
+      created: new Set<string>(),
+      existing: [] as ExistingRun[],
+      stale: [] as string[],
+      refused: new Map<string, QuotaRefusal>(),
+    };
     for (const r of rows) {
       if (r.kind === 'created') out.created.add((r.item as { run_id: string }).run_id);
       else if (r.kind === 'existing') out.existing.push(r.item as ExistingRun);
-      else out.stale.push(r.item as string);
+      else if (r.kind === 'quota') {
+        const q = r.item as QuotaRefusal & { run_id: string };
+        out.refused.set(q.run_id, { limit: q.limit, value: Number(q.value), current: Number(q.current) });
+      } else out.stale.push(r.item as string);
     }
     return out;
   }

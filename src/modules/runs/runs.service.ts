@@ -15,6 +15,7 @@ import { DagsRepository, type DagVersionRecord } from '../dags/dags.repository';
 import { compileInputSchema } from '../dags/input-schema';
 import { DAG_STEP_PLUGIN } from '../dags/sub-dag-refs';
 import { QUEUE_STEP_PLUGIN } from '../workers/worker-names';
+import { quotaExceeded } from '../plans/quota-exceeded';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { RunBooks } from './run-book';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
@@ -379,7 +380,10 @@ export class RunsService {
     // Requests whose token already had a run: same inputs → that run; other inputs → conflict.
     const existing = new Map<string, ExistingRun>(written.existing.map((x) => [`${x.dag_id}\u0000${x.run_token}`, x]));
     const missing = newRuns.filter(
-      (r) => !written.created.has(r.runId) && !existing.has(`${r.dagId}\u0000${r.runToken}`),
+      (r) =>
+        !written.created.has(r.runId) &&
+        !written.refused.has(r.runId) &&
+        !existing.has(`${r.dagId}\u0000${r.runToken}`),
     );
     if (missing.length > 0) {
       // (A run of the same token committed by another transaction after this statement started.)
@@ -399,6 +403,17 @@ export class RunsService {
       if (!mine) continue;
       if (written.created.has(mine.runId)) {
         outcomes[i] = { result: { runId: mine.runId, created: true, status: mine.status, traceId: mine.traceId } };
+        continue;
+      }
+      const quota = written.refused.get(mine.runId);
+      if (quota) {
+        refuse(
+          i,
+          quotaExceeded(
+            quota,
+            `run not created: over the plan's ${quota.limit} (${quota.value}; current use ${quota.current})`,
+          ),
+        );
         continue;
       }
       const row = existing.get(`${mine.dagId}\u0000${mine.runToken}`);

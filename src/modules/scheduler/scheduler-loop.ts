@@ -3,6 +3,7 @@ import { Database } from '../../core/database/database';
 import type { SystemTx } from '../../core/database/handles';
 import { PgListener } from '../../core/database/pg-listener';
 import { DomainError } from '../../core/errors/domain-error';
+import { QUOTA_EXCEEDED } from '../plans/quota-exceeded';
 import { Clock } from './clock';
 import { MISFIRE_GRACE_MS, planFires } from './fire-plan';
 import { ScheduleRunner, scheduleRunToken, type ScheduledRunRequest } from './schedule-runner';
@@ -243,12 +244,18 @@ export class SchedulerLoop implements OnApplicationBootstrap, OnModuleDestroy {
     };
   }
 
-  /** Creates the run of one fire; a refusal by the runs module (e.g. the DAG is gone) is recorded, not retried. */
+  /**
+   * Creates the run of one fire; a refusal by the runs module (e.g. the DAG is gone) is recorded, not
+   * retried. A fire over the tenant's plan's quota is a skipped fire, its error naming the limit.
+   */
   private async create(s: ScheduleRecord, fireTime: Date): Promise<FireRow> {
     try {
       const r = await this.runner.createRun(s.tenantId, this.request(s, fireTime));
       return { fireTime, runId: r.runId, outcome: 'created', error: null };
     } catch (e) {
+      if (e instanceof DomainError && e.code === QUOTA_EXCEEDED) {
+        return { fireTime, runId: null, outcome: 'skipped', error: `${e.code}: ${e.message}` };
+      }
       if (e instanceof DomainError && e.status < 500) {
         return { fireTime, runId: null, outcome: 'failed', error: `${e.code}: ${e.message}` };
       }

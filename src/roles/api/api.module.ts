@@ -8,6 +8,7 @@ import { ExportModule } from '../../modules/export/export.module';
 import { FlowModule } from '../../modules/flow/flow.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { ObservabilityModule } from '../../modules/observability/observability.module';
+import { PlansModule } from '../../modules/plans/plans.module';
 import { RunsModule } from '../../modules/runs/runs.module';
 import { StreamModule } from '../../modules/stream/stream.module';
 import { SchedulesModule } from '../../modules/scheduler/schedules.module';
@@ -35,6 +36,7 @@ import { WorkersModule } from '../../modules/workers/workers.module';
     ExportModule,
     SecretsModule,
     WorkersModule,
+    PlansModule,
   ],
 })
 export class ApiRoleModule {}
