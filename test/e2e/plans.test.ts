@@ -186,14 +186,14 @@ describe('plans API', () => {
     const before = await auditRows();
     const plansBefore = await count('select count(*) as n from plan');
     const cases: [string, string, unknown, number, string][] = [
-      ['PUT', '/api/v1/tenants/nope/plan', { planId: 'team' }, 404, 'TENANT_NOT_FOUND'],
+      ['PUT', '/api/v1/tenants/nope/plan', { planId: 'team' }, 404, 'NOT_FOUND'],
       ['PUT', `/api/v1/tenants/${B}/plan`, { planId: 'nope' }, 404, 'PLAN_NOT_FOUND'],
       ['PUT', `/api/v1/tenants/${B}/plan`, { planId: 'team', timeZone: 'Mars/Olympus' }, 400, 'VALIDATION_FAILED'],
       ['PUT', `/api/v1/tenants/${B}/plan`, { planId: 'team', timeZone: '+02:00' }, 400, 'VALIDATION_FAILED'],
-      ['PUT', '/api/v1/tenants/nope/limits', { overrides: {}, reason: 'x' }, 404, 'TENANT_NOT_FOUND'],
+      ['PUT', '/api/v1/tenants/nope/limits', { overrides: {}, reason: 'x' }, 404, 'NOT_FOUND'],
       ['PUT', `/api/v1/tenants/${B}/limits`, { overrides: {}, reason: 'x' }, 409, 'TENANT_HAS_NO_PLAN'],
-      ['GET', '/api/v1/tenants/nope/usage', undefined, 404, 'TENANT_NOT_FOUND'],
-      ['POST', '/api/v1/tenants/nope/usage/reset', { reason: 'x' }, 404, 'TENANT_NOT_FOUND'],
+      ['GET', '/api/v1/tenants/nope/usage', undefined, 404, 'NOT_FOUND'],
+      ['POST', '/api/v1/tenants/nope/usage/reset', { reason: 'x' }, 404, 'NOT_FOUND'],
       ['GET', '/api/v1/plans/nope', undefined, 404, 'PLAN_NOT_FOUND'],
       ['PUT', '/api/v1/plans/nope', { limits: {} }, 404, 'PLAN_NOT_FOUND'],
       ['DELETE', '/api/v1/plans/nope', undefined, 404, 'PLAN_NOT_FOUND'],

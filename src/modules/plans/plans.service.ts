@@ -19,7 +19,8 @@ import { PlansRepository, type PlanRow, type TenantPlanRow, type UsageRow } from
 import { TenantLimits } from './tenant-limits';
 
 const planNotFound = (id: string) => new DomainError('PLAN_NOT_FOUND', `plan ${id} not found`, 404);
-const tenantNotFound = () => notFound('tenant', 'TENANT_NOT_FOUND');
+// (The code of an unknown tenant on every platform route, as on the tenants routes.)
+const tenantNotFound = (id: string) => notFound(`tenant ${id}`);
 
 /**
  * Plans and their assignment to tenants, by platform operators; usage, for a tenant and for
@@ -109,7 +110,7 @@ export class PlansService {
   async assign(op: PlatformPrincipalT, tenantId: string, body: AssignPlanBody): Promise<TenantPlanDto> {
     const timeZone = body.timeZone === undefined ? undefined : canonicalTimeZone(body.timeZone);
     return this.change(op, async (tx) => {
-      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound();
+      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound(tenantId);
       if (timeZone !== undefined && !(await this.repo.knowsTimeZone(tx, timeZone)))
         throw badRequest('INVALID_TIME_ZONE', `time zone ${body.timeZone} is not known to the database`);
       if (!(await this.repo.findPlan(tx, body.planId, 'share'))) throw planNotFound(body.planId);
@@ -135,7 +136,7 @@ export class PlansService {
   /** Replaces a tenant's overrides of its plan's limits. */
   async setOverrides(op: PlatformPrincipalT, tenantId: string, body: SetOverridesBody): Promise<TenantPlanDto> {
     return this.change(op, async (tx) => {
-      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound();
+      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound(tenantId);
       const before = await this.repo.findTenantPlan(tx, tenantId, true);
       if (!before)
         throw conflict('TENANT_HAS_NO_PLAN', `tenant ${tenantId} has no plan: assign one before overriding its limits`);
@@ -159,7 +160,7 @@ export class PlansService {
   /** Sets the run count of the tenant's current quota period to zero; answers its usage after. */
   async resetUsage(op: PlatformPrincipalT, tenantId: string, body: ResetUsageBody): Promise<UsageDto> {
     return this.change(op, async (tx) => {
-      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound();
+      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound(tenantId);
       const before = await this.repo.resetPeriod(tx, tenantId);
       const usage = await this.repo.systemUsage(tx, tenantId);
       return {
@@ -183,7 +184,7 @@ export class PlansService {
   /** A tenant's usage, for a platform operator. */
   async tenantUsage(tenantId: string): Promise<UsageDto> {
     const row = await this.db.withSystem(async (tx) => {
-      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound();
+      if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound(tenantId);
       return this.repo.systemUsage(tx, tenantId);
     });
     return usageDto(row);
