@@ -83,6 +83,29 @@ describe('plan quotas (api only: runs stay queued)', () => {
     expect((await usage(as)).runsThisPeriod).toBe(1);
   });
 
+  it('keeps no answer for an Idempotency-Key refused by a quota: the same key passes once there is room', async () => {
+    const as = await planned(app, 'q-idem', { monthlyRuns: 1 });
+    await publish(app, as, { id: 'one', steps: [{ id: 'a', plugin: 'noop' }] });
+    expect((await create(as, 'i1')).status).toBe(201);
+    const send = () =>
+      app.request('POST', '/api/v1/runs', {
+        as,
+        headers: { 'idempotency-key': 'idem-quota-1' },
+        body: { dagId: 'one', inputs: {}, runToken: 'i2' },
+      });
+    expect(quotaError(await send()).status).toBe(429);
+    const keys = await owner.query('select 1 from idempotency_key where tenant_id = $1', ['q-idem']);
+    expect(keys.rows).toEqual([]);
+    await app.request('POST', '/api/v1/tenants/q-idem/usage/reset', {
+      as: { token: app.platformToken },
+      body: { reason: 'test' },
+    });
+    const passed = await send();
+    expect(passed.status).toBe(201);
+    const replayed = await send();
+    expect({ status: replayed.status, runId: replayed.body.runId }).toEqual({ status: 201, runId: passed.body.runId });
+  });
+
   it('counts replays against monthlyRuns and refuses one over it', async () => {
     const as = await planned(app, 'q-replay', { monthlyRuns: 2 });
     await publish(app, as, { id: 'one', steps: [{ id: 'a', plugin: 'noop' }] });

@@ -20,7 +20,8 @@ const STALE_AFTER_SECONDS = 120;
  * `Idempotency-Key` on mutating tenant POSTs (IETF httpapi-idempotency-key draft): the first
  * request with a key runs and its response is stored; a replay with the same body gets the stored
  * response; the same key with another body is 422; a duplicate while the first runs is 409.
- * 4xx answers are stored like successes; a 5xx releases the key so the client can retry.
+ * 4xx answers are stored like successes; a 5xx or a 429 (a quota or rate limit: the same request
+ * may pass later) releases the key so the client can retry.
  */
 /** Fingerprint of a request for Idempotency-Key comparison: method, path and the validated body (canonical JSON). */
 export function requestHash(method: string, path: string, body: unknown): string {
@@ -91,7 +92,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await this.db.withTenant(tenantId, (tx) => this.repo.complete(tx, key, reply.statusCode, result));
       return result;
     } catch (e) {
-      if (e instanceof DomainError && e.status < 500) {
+      if (e instanceof DomainError && e.status < 500 && e.status !== 429) {
         const { status, body } = toEnvelope(e, traceIdOf(req));
         await this.db.withTenant(tenantId, (tx) => this.repo.complete(tx, key, status, body));
       } else {
