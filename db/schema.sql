@@ -325,7 +325,9 @@ begin
     v_max_open := (v_limits->>'maxConcurrentRuns')::bigint;
     v_max_queued := (v_limits->>'maxQueuedSteps')::bigint;
   end if;
-  if coalesce(v_monthly, v_max_open, v_max_queued) is not null then
+  -- (Child runs alone, as the engine starts them, are neither checked nor counted: no lock.)
+  if coalesce(v_monthly, v_max_open, v_max_queued) is not null
+    and exists (select 1 from jsonb_to_recordset(p->'runs') as u(parent_run_id uuid) where u.parent_run_id is null) then
     perform pg_advisory_xact_lock(hashtextextended('ordo.quota:' || v_t, 0));
     -- (Each statement below reads what the lock's previous holder committed.)
     with used as (

@@ -162,6 +162,7 @@ export class PlansService {
     return this.change(op, async (tx) => {
       if (!(await this.repo.tenantExists(tx, tenantId))) throw tenantNotFound(tenantId);
       const before = await this.repo.resetPeriod(tx, tenantId);
+      await this.repo.planSync(tx, [tenantId]);
       const usage = await this.repo.systemUsage(tx, tenantId);
       return {
         result: usageDto(usage),
@@ -176,7 +177,7 @@ export class PlansService {
             after: { runsThisPeriod: 0 },
           },
         },
-        tenants: [],
+        tenants: [tenantId],
       };
     });
   }
