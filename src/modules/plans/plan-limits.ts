@@ -39,9 +39,11 @@ export const planLimitsSchema = z.object(limitShape).partial().strict();
 export type PlanLimits = z.infer<typeof planLimitsSchema>;
 
 export const limitOverridesSchema = z
-  .object(Object.fromEntries(LIMIT_NAMES.map((k) => [k, limitShape[k].nullable()])) as {
-    [K in LimitName]: z.ZodNullable<(typeof limitShape)[K]>;
-  })
+  .object(
+    Object.fromEntries(LIMIT_NAMES.map((k) => [k, limitShape[k].nullable()])) as {
+      [K in LimitName]: z.ZodNullable<(typeof limitShape)[K]>;
+    },
+  )
   .partial()
   .strict();
 export type LimitOverrides = z.infer<typeof limitOverridesSchema>;
