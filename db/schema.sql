@@ -3330,6 +3330,8 @@ ALTER TABLE ONLY public.worker_task
 
 CREATE INDEX api_token_tenant_created_idx ON public.api_token USING btree (tenant_id, created_at DESC, jti);
 
+CREATE INDEX attempt_created_brin_idx ON public.attempt USING brin (created_at) WITH (autosummarize='on');
+
 CREATE INDEX bundle_tenant_imported_idx ON public.bundle USING btree (tenant_id, imported_at DESC, bundle_hash);
 
 CREATE INDEX dag_version_list_idx ON public.dag_version USING btree (tenant_id, dag_id, version DESC);

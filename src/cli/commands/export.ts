@@ -24,11 +24,13 @@ export writes a tenant's runs started in [from, to) (all of them by default) as 
                              key they trust out of band and pass it with --key
 The tenant defaults to ORDO_BOOTSTRAP_TENANT. The same data exports byte-identically.
 
-verify checks an export offline: the signature, the manifest, every line, every run's hash chain,
-the counts and the SHA-256. On a changed byte it names the first bad line and exits 1.
+verify checks an export offline: the signature, the manifest, every line, every run's hash chain
+(an operator audit export: every entry's hash and the log's chain), the counts and the SHA-256.
+On a changed byte it names the first bad line and exits 1.
   DIR          a directory written by \`ordo export --out\`; the key defaults to
                DIR/instance-key.jwk.json
-  --file FILE  the body of GET /api/v1/export saved as is (its last line is the signed manifest)
+  --file FILE  the body of GET /api/v1/export or GET /api/v1/admin/audit/export saved as is (its
+               last line is the signed manifest)
   --key FILE   the pinned key: a public JWK, or a JWK set as \`ordo keys export --public\` prints;
                the key whose thumbprint is the signature's kid is used (required with --file)`;
 

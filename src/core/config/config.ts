@@ -155,6 +155,8 @@ export const envSchema = z.object({
     .string()
     .regex(/^rediss?:\/\//, 'must be a redis:// URL')
     .optional(),
+  // Tenants named in the per-tenant queue and limit metrics (the rest are summed as `other`).
+  ORDO_METRICS_TOP_TENANTS: z.coerce.number().int().min(0).max(1_000).default(20),
   // Optional: OTLP/HTTP trace export to `<endpoint>/v1/traces`.
   OTEL_EXPORTER_OTLP_ENDPOINT: z.string().url().optional(),
   // pino level of the process's logs.

@@ -56,7 +56,7 @@ export const metrics = {
   }),
   queueDepth: new Gauge({
     name: 'orchestrator_queue_depth',
-    help: 'Ready steps waiting in each tenant queue (read from the database at scrape time).',
+    help: 'Ready steps waiting in each tenant queue (read from the database at scrape time; top tenants by depth, other: the rest).',
     labelNames: ['tenant'] as const,
     registers: [registry],
   }),

@@ -17,11 +17,14 @@ import {
   type Manifest,
   type RecordType,
 } from './export-format';
+import { AUDIT_FORMAT, type AuditManifest } from './audit-export-format';
+import { AuditVerifyProblem, verifyAuditLines } from './audit-export-verify';
 
 export interface VerifyResult {
   ok: boolean;
   lines: number;
-  counts?: Record<RecordType, number>;
+  /** Records per type (an audit export's entries count as `audit`). */
+  counts?: Partial<Record<RecordType | 'audit', number>>;
   /** The first problem: the 1-based line of the NDJSON file when it is in a line. */
   problem?: { line?: number; message: string };
   kid?: string;
@@ -215,7 +218,8 @@ async function pinnedKeys(file: string): Promise<{ thumbprint: string; jwk: JWK 
 }
 
 /**
- * Verifies a signed export: the manifest's JWS against the pinned public key whose RFC 7638
+ * Verifies a signed export (a run export, or an operator audit export: its manifest's format
+ * says which; see verifyAuditLines): the manifest's JWS against the pinned public key whose RFC 7638
  * thumbprint is the JWS kid, the manifest's copy against the signed payload, then the NDJSON
  * records line by line (export form, line hash chain, record order, every run's event hash chain
  * recomputed and matched with its run record and the manifest's chain heads), and finally counts,
@@ -251,7 +255,8 @@ async function verifySigned(src: SignedSource, manifestLine?: number): Promise<V
     if (header.typ !== JWS_TYPE) throw new Problem(`the manifest signature: typ is not ${JWS_TYPE}`, manifestLine);
     const signed = Buffer.from(payload).toString('utf8');
     const manifest = JSON.parse(signed) as Omit<Manifest, 'format'> & { format: string };
-    if (manifest.format !== FORMAT) throw new Problem(`manifest: format is not ${FORMAT}`, manifestLine);
+    if (manifest.format !== FORMAT && manifest.format !== AUDIT_FORMAT)
+      throw new Problem(`manifest: format is not ${FORMAT} (nor ${AUDIT_FORMAT})`, manifestLine);
     if (src.manifestCopy) {
       let copy: string | undefined;
       try {
@@ -280,6 +285,26 @@ async function verifySigned(src: SignedSource, manifestLine?: number): Promise<V
       sha.update(b);
       endsWithNewline = b[b.length - 1] === 0x0a;
     });
+    if (manifest.format === AUDIT_FORMAT) {
+      const audit = manifest as unknown as AuditManifest;
+      let done: { lines: number; lastLineHash: string };
+      try {
+        done = await verifyAuditLines(input, audit);
+      } catch (e) {
+        if (e instanceof AuditVerifyProblem) throw new Problem(e.message, e.line);
+        throw e;
+      }
+      lines = done.lines;
+      if (lines > 0 && !endsWithNewline) throw new Problem(`${NDJSON} does not end with a newline`, lines);
+      if (lines !== audit.lines) throw new Problem(`manifest says ${audit.lines} lines, ${NDJSON} has ${lines}`);
+      if (lines !== audit.counts.audit)
+        throw new Problem(`manifest counts ${audit.counts.audit} audit records, ${NDJSON} has ${lines}`);
+      if (done.lastLineHash !== audit.lastLineHash) throw new Problem('the last lineHash differs from the manifest');
+      const digest = sha.digest('hex');
+      if (digest !== audit.sha256)
+        throw new Problem(`SHA-256 of ${NDJSON} is ${digest}, the manifest says ${audit.sha256}`);
+      return { ok: true, lines, counts: { audit: lines }, kid: thumbprint };
+    }
     const counts = Object.fromEntries(RECORD_TYPES.map((t) => [t, 0])) as Record<RecordType, number>;
     let prevLine = '';
     let run: RunState | undefined;

@@ -21,8 +21,8 @@ export interface ExportRequest {
   dagId?: string;
 }
 
-export interface SignedManifest {
-  manifest: Manifest;
+export interface SignedManifest<M = Manifest> {
+  manifest: M;
   jws: string;
   kid: string;
   publicJwk: JWK;
@@ -285,7 +285,7 @@ export class ExportService {
   }
 
   /** Signs the manifest (JWS compact, EdDSA, the instance's active key; kid in the protected header). */
-  async sign(manifest: Manifest): Promise<SignedManifest> {
+  async sign<M extends object = Manifest>(manifest: M): Promise<SignedManifest<M>> {
     const key = this.keys.active;
     const jws = await new CompactSign(Buffer.from(canonicalJson(manifest), 'utf8'))
       .setProtectedHeader({ alg: 'EdDSA', kid: key.kid, typ: JWS_TYPE })

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { sql } from 'kysely';
 import type { SystemDb } from '../../core/database/handles';
+import type { LimitHitRow, ReadyQueue } from './queue-metrics';
 
 export interface StoredSpan {
   tenantId: string;
@@ -20,16 +21,37 @@ export interface StoredSpan {
 
 @Injectable()
 export class ObservabilityRepository {
-  /** Ready steps per tenant queue: one grouped scan of the (small) hot queue, system handle. */
-  async queueDepths(db: SystemDb): Promise<{ tenant: string; depth: number }[]> {
-    const rows = await db
-      .selectFrom('queue_item')
-      .select(['tenant_id', (eb) => eb.fn.countAll<number>().as('depth')])
-      .where('state', '=', 'ready')
-      .groupBy('tenant_id')
-      .orderBy('tenant_id')
-      .execute();
-    return rows.map((r) => ({ tenant: r.tenant_id, depth: Number(r.depth) }));
+  /**
+   * Every tenant queue's ready steps and the age of its oldest (by the database's clock): one
+   * grouped scan of the (small) hot queue, system handle.
+   */
+  async readyQueues(db: SystemDb): Promise<ReadyQueue[]> {
+    const { rows } = await sql<{ tenant_id: string; depth: number; oldest_seconds: number }>`
+      select qi.tenant_id, count(*) as depth, extract(epoch from now() - min(qi.enqueued_at))::float8 as oldest_seconds
+      from queue_item qi
+      where qi.state = 'ready'
+      group by qi.tenant_id
+    `.execute(db);
+    return rows.map((r) => ({
+      tenant: r.tenant_id,
+      depth: Number(r.depth),
+      oldestSeconds: Math.max(0, Number(r.oldest_seconds)),
+    }));
+  }
+
+  /** The limit_hit rows of the minutes from `since` on (its index on minute), and the database's clock. */
+  async limitHitsSince(db: SystemDb, since: Date): Promise<{ rows: LimitHitRow[]; now: Date }> {
+    const { rows } = await sql<{ tenant_id: string; limit_name: string; minute: Date; hits: number; now: Date }>`
+      select lh.tenant_id, lh.limit_name, lh.minute, lh.hits, c.now
+      from (select now() as now) c
+      left join limit_hit lh on lh.minute >= ${since}
+    `.execute(db);
+    return {
+      now: rows[0].now,
+      rows: rows
+        .filter((r) => r.tenant_id !== null)
+        .map((r) => ({ tenant: r.tenant_id, limit: r.limit_name, minute: r.minute, hits: Number(r.hits) })),
+    };
   }
 
   /**

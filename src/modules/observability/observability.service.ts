@@ -1,9 +1,12 @@
-import { Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import type { OrdoConfig } from '../../core/config/config';
+import { ORDO_CONFIG } from '../../core/config/config.module';
 import { Database } from '../../core/database/database';
 import { rootLogger } from '../../core/logging/logger';
-import { registry, setQueueDepths } from '../../core/telemetry/metrics';
+import { registry } from '../../core/telemetry/metrics';
 import { attachSpanProcessor } from '../../core/telemetry/tracing';
 import { ObservabilityRepository } from './observability.repository';
+import { LimitHitsTally, setQueueGauges } from './queue-metrics';
 import { SpanStore } from './span-store';
 
 /** Renders the process's Prometheus metrics and stores this process's finished spans. */
@@ -11,10 +14,13 @@ import { SpanStore } from './span-store';
 export class ObservabilityService implements OnModuleInit, OnModuleDestroy {
   private store?: SpanStore;
   private detach?: () => void;
+  private readonly hits = new LimitHitsTally(new Date());
+  private scraping: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly db: Database,
     private readonly repo: ObservabilityRepository,
+    @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
   ) {}
 
   onModuleInit(): void {
@@ -32,9 +38,22 @@ export class ObservabilityService implements OnModuleInit, OnModuleDestroy {
     await this.store?.flush();
   }
 
-  /** Prometheus text: the queue depth gauge is read from the database (one grouped query) at scrape time. */
-  async scrape(): Promise<{ contentType: string; body: string }> {
-    setQueueDepths(await this.repo.queueDepths(this.db.system));
+  /**
+   * Prometheus text. The queue gauges and the limit hits are read from the database at scrape time
+   * (one grouped scan of the hot queue, one range of limit_hit); scrapes run one at a time, so a
+   * reading of the hits is added once.
+   */
+  scrape(): Promise<{ contentType: string; body: string }> {
+    const next = this.scraping.then(() => this.render());
+    this.scraping = next.catch(() => undefined);
+    return next;
+  }
+
+  private async render(): Promise<{ contentType: string; body: string }> {
+    const n = this.config.ORDO_METRICS_TOP_TENANTS;
+    setQueueGauges(await this.repo.readyQueues(this.db.system), n);
+    const { rows, now } = await this.repo.limitHitsSince(this.db.system, this.hits.readFrom());
+    this.hits.apply(rows, now, n);
     return { contentType: registry.contentType, body: await registry.metrics() };
   }
 }

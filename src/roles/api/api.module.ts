@@ -1,4 +1,5 @@
 import { Module } from '@nestjs/common';
+import { AdminModule } from '../../modules/admin/admin.module';
 import { ArtifactsModule } from '../../modules/artifacts/artifacts.module';
 import { AuthModule } from '../../modules/auth/auth.module';
 import { BundlesModule } from '../../modules/bundles/bundles.module';
@@ -37,6 +38,7 @@ import { WorkersModule } from '../../modules/workers/workers.module';
     SecretsModule,
     WorkersModule,
     PlansModule,
+    AdminModule,
   ],
 })
 export class ApiRoleModule {}
