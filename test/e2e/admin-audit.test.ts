@@ -216,4 +216,29 @@ describe('the operator audit log: GET /api/v1/admin/audit and its signed export'
     const ofA = rechained(await exportText(`?tenantId=${A}`), (rs) => rs.filter((e) => e.seq !== 2));
     expect((await verify(ofA)).ok).toBe(false);
   });
+  it('lists and exports the entries the plan routes append, chained after the others', async () => {
+    const steps: [string, string, unknown][] = [
+      ['POST', '/api/v1/plans', { id: 'silver', limits: { runsPerMinute: 60 } }],
+      ['PUT', `/api/v1/tenants/${B}/plan`, { planId: 'silver', reason: 'downgrade' }],
+      ['PUT', `/api/v1/tenants/${B}/limits`, { overrides: { runsPerMinute: 120 }, reason: 'campaign week' }],
+      ['POST', `/api/v1/tenants/${B}/usage/reset`, { reason: 'double billing' }],
+    ];
+    for (const [method, url, body] of steps) {
+      const r = await app.request(method, url, { ...op(), body });
+      expect({ url, status: r.status < 300 }).toEqual({ url, status: true });
+    }
+    const ofB = await app.request('GET', `/api/v1/admin/audit?tenantId=${B}`, op());
+    expect((ofB.body.items as OperatorAuditEntry[]).map((e) => [e.action, e.reason])).toEqual([
+      ['tenant.usage.reset', 'double billing'],
+      ['tenant.overrides.set', 'campaign week'],
+      ['tenant.plan.assign', 'downgrade'],
+      ['tenant.overrides.set', 'burst for the launch'],
+    ]);
+    const text = await exportText();
+    expect(await verify(text)).toMatchObject({ ok: true, lines: 9 });
+    const forged = rechained(text, (rs) =>
+      rs.map((e) => (e.reason === 'campaign week' ? { ...e, reason: 'routine' } : e)),
+    );
+    expect((await verify(forged)).problem?.message).toMatch(/^entry \d+: its hash does not match the entry/);
+  });
 });
