@@ -19,12 +19,17 @@ import {
   type CreateRunBody,
   type RunListQuery,
 } from './runs.dto';
+import { runExplanationSchema } from './run-explain.dto';
+import { RunExplainService } from './run-explain.service';
 import { acceptsNdjson, NDJSON, runsNdjson } from './runs-ndjson';
 import { RunsService } from './runs.service';
 
 @Controller('api/v1/runs')
 export class RunsController {
-  constructor(private readonly runs: RunsService) {}
+  constructor(
+    private readonly runs: RunsService,
+    private readonly explainer: RunExplainService,
+  ) {}
 
   @Post()
   @Route({
@@ -90,6 +95,19 @@ export class RunsController {
   })
   get(@TenantPrincipal() p: TenantPrincipalT, @Params() params: z.infer<typeof runParams>) {
     return this.runs.get(p.tenantId, params.runId);
+  }
+
+  @Get(':runId/explain')
+  @Route({
+    operationId: 'explainRun',
+    summary: 'Why each unfinished step of a run is not running, with a stable reason code and its details',
+    tags: ['runs'],
+    access: 'orchestrator:read',
+    params: runParams,
+    responses: { 200: { description: "The run's unfinished steps and their reasons", schema: runExplanationSchema } },
+  })
+  explain(@TenantPrincipal() p: TenantPrincipalT, @Params() params: z.infer<typeof runParams>) {
+    return this.explainer.explain(p.tenantId, params.runId);
   }
 
   @Get(':runId/steps/:stepId/attempts')

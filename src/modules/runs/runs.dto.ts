@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { DAG_ID, STEP_ID } from '../dags/dag-definition';
+import { runWaitingSchema } from './run-explain.dto';
 import { RUN_STATES, STEP_STATES } from './state-machine';
 
 const sha256 = z.string().regex(/^[0-9a-f]{64}$/);
@@ -134,7 +135,9 @@ export const stepSchema = z
   })
   .meta({ id: 'Step' });
 
-export const runDetailSchema = runSchema.extend({ steps: z.array(stepSchema) }).meta({ id: 'RunDetail' });
+export const runDetailSchema = runSchema
+  .extend({ steps: z.array(stepSchema), waiting: runWaitingSchema })
+  .meta({ id: 'RunDetail' });
 export const runListSchema = z
   .object({ items: z.array(runSchema), nextPageToken: z.string().nullable() })
   .meta({ id: 'RunList' });

@@ -1,5 +1,7 @@
 import { Module } from '@nestjs/common';
 import { DagsCoreModule } from '../dags/dags.module';
+import { RunExplainRepository } from './run-explain.repository';
+import { RunExplainService } from './run-explain.service';
 import { RunsController } from './runs.controller';
 import { RunsRepository } from './runs.repository';
 import { RunsService } from './runs.service';
@@ -10,8 +12,8 @@ import { RunsService } from './runs.service';
  */
 @Module({
   imports: [DagsCoreModule],
-  providers: [RunsRepository, RunsService],
-  exports: [RunsRepository, RunsService],
+  providers: [RunsRepository, RunsService, RunExplainRepository, RunExplainService],
+  exports: [RunsRepository, RunsService, RunExplainService],
 })
 export class RunsCoreModule {}
 

@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Optional } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import { Database, tenantTransaction } from '../../core/database/database';
@@ -18,6 +18,7 @@ import { QUEUE_STEP_PLUGIN } from '../workers/worker-names';
 import { quotaExceeded } from '../plans/quota-exceeded';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { RunBooks } from './run-book';
+import { RunExplainService, type RunWaiting } from './run-explain.service';
 import { chain, type ChainedEvent, type EventDraft } from './run-events';
 import {
   DEFAULT_PRIORITY,
@@ -96,6 +97,8 @@ export class RunsService {
     private readonly db: Database,
     private readonly repo: RunsRepository,
     private readonly dags: DagsRepository,
+    // (Absent where a RunsService is built outside the application, which reads no run records.)
+    @Optional() private readonly explainer?: RunExplainService,
   ) {
     this.prepared = new PreparedTenantTransactions(db);
   }
@@ -501,15 +504,21 @@ export class RunsService {
     };
   }
 
-  async get(tenantId: string, runId: string): Promise<RunDto & { steps: StepDto[] }> {
+  async get(tenantId: string, runId: string): Promise<RunDto & { steps: StepDto[]; waiting: RunWaiting | null }> {
     return this.db.withTenant(tenantId, async (tx) => {
       const run = await this.repo.findRun(tx, runId);
       if (!run) throw notFound('run', 'RUN_NOT_FOUND');
+      // What holds an unfinished run up: the headline of its explanation.
+      const waiting =
+        this.explainer && !TERMINAL_RUN_STATES.includes(run.status as RunStatus)
+          ? await this.explainer.waiting(tx, tenantId, runId)
+          : null;
       const steps = await this.repo.listSteps(tx, runId);
       const children = steps.some((s) => s.plugin === DAG_STEP_PLUGIN) ? await this.repo.childRuns(tx, runId) : null;
       const tasks = steps.some((s) => s.plugin === QUEUE_STEP_PLUGIN) ? await this.repo.queueTasks(tx, runId) : null;
       return {
         ...runDto(run),
+        waiting,
         steps: steps.map((s) => {
           const child = children?.get(s.step_id);
           const dto = child ? { ...stepDto(s), childRunId: child } : stepDto(s);
