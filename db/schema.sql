@@ -2195,7 +2195,8 @@ CREATE FUNCTION public.ordo_run_explain(p_tenant text, p_run uuid, p_cap integer
 declare
   v_utc constant text := 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"';
   v_run run;
-  v_cap integer := least(p_cap, p_shared_cap);
+  v_cap integer;
+  v_plan_cap integer;
   v_in_flight integer;
   v_limit integer;
   v_running integer;
@@ -2206,6 +2207,11 @@ begin
     return;
   end if;
   -- The claim passes over a tenant whose leased items reach its cap.
+  select ordo_in_flight_cap(tq.max_in_flight, tq.weight, jsonb_build_object('cap', p_cap, 'sharedCap', p_shared_cap)),
+    tq.max_in_flight
+  into v_cap, v_plan_cap
+  from tenant_queue tq where tq.tenant_id = p_tenant;
+  v_cap := coalesce(v_cap, ordo_in_flight_cap(null, 1, jsonb_build_object('cap', p_cap, 'sharedCap', p_shared_cap)));
   select count(*)::integer into v_in_flight from queue_item q where q.tenant_id = p_tenant and q.state = 'leased';
   -- A run waiting for its DAG's maxConcurrentRuns slot: its own version's limit, the runs of the
   -- DAG that count against it, and the waiting runs that are admitted before it (oldest first).
@@ -2250,9 +2256,11 @@ begin
         when s.status = 'pending' and v_run.status = 'queued' and not v_run.admitted then
           jsonb_build_object('reason', 'max_concurrent_runs', 'limit', v_limit, 'running', v_running,
             'runsAhead', v_ahead)
+        when s.status = 'queued' and q.state = 'ready' and v_in_flight >= v_cap and v_cap = v_plan_cap then
+          jsonb_build_object('reason', 'plan_limit', 'limit', 'maxStepsInFlight', 'inFlight', v_in_flight, 'cap', v_cap)
         when s.status = 'queued' and q.state = 'ready' and v_in_flight >= v_cap then
           jsonb_build_object('reason', 'tenant_in_flight_cap', 'inFlight', v_in_flight, 'cap', v_cap,
-            'shared', v_cap < p_cap)
+            'shared', v_cap < coalesce(v_plan_cap, p_cap))
         when s.status = 'queued' and q.state = 'ready' and g.running >= q.gate_limit then
           jsonb_build_object('reason', 'concurrency_gate', 'gate', q.gate, 'limit', q.gate_limit, 'running', g.running)
         when s.status = 'queued' and q.state = 'ready' then

@@ -11,9 +11,10 @@
 -- first row that holds the run up (neither running nor waiting on its dependencies) is the run's
 -- headline. A finished run, or a run of another tenant, has no rows.
 --
--- p_cap is the tenant's cap of steps in flight (ORDO_TENANT_MAX_IN_FLIGHT); p_shared_cap the cap
--- while tenants share the engine (ORDO_TENANT_SHARED_IN_FLIGHT), null when they do not: the claim
--- applies the lower of the two.
+-- The cap of steps in flight is the one a claim applies (ordo_in_flight_cap): the tenant's plan's
+-- (tenant_queue.max_in_flight) or else p_cap (ORDO_TENANT_MAX_IN_FLIGHT), and while tenants share
+-- the engine at most p_shared_cap (ORDO_TENANT_SHARED_IN_FLIGHT; null when they do not share)
+-- times the tenant's fair-share weight. A step held by its plan's cap says `plan_limit`.
 
 create or replace function ordo_run_explain(p_tenant text, p_run uuid, p_cap integer, p_shared_cap integer)
   returns table (step_id text, status text, reason text, detail jsonb, headline boolean)
@@ -25,7 +26,8 @@ create or replace function ordo_run_explain(p_tenant text, p_run uuid, p_cap int
 declare
   v_utc constant text := 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"';
   v_run run;
-  v_cap integer := least(p_cap, p_shared_cap);
+  v_cap integer;
+  v_plan_cap integer;
   v_in_flight integer;
   v_limit integer;
   v_running integer;
@@ -36,6 +38,11 @@ begin
     return;
   end if;
   -- The claim passes over a tenant whose leased items reach its cap.
+  select ordo_in_flight_cap(tq.max_in_flight, tq.weight, jsonb_build_object('cap', p_cap, 'sharedCap', p_shared_cap)),
+    tq.max_in_flight
+  into v_cap, v_plan_cap
+  from tenant_queue tq where tq.tenant_id = p_tenant;
+  v_cap := coalesce(v_cap, ordo_in_flight_cap(null, 1, jsonb_build_object('cap', p_cap, 'sharedCap', p_shared_cap)));
   select count(*)::integer into v_in_flight from queue_item q where q.tenant_id = p_tenant and q.state = 'leased';
   -- A run waiting for its DAG's maxConcurrentRuns slot: its own version's limit, the runs of the
   -- DAG that count against it, and the waiting runs that are admitted before it (oldest first).
@@ -80,9 +87,11 @@ begin
         when s.status = 'pending' and v_run.status = 'queued' and not v_run.admitted then
           jsonb_build_object('reason', 'max_concurrent_runs', 'limit', v_limit, 'running', v_running,
             'runsAhead', v_ahead)
+        when s.status = 'queued' and q.state = 'ready' and v_in_flight >= v_cap and v_cap = v_plan_cap then
+          jsonb_build_object('reason', 'plan_limit', 'limit', 'maxStepsInFlight', 'inFlight', v_in_flight, 'cap', v_cap)
         when s.status = 'queued' and q.state = 'ready' and v_in_flight >= v_cap then
           jsonb_build_object('reason', 'tenant_in_flight_cap', 'inFlight', v_in_flight, 'cap', v_cap,
-            'shared', v_cap < p_cap)
+            'shared', v_cap < coalesce(v_plan_cap, p_cap))
         when s.status = 'queued' and q.state = 'ready' and g.running >= q.gate_limit then
           jsonb_build_object('reason', 'concurrency_gate', 'gate', q.gate, 'limit', q.gate_limit, 'running', g.running)
         when s.status = 'queued' and q.state = 'ready' then

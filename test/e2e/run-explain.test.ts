@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { runEvents } from './runs-support';
 
@@ -121,6 +122,39 @@ describe('why a run is waiting (api + worker + scheduler)', () => {
       });
     expect(e.waiting).toEqual({ reason: 'tenant_in_flight_cap', stepId: held[0].stepId });
     expect((await record(as, runId)).waiting).toEqual(e.waiting);
+    await cancel(as, runId);
+  });
+
+  it("holds ready steps at the cap of the tenant's plan", async () => {
+    const as = await tenant({
+      id: 'planned',
+      steps: ['a', 'b', 'c'].map((id) => ({ id, plugin: 'noop', with: { sleepMs: LONG } })),
+    });
+    // The tenant's plan caps its steps in flight at 1, below the instance's 2 (the plan's engine
+    // share reaches tenant_queue through ordo_plan_sync, as a plan assignment does).
+    const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
+    await owner.connect();
+    try {
+      await owner.query(`insert into plan (id, limits) values ('one-at-a-time', '{"maxStepsInFlight": 1}')`);
+      await owner.query(`insert into tenant_plan (tenant_id, plan_id) values ($1, 'one-at-a-time')`, [as.tenantId]);
+      await owner.query('select ordo_plan_sync(array[$1])', [as.tenantId]);
+    } finally {
+      await owner.end();
+    }
+    const runId = await start(as, 'planned');
+    const e = await explainUntil(as, runId, (x) => x.steps.some((s) => s.reason === 'running'));
+    const held = e.steps.filter((s) => s.status === 'queued');
+    expect(held.length).toBeGreaterThan(0);
+    for (const s of held)
+      expect(s).toEqual({
+        stepId: s.stepId,
+        status: 'queued',
+        reason: 'plan_limit',
+        limit: 'maxStepsInFlight',
+        inFlight: e.steps.length - held.length,
+        cap: 1,
+      });
+    expect((await record(as, runId)).waiting).toEqual({ reason: 'plan_limit', stepId: held[0].stepId });
     await cancel(as, runId);
   });
 

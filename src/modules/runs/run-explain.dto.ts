@@ -13,6 +13,7 @@ export const STEP_WAIT_REASONS = [
   'scheduled',
   'max_concurrent_runs',
   'tenant_in_flight_cap',
+  'plan_limit',
   'concurrency_gate',
   'ready',
   'running',
@@ -52,7 +53,16 @@ const reasons = [
     reason: z.literal('tenant_in_flight_cap'),
     inFlight: z.number().int().describe("the tenant's steps in flight (leased)"),
     cap: z.number().int().describe('the cap the claim applies'),
-    shared: z.boolean().describe('the cap is the shared one: other tenants have work (ORDO_TENANT_SHARED_IN_FLIGHT)'),
+    shared: z
+      .boolean()
+      .describe('the cap is the shared one (ORDO_TENANT_SHARED_IN_FLIGHT times the weight): other tenants have work'),
+  }),
+  z.object({
+    ...base,
+    reason: z.literal('plan_limit'),
+    limit: z.enum(['maxStepsInFlight']).describe("the tenant's plan limit that holds the step"),
+    inFlight: z.number().int().describe("the tenant's steps in flight (leased)"),
+    cap: z.number().int().describe("the plan's cap"),
   }),
   z.object({
     ...base,

@@ -30,10 +30,10 @@ export class RunExplainService {
     private readonly repo: RunExplainRepository,
     @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
   ) {
-    // As a worker's claim policy sets them (src/modules/engine/claim-policy.ts).
+    // As a worker's claim policy passes them (src/modules/engine/claim-policy.ts); a tenant's plan
+    // and weight apply in the database (ordo_in_flight_cap).
     this.cap = config.ORDO_TENANT_MAX_IN_FLIGHT;
-    const shared = config.ORDO_TENANT_SHARED_IN_FLIGHT;
-    this.sharedCap = shared > 0 && shared < this.cap ? shared : null;
+    this.sharedCap = config.ORDO_TENANT_SHARED_IN_FLIGHT > 0 ? config.ORDO_TENANT_SHARED_IN_FLIGHT : null;
   }
 
   async explain(tenantId: string, runId: string): Promise<RunExplanation> {
