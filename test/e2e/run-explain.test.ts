@@ -282,6 +282,46 @@ describe('why a run is waiting (api + worker + scheduler)', () => {
     await cancel(as, runId);
   });
 
+  it("names the external worker running a queue step's task, and says when the workers that fit are busy", async () => {
+    const as = await tenant({
+      id: 'render',
+      steps: [{ id: 'q', plugin: 'queue', with: { taskType: 'render', pool: 'cpu' } }],
+    });
+    const minted = await app.request('POST', '/api/v1/tokens', {
+      as,
+      body: { scopes: ['worker'], pool: 'cpu', subject: 'renderer' },
+    });
+    expect(minted.status).toBe(201);
+    const w = { token: minted.body.token as string, tenantId: as.tenantId };
+    const reg = await app.request('POST', '/api/v1/workers', {
+      as: w,
+      body: { name: 'renderer-1', taskTypes: [{ name: 'render' }], maxConcurrent: 1 },
+    });
+    expect(reg.status).toBe(201);
+    const workerId = reg.body.workerId as string;
+
+    const first = await start(as, 'render');
+    const taken = await app.request('GET', `/api/v1/workers/${workerId}/tasks/next?waitMs=5000`, { as: w });
+    expect(taken.status).toBe(200);
+    const e1 = await explainUntil(as, first, reasonOf('q', 'running'));
+    expect(step(e1, 'q')).toEqual({
+      stepId: 'q',
+      status: 'waiting',
+      reason: 'running',
+      worker: 'renderer-1',
+      workerId,
+      pool: 'cpu',
+      taskType: 'render',
+    });
+    expect(e1.waiting).toBeNull();
+
+    const second = await start(as, 'render');
+    const e2 = await explainUntil(as, second, reasonOf('q', 'workers_busy'));
+    expect(step(e2, 'q')).toMatchObject({ status: 'waiting', reason: 'workers_busy', pool: 'cpu', taskType: 'render' });
+    expect((await record(as, second)).waiting).toEqual({ reason: 'workers_busy', stepId: 'q' });
+    await cancel(as, second, first);
+  });
+
   it('shows a scheduled run waiting for its start time', async () => {
     const as = await tenant({
       id: 'later',

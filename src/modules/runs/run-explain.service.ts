@@ -58,13 +58,14 @@ export class RunExplainService {
   }
 
   private async rows(tx: TenantTx, tenantId: string, runId: string): Promise<StepExplainRow[]> {
-    // The shared cap applies while other tenants have work; only then is it passed.
-    const shared =
-      this.sharedCap !== null &&
-      (await this.db.withSystem((sys) =>
-        this.repo.othersActive(sys, tenantId, this.config.ORDO_TENANT_SHARED_WINDOW_MS),
-      ));
-    return this.repo.steps(tx, runId, this.cap, shared ? this.sharedCap : null);
+    const alone = await this.repo.steps(tx, runId, this.cap, null);
+    // The shared cap applies while other tenants have work, and only to queued steps: only for
+    // those is it asked whether they do.
+    if (this.sharedCap === null || !alone.some((r) => r.status === 'queued')) return alone;
+    const shared = await this.db.withSystem((sys) =>
+      this.repo.othersActive(sys, tenantId, this.config.ORDO_TENANT_SHARED_WINDOW_MS),
+    );
+    return shared ? this.repo.steps(tx, runId, this.cap, this.sharedCap) : alone;
   }
 }
 
