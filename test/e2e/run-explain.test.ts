@@ -1,4 +1,3 @@
-import pg from 'pg';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { runEvents } from './runs-support';
 
@@ -130,17 +129,15 @@ describe('why a run is waiting (api + worker + scheduler)', () => {
       id: 'planned',
       steps: ['a', 'b', 'c'].map((id) => ({ id, plugin: 'noop', with: { sleepMs: LONG } })),
     });
-    // The tenant's plan caps its steps in flight at 1, below the instance's 2 (the plan's engine
-    // share reaches tenant_queue through ordo_plan_sync, as a plan assignment does).
-    const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
-    await owner.connect();
-    try {
-      await owner.query(`insert into plan (id, limits) values ('one-at-a-time', '{"maxStepsInFlight": 1}')`);
-      await owner.query(`insert into tenant_plan (tenant_id, plan_id) values ($1, 'one-at-a-time')`, [as.tenantId]);
-      await owner.query('select ordo_plan_sync(array[$1])', [as.tenantId]);
-    } finally {
-      await owner.end();
-    }
+    // The tenant's plan caps its steps in flight at 1, below the instance's 2.
+    const operator = { token: app.platformToken };
+    const plan = { id: 'one-at-a-time', limits: { maxStepsInFlight: 1 } };
+    expect((await app.request('POST', '/api/v1/plans', { as: operator, body: plan })).status).toBe(201);
+    const assigned = await app.request('PUT', `/api/v1/tenants/${as.tenantId}/plan`, {
+      as: operator,
+      body: { planId: 'one-at-a-time' },
+    });
+    expect(assigned.status).toBe(200);
     const runId = await start(as, 'planned');
     const e = await explainUntil(as, runId, (x) => x.steps.some((s) => s.reason === 'running'));
     const held = e.steps.filter((s) => s.status === 'queued');
