@@ -1,6 +1,7 @@
 /**
  * A failure the caller can act on. `code` is stable (clients match on it); `status` is the HTTP
- * status the global filter answers with. Domain modules subclass or instantiate it with their codes.
+ * status the global filter answers with; `headers` go out with the answer (e.g. `Retry-After` on a
+ * 429 or 503). Domain modules subclass or instantiate it with their codes.
  */
 export class DomainError extends Error {
   constructor(
@@ -8,6 +9,7 @@ export class DomainError extends Error {
     message: string,
     readonly status: number,
     readonly details?: unknown,
+    readonly headers?: Readonly<Record<string, string>>,
   ) {
     super(message);
     this.name = 'DomainError';

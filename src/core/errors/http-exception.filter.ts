@@ -38,6 +38,7 @@ export class HttpExceptionFilter implements ExceptionFilter {
     const traceId = traceIdOf(req);
     const { status, body } = toEnvelope(exception, traceId, { ...this.opts, contentType: req.headers['content-type'] });
     if (status >= 500) this.logger.error({ err: exception, traceId, url: req.url }, 'request failed');
+    if (exception instanceof DomainError && exception.headers) void reply.headers(exception.headers);
     const send = () => void reply.status(status).header('content-type', 'application/json; charset=utf-8').send(body);
     if (status === 413 && !req.raw.complete) {
       void reply.header('connection', 'close');
