@@ -150,11 +150,16 @@ export const envSchema = z.object({
       }
       return ranges;
     }),
-  // Optional: cross-replica stream fan-out through Redis.
+  // Optional: cross-replica stream fan-out and the API rate limiter's counters in Redis (unset: in PostgreSQL).
   REDIS_URL: z
     .string()
     .regex(/^rediss?:\/\//, 'must be a redis:// URL')
     .optional(),
+  // Prefix of the rate limiter's keys in Redis (instances sharing one Redis need different ones).
+  ORDO_RATE_LIMIT_KEY_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9:._-]{1,64}$/, 'must be 1-64 letters, digits, colons, dots, dashes or underscores')
+    .default('ordo:rl'),
   // Tenants named in the per-tenant queue and limit metrics (the rest are summed as `other`).
   ORDO_METRICS_TOP_TENANTS: z.coerce.number().int().min(0).max(1_000).default(20),
   // Optional: OTLP/HTTP trace export to `<endpoint>/v1/traces`.

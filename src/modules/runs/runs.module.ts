@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { DagsCoreModule } from '../dags/dags.module';
+import { RateLimitCoreModule } from '../plans/rate-limit.module';
 import { RunExplainRepository } from './run-explain.repository';
 import { RunExplainService } from './run-explain.service';
 import { RunsController } from './runs.controller';
@@ -11,7 +12,7 @@ import { RunsService } from './runs.service';
  * cache), used by the API and the scheduler, and the run rows the engine writes.
  */
 @Module({
-  imports: [DagsCoreModule],
+  imports: [DagsCoreModule, RateLimitCoreModule],
   providers: [RunsRepository, RunsService, RunExplainRepository, RunExplainService],
   exports: [RunsRepository, RunsService, RunExplainService],
 })

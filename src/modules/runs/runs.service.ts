@@ -16,6 +16,7 @@ import { compileInputSchema } from '../dags/input-schema';
 import { DAG_STEP_PLUGIN } from '../dags/sub-dag-refs';
 import { QUEUE_STEP_PLUGIN } from '../workers/worker-names';
 import { quotaExceeded } from '../plans/quota-exceeded';
+import { RunRateLimit, takeRuns } from '../plans/rate-limit-runs';
 import type { JsonObject, JsonValue } from '../plugins/plugin';
 import { RunBooks } from './run-book';
 import { RunExplainService, type RunWaiting } from './run-explain.service';
@@ -99,6 +100,7 @@ export class RunsService {
     private readonly dags: DagsRepository,
     // (Absent where a RunsService is built outside the application, which reads no run records.)
     @Optional() private readonly explainer?: RunExplainService,
+    @Optional() private readonly runRate?: RunRateLimit,
   ) {
     this.prepared = new PreparedTenantTransactions(db);
   }
@@ -110,7 +112,7 @@ export class RunsService {
    */
   async createRun(tenantId: string, req: CreateRunRequest): Promise<CreateRunResult> {
     checkSchedule(req);
-    return this.batcher.submit(tenantId, req);
+    return takeRuns(this.runRate, tenantId, 1, () => this.batcher.submit(tenantId, req));
   }
 
   /**
@@ -120,7 +122,9 @@ export class RunsService {
    */
   async createRuns(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateRunResult[]> {
     reqs.forEach(checkSchedule);
-    return this.db.withTenant(tenantId, (tx) => this.createdInTx(tx, tenantId, reqs, {}, true));
+    return takeRuns(this.runRate, tenantId, reqs.length, () =>
+      this.db.withTenant(tenantId, (tx) => this.createdInTx(tx, tenantId, reqs, {}, true)),
+    );
   }
 
   /**
@@ -668,6 +672,7 @@ export class RunsService {
       const [row] = await this.repo.lockRuns(tx, [{ tenantId, runId }]);
       if (!row) throw notFound('run', 'RUN_NOT_FOUND');
       const old = (await this.repo.findRun(tx, runId))!;
+      await this.runRate?.take(tenantId, 1);
       const [created] = await this.createdInTx(
         tx,
         tenantId,
@@ -719,6 +724,7 @@ export class RunsService {
     if (!v.definition.steps.some((s) => s.id === fromStep)) throw notFound(`step ${fromStep}`, 'STEP_NOT_FOUND');
     const redo = descendants(v.definition.steps, fromStep);
     redo.add(fromStep);
+    await this.runRate?.take(tenantId, 1);
     const reuse: ReusedOutputs = new Map();
     for (const s of await this.repo.succeededOutputs(tx, runId)) {
       if (!redo.has(s.step_id))

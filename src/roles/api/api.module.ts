@@ -10,6 +10,7 @@ import { FlowModule } from '../../modules/flow/flow.module';
 import { IdempotencyModule } from '../../modules/idempotency/idempotency.module';
 import { ObservabilityModule } from '../../modules/observability/observability.module';
 import { PlansModule } from '../../modules/plans/plans.module';
+import { RateLimitModule } from '../../modules/plans/rate-limit.module';
 import { RunsModule } from '../../modules/runs/runs.module';
 import { StreamModule } from '../../modules/stream/stream.module';
 import { SchedulesModule } from '../../modules/scheduler/schedules.module';
@@ -22,6 +23,7 @@ import { WorkersModule } from '../../modules/workers/workers.module';
 @Module({
   imports: [
     AuthModule,
+    RateLimitModule,
     IdempotencyModule,
     TenantsModule,
     DagsModule,
