@@ -130,6 +130,18 @@ describe.each(stores)('rate limits with the counters in $store', ({ store, env }
     expect(hits.rows).toEqual([{ limit_name: 'runsPerMinute', hits: 7 }]);
   });
 
+  it('lets 100 concurrent creators on two replicas create exactly 50 runs against runsPerMinute 50', async () => {
+    const t = await tenantWith({ runsPerMinute: 50 });
+    await publishDag(a, t.tenantId, chainDag('rl', 1));
+    const answers = await Promise.all(Array.from({ length: 100 }, (_, i) => createRun(i % 2 ? 'b' : 'a', t, `c-${i}`)));
+    const statuses = answers.map((r) => r.status);
+    expect({ 201: statuses.filter((x) => x === 201).length, 429: statuses.filter((x) => x === 429).length }).toEqual({
+      201: 50,
+      429: 50,
+    });
+    expect(await runCount(t.tenantId)).toBe(50);
+  });
+
   it('counts only runs created: a repeated run token gives its point back, a replay takes one', async () => {
     const t = await tenantWith({ runsPerMinute: 3 });
     await publishDag(a, t.tenantId, chainDag('rl', 1));
