@@ -1,5 +1,6 @@
 import pg from 'pg';
 import pino from 'pino';
+import { LimitHits } from '../../src/modules/plans/limit-hits';
 import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
 import { ManualClock } from '../../src/modules/scheduler/clock';
@@ -214,7 +215,12 @@ describe('plan quotas (api only: runs stay queued)', () => {
     const loop = new SchedulerLoop(
       db,
       new SchedulesRepository(),
-      new RunsScheduleRunner(db, app.ordo.app.get(RunsService, { strict: false }), new RunsRepository()),
+      new RunsScheduleRunner(
+        db,
+        app.ordo.app.get(RunsService, { strict: false }),
+        new RunsRepository(),
+        app.ordo.app.get(LimitHits, { strict: false }),
+      ),
       clock,
     );
     const done = await loop.tick();
@@ -232,6 +238,12 @@ describe('plan quotas (api only: runs stay queued)', () => {
     }
     expect(items.filter((f) => f.outcome === 'failed')).toEqual([]);
     expect(await runsOf('q-sched')).toBe(1);
+    // Each skipped fire is a hit of the limit, as a refused request is.
+    await app.ordo.app.get(LimitHits, { strict: false }).flush();
+    const hits = await owner.query<{ hits: string }>(
+      `select sum(hits)::text as hits from limit_hit where tenant_id = 'q-sched' and limit_name = 'monthlyRuns'`,
+    );
+    expect(Number(hits.rows[0].hits)).toBe(skipped.length);
   });
 
   it('takes no lock and counts nothing for a tenant without a plan', async () => {

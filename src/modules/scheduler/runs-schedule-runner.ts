@@ -1,6 +1,7 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Optional } from '@nestjs/common';
 import { Database } from '../../core/database/database';
 import { DomainError } from '../../core/errors/domain-error';
+import { LimitHits } from '../plans/limit-hits';
 import { RunsRepository } from '../runs/runs.repository';
 import { RunsService } from '../runs/runs.service';
 import { TERMINAL_RUN_STATES, type RunStatus } from '../runs/state-machine';
@@ -13,15 +14,23 @@ export class RunsScheduleRunner extends ScheduleRunner {
     private readonly db: Database,
     private readonly runs: RunsService,
     private readonly runsRepo: RunsRepository,
+    /** Counts fires refused by a plan's limit as limit hits, as a request's refusal is counted. */
+    @Optional() private readonly limitHits?: LimitHits,
   ) {
     super();
   }
 
   async createRun(tenantId: string, req: ScheduledRunRequest): Promise<{ runId: string; created: boolean }> {
-    const r = await this.runs.createRun(tenantId, req);
-    return { runId: r.runId, created: r.created };
+    try {
+      const r = await this.runs.createRun(tenantId, req);
+      return { runId: r.runId, created: r.created };
+    } catch (e) {
+      this.limitHits?.recordError(tenantId, e);
+      throw e;
+    }
   }
 
+  /** A refused batch is not a hit: the loop then creates its fires one by one (createRun), each counted. */
   async createRuns(tenantId: string, reqs: ScheduledRunRequest[]): Promise<{ runId: string; created: boolean }[]> {
     const rs = await this.runs.createRuns(tenantId, reqs);
     return rs.map((r) => ({ runId: r.runId, created: r.created }));
