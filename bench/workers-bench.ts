@@ -4,11 +4,13 @@ import { OrdoWorker, type TransportKind } from '../sdk/worker/src';
 import {
   authHeaders,
   cleanupOnSignals,
+  cpuMs,
   freshDatabase,
   load1,
   log,
   machine,
   pgClient,
+  postgresCpuMs,
   Processes,
   publishDag,
   round,
@@ -139,6 +141,12 @@ interface ThroughputRow {
   seconds: number;
   tasksPerS: number;
   succeeded: number;
+  /** Transactions committed in the database per task (pg_stat_database xact_commit). */
+  xactPerTask: number;
+  /** CPU per task, ms: the Ordo process, the 4 worker processes, and PostgreSQL (embedded server only). */
+  ordoCpuMsPerTask: number;
+  workersCpuMsPerTask: number;
+  pgCpuMsPerTask: number | null;
 }
 
 interface LatencyRow {
@@ -179,7 +187,9 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     console.log(EXT_WORKERS_HELP);
     return;
   }
-  const db = await freshDatabase(values.db ?? process.env.DATABASE_URL, 'extw');
+  // ORDO_BENCH_STATEMENTS=1 on the embedded server: the statements of each throughput phase (pg_stat_statements).
+  const statements = process.env.ORDO_BENCH_STATEMENTS === '1';
+  const db = await freshDatabase(values.db ?? process.env.DATABASE_URL, 'extw', { statements });
   const procs = new Processes(db);
   const groups: WorkerGroup[] = [];
   const release = cleanupOnSignals();
@@ -187,6 +197,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
   const { runs, close } = runsClient(db);
   try {
     await owner.connect();
+    if (statements) await owner.query(`create extension if not exists pg_stat_statements`);
     const ordo = await procs.start('api,worker,scheduler');
     const creds = procs.credentials();
     await publishDag(ordo.url, creds, {
@@ -231,6 +242,15 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         )
       ).rows[0].n;
 
+    const xactCommitted = async () =>
+      Number(
+        (
+          await owner.query<{ n: string }>(
+            `select xact_commit::text n from pg_stat_database where datname = current_database()`,
+          )
+        ).rows[0].n,
+      );
+
     // ---- throughput ----
     const throughput: ThroughputRow[] = [];
     for (const transport of ['websocket', 'long-poll'] as const) {
@@ -245,6 +265,14 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       );
       await Promise.all(gs.map((g) => g.ready));
       const n = Number(values['ext-tasks']);
+      const cpu = () => ({
+        ordo: cpuMs(ordo.pid),
+        workers: gs.reduce((sum, g) => sum + cpuMs(g.child.pid!), 0),
+        pg: db.postmasterPid === null ? null : postgresCpuMs(db.postmasterPid),
+      });
+      await sleep(1_500);
+      if (statements) await owner.query(`select pg_stat_statements_reset()`);
+      const [xact0, cpu0] = [await xactCommitted(), cpu()];
       const t0 = Date.now();
       const ids = await create(n);
       while ((await remaining(ids)) > 0) await sleep(100);
@@ -254,16 +282,35 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
           [ids],
         )
       ).rows[0];
+      const cpu1 = cpu();
+      // Statistics are flushed about once a second.
+      await sleep(1_500);
+      const xact1 = await xactCommitted();
       const seconds = (end.end.getTime() - t0) / 1000;
-      const row = {
+      const row: ThroughputRow = {
         transport,
         tasks: n,
         seconds: round(seconds),
         tasksPerS: Math.round(n / seconds),
         succeeded: end.ok,
+        xactPerTask: round((xact1 - xact0) / n, 2),
+        ordoCpuMsPerTask: round((cpu1.ordo - cpu0.ordo) / n, 3),
+        workersCpuMsPerTask: round((cpu1.workers - cpu0.workers) / n, 3),
+        pgCpuMsPerTask: cpu1.pg === null || cpu0.pg === null ? null : round((cpu1.pg - cpu0.pg) / n, 3),
       };
-      log(`ext-workers throughput ${transport}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()})`);
+      log(
+        `ext-workers throughput ${transport}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()}), ` +
+          `${row.xactPerTask} transactions/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
+          `PostgreSQL ${row.pgCpuMsPerTask ?? 'not measured (--db)'}`,
+      );
       throughput.push(row);
+      if (statements) {
+        const top = await owner.query<{ calls: string; ms: string; q: string }>(
+          `select calls::text, round(total_exec_time::numeric, 1)::text ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 140) q
+           from pg_stat_statements order by total_exec_time desc limit 25`,
+        );
+        for (const r of top.rows) console.log(`  ${r.ms} ms  ${r.calls} calls  ${r.q}`);
+      }
       await stopAll();
     }
 
@@ -294,14 +341,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     // ---- idle long-polling workers ----
     const seconds = Number(values['ext-idle-seconds']);
     const xactRate = async () => {
-      const read = async () =>
-        Number(
-          (
-            await owner.query<{ n: string }>(
-              `select xact_commit::text n from pg_stat_database where datname = current_database()`,
-            )
-          ).rows[0].n,
-        );
+      const read = xactCommitted;
       // Statistics are flushed about once a second: let the last ones land on both sides of the window.
       await sleep(1_500);
       const a = await read();
@@ -355,8 +395,13 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
 
     const result = { machine: machine(), database: db.embedded ? 'embedded' : 'server', throughput, latency, idle };
     const file = writeResult(values.out, 'ext-workers', result);
-    console.log(`\n| transport | tasks | tasks/s |\n|---|---|---|`);
-    for (const r of throughput) console.log(`| ${r.transport} | ${r.tasks} | ${r.tasksPerS} |`);
+    console.log(
+      `\n| transport | tasks | tasks/s | transactions/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|`,
+    );
+    for (const r of throughput)
+      console.log(
+        `| ${r.transport} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
+      );
     console.log(
       `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|`,
     );

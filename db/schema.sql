@@ -2446,84 +2446,192 @@ begin
 end
 $$;
 
-CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) RETURNS integer
+CREATE TABLE public.worker_task (
+    tenant_id text NOT NULL,
+    task_id uuid NOT NULL,
+    run_id uuid NOT NULL,
+    step_id text NOT NULL,
+    attempt integer NOT NULL,
+    epoch integer NOT NULL,
+    dag_id text NOT NULL,
+    dag_version integer NOT NULL,
+    pool text NOT NULL,
+    task_type text NOT NULL,
+    requires jsonb DEFAULT '{}'::jsonb NOT NULL,
+    strategy text,
+    priority smallint DEFAULT 5 NOT NULL,
+    inputs jsonb,
+    inputs_sealed jsonb,
+    traceparent text NOT NULL,
+    deadline timestamp with time zone NOT NULL,
+    dispatch_deadline timestamp with time zone,
+    status text DEFAULT 'pending'::text NOT NULL,
+    worker_id uuid,
+    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    assigned_at timestamp with time zone,
+    delivered_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    end_reason text,
+    result_digest text,
+    progress jsonb,
+    late_results integer DEFAULT 0 NOT NULL,
+    CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
+    CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
+);
+
+ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
+
+CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb DEFAULT '[]'::jsonb) RETURNS SETOF public.worker_task
     LANGUAGE plpgsql
     SET jit TO 'off'
     AS $$
 declare
+  v_now timestamptz := clock_timestamp();
   v_t record;
-  v_w uuid;
-  v_n integer := 0;
+  v_w worker;
+  v_ws worker[];
+  v_held integer[];
+  v_queued integer[];
+  v_score double precision[];
+  v_last text[];
+  v_room integer[];
   v_strategy text;
   v_rr uuid;
   v_rr_moved boolean := false;
   v_models text[];
-  v_free bigint;
+  v_free bigint := 0;
+  v_n integer;
+  v_i integer;
+  v_best integer;
+  v_k1 integer;
+  v_k2 numeric;
+  v_b1 integer;
+  v_b2 numeric;
+  v_a_task uuid[] := '{}';
+  v_a_worker uuid[] := '{}';
+  v_a_deliver boolean[] := '{}';
 begin
+  perform set_config('synchronous_commit', 'off', true);
   perform pg_advisory_xact_lock(hashtextextended(jsonb_build_array('ordo_task_dispatch', p_tenant, p_pool)::text, 31));
   select wp.strategy, wp.rr_last into v_strategy, v_rr from worker_pool wp
   where wp.tenant_id = p_tenant and wp.pool = p_pool;
-  -- The free slots of the pool's live workers: with none, no pending task is looked at.
-  select coalesce(sum(greatest(w.max_concurrent - (
-      select count(*) from worker_task h
-      where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')), 0)), 0)
-  into v_free
+  -- The pool's live, unblocked workers in id order: the tasks each holds (and how many of them wait
+  -- assigned), its score, and the room its takers here have.
+  select coalesce(array_agg(w order by w.worker_id), '{}'), coalesce(array_agg(h.held order by w.worker_id), '{}'),
+    coalesce(array_agg(h.queued order by w.worker_id), '{}'),
+    coalesce(array_agg(coalesce(r.score, 0.5) order by w.worker_id), '{}'),
+    coalesce(array_agg(w.last_task_type order by w.worker_id), '{}'),
+    coalesce(array_agg(coalesce(k.room, 0) order by w.worker_id), '{}'),
+    coalesce(sum(greatest(w.max_concurrent - h.held, 0)), 0)
+  into v_ws, v_held, v_queued, v_score, v_last, v_room, v_free
   from worker w
   left join worker_reputation r on r.tenant_id = w.tenant_id and r.pool = w.pool and r.name = w.name
+  left join (
+    select (x->>'workerId')::uuid as worker_id, sum((x->>'room')::integer)::integer as room
+    from jsonb_array_elements(p_takers) x group by 1
+  ) k on k.worker_id = w.worker_id
+  cross join lateral (
+    select count(*)::integer as held, (count(*) filter (where t.status = 'assigned'))::integer as queued
+    from worker_task t
+    where t.tenant_id = w.tenant_id and t.worker_id = w.worker_id and t.status in ('assigned', 'delivered')
+  ) h
   where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
     and w.last_seen_at + make_interval(secs => w.ttl_ms::numeric / 1000) > now() and r.blocked_at is null;
-  if v_free <= 0 then
-    return 0;
-  end if;
-  for v_t in
-    select t.task_id, t.task_type, t.requires, coalesce(t.strategy, v_strategy, 'default') as strategy
-    from worker_task t
-    where t.tenant_id = p_tenant and t.pool = p_pool and t.status = 'pending'
-    order by t.priority desc, t.created_at, t.task_id
-    for update of t skip locked
-  loop
-    exit when v_free <= 0;
-    v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
-    select w.worker_id into v_w
-    from worker w
-    left join worker_reputation r on r.tenant_id = w.tenant_id and r.pool = w.pool and r.name = w.name
-    cross join lateral (
-      select count(*)::integer as held from worker_task h
-      where h.tenant_id = w.tenant_id and h.worker_id = w.worker_id and h.status in ('assigned', 'delivered')
-    ) h
-    where w.tenant_id = p_tenant and w.pool = p_pool and w.status = 'online'
-      and ordo_worker_fits(w.status, w.last_seen_at, w.ttl_ms, w.task_types, w.gpu_count, w.vram_bytes, w.cpu,
-        w.memory_bytes, w.models, w.labels, v_t.task_type, v_t.requires)
-      and r.blocked_at is null
-      and h.held < w.max_concurrent
-    order by
-      case when v_t.strategy = 'default' then
-        not (w.last_task_type is not distinct from v_t.task_type or (cardinality(v_models) > 0 and w.loaded @> v_models))
-      end,
-      case when v_t.strategy in ('default', 'cheapest') then w.cost_per_second end,
-      case when v_t.strategy = 'least_connections' then h.held end,
-      case when v_t.strategy = 'best_value' then w.cost_per_second / greatest(coalesce(r.score, 0.5), 0.001) end,
-      case when v_t.strategy = 'round_robin' then v_rr is not null and w.worker_id <= v_rr end,
-      w.worker_id
-    limit 1;
-    continue when v_w is null;
-    update worker_task t set status = 'assigned', worker_id = v_w, assigned_at = clock_timestamp()
-    where t.tenant_id = p_tenant and t.task_id = v_t.task_id;
-    update worker w set last_task_type = v_t.task_type
-    where w.tenant_id = p_tenant and w.worker_id = v_w and w.last_task_type is distinct from v_t.task_type;
-    if v_t.strategy = 'round_robin' then
-      v_rr := v_w;
-      v_rr_moved := true;
-    end if;
-    perform ordo_notify('ordo_task', jsonb_build_array(p_tenant, v_w)::text);
-    v_n := v_n + 1;
-    v_free := v_free - 1;
+
+  -- Takers first get the tasks assigned to them before.
+  for v_i in 1 .. coalesce(array_length(v_ws, 1), 0) loop
+    continue when v_room[v_i] <= 0 or v_queued[v_i] = 0;
+    return query
+      update worker_task t set status = 'delivered', delivered_at = v_now
+      from (
+        select h.task_id from worker_task h
+        where h.tenant_id = p_tenant and h.worker_id = v_ws[v_i].worker_id and h.status = 'assigned'
+        order by h.assigned_at, h.task_id
+        limit v_room[v_i]
+        for update skip locked
+      ) d
+      where t.tenant_id = p_tenant and t.task_id = d.task_id
+      returning t.*;
+    get diagnostics v_n = row_count;
+    v_room[v_i] := v_room[v_i] - v_n;
   end loop;
+
+  if v_free > 0 then
+    for v_t in
+      select t.task_id, t.task_type, t.requires, coalesce(t.strategy, v_strategy, 'default') as strategy
+      from worker_task t
+      where t.tenant_id = p_tenant and t.pool = p_pool and t.status = 'pending'
+      order by t.priority desc, t.created_at, t.task_id
+      for update of t skip locked
+    loop
+      exit when v_free <= 0;
+      v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
+      v_best := null;
+      -- The best candidate by the strategy's order (k1, k2, then worker id: the array's order).
+      for v_i in 1 .. array_length(v_ws, 1) loop
+        v_w := v_ws[v_i];
+        continue when v_held[v_i] >= v_w.max_concurrent;
+        continue when not ordo_worker_fits(v_w.status, v_w.last_seen_at, v_w.ttl_ms, v_w.task_types, v_w.gpu_count,
+          v_w.vram_bytes, v_w.cpu, v_w.memory_bytes, v_w.models, v_w.labels, v_t.task_type, v_t.requires);
+        v_k1 := case
+          when v_t.strategy = 'default' then
+            case when v_last[v_i] is not distinct from v_t.task_type
+              or (cardinality(v_models) > 0 and v_w.loaded @> v_models) then 0 else 1 end
+          when v_t.strategy = 'round_robin' then
+            case when v_rr is not null and v_w.worker_id <= v_rr then 1 else 0 end
+          else 0 end;
+        v_k2 := case v_t.strategy
+          when 'default' then v_w.cost_per_second
+          when 'cheapest' then v_w.cost_per_second
+          when 'least_connections' then v_held[v_i]
+          when 'best_value' then (v_w.cost_per_second / greatest(v_score[v_i], 0.001))::numeric
+          else 0 end;
+        if v_best is null or v_k1 < v_b1 or (v_k1 = v_b1 and v_k2 < v_b2) then
+          v_best := v_i;
+          v_b1 := v_k1;
+          v_b2 := v_k2;
+        end if;
+      end loop;
+      continue when v_best is null;
+      v_a_task := v_a_task || v_t.task_id;
+      v_a_worker := v_a_worker || v_ws[v_best].worker_id;
+      v_a_deliver := v_a_deliver || (v_room[v_best] > 0);
+      v_room[v_best] := v_room[v_best] - 1;
+      v_held[v_best] := v_held[v_best] + 1;
+      v_last[v_best] := v_t.task_type;
+      if v_t.strategy = 'round_robin' then
+        v_rr := v_ws[v_best].worker_id;
+        v_rr_moved := true;
+      end if;
+      v_free := v_free - 1;
+    end loop;
+  end if;
+  if cardinality(v_a_task) = 0 then
+    return;
+  end if;
+
+  -- The choices, in the order made (assigned_at keeps it), delivered at once to takers with room.
+  return query
+    with u as (
+      update worker_task t set worker_id = a.worker_id,
+        status = case when a.deliver then 'delivered' else 'assigned' end,
+        assigned_at = v_now + make_interval(secs => a.ord / 1000000.0),
+        delivered_at = case when a.deliver then v_now end
+      from unnest(v_a_task, v_a_worker, v_a_deliver) with ordinality as a(task_id, worker_id, deliver, ord)
+      where t.tenant_id = p_tenant and t.task_id = a.task_id
+      returning t.*
+    )
+    select * from u where u.status = 'delivered';
+  update worker w set last_task_type = x.last
+  from unnest(array(select e.worker_id from unnest(v_ws) e), v_last) as x(worker_id, last)
+  where w.tenant_id = p_tenant and w.worker_id = x.worker_id and x.last is distinct from w.last_task_type;
   if v_rr_moved then
     insert into worker_pool (tenant_id, pool, rr_last) values (p_tenant, p_pool, v_rr)
     on conflict (tenant_id, pool) do update set rr_last = excluded.rr_last;
   end if;
-  return v_n;
+  perform ordo_notify('ordo_task', jsonb_build_array(p_tenant, a.worker_id)::text)
+  from (select distinct x.worker_id from unnest(v_a_worker, v_a_deliver) as x(worker_id, deliver) where not x.deliver) a
+  order by a.worker_id;
 end
 $$;
 
@@ -3345,41 +3453,6 @@ CREATE TABLE public.worker_reputation (
 
 ALTER TABLE ONLY public.worker_reputation FORCE ROW LEVEL SECURITY;
 
-CREATE TABLE public.worker_task (
-    tenant_id text NOT NULL,
-    task_id uuid NOT NULL,
-    run_id uuid NOT NULL,
-    step_id text NOT NULL,
-    attempt integer NOT NULL,
-    epoch integer NOT NULL,
-    dag_id text NOT NULL,
-    dag_version integer NOT NULL,
-    pool text NOT NULL,
-    task_type text NOT NULL,
-    requires jsonb DEFAULT '{}'::jsonb NOT NULL,
-    strategy text,
-    priority smallint DEFAULT 5 NOT NULL,
-    inputs jsonb,
-    inputs_sealed jsonb,
-    traceparent text NOT NULL,
-    deadline timestamp with time zone NOT NULL,
-    dispatch_deadline timestamp with time zone,
-    status text DEFAULT 'pending'::text NOT NULL,
-    worker_id uuid,
-    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
-    assigned_at timestamp with time zone,
-    delivered_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    end_reason text,
-    result_digest text,
-    progress jsonb,
-    late_results integer DEFAULT 0 NOT NULL,
-    CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
-    CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
-);
-
-ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
-
 ALTER TABLE ONLY public.run_event ALTER COLUMN stream_id SET DEFAULT nextval('public.run_event_stream_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_token
@@ -3918,8 +3991,15 @@ GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec json
 
 GRANT ALL ON FUNCTION public.ordo_take_notifications() TO ordo_system;
 
-REVOKE ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text) TO ordo_system;
+GRANT SELECT ON TABLE public.worker_task TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_task TO ordo_system;
+
+GRANT UPDATE(status) ON TABLE public.worker_task TO ordo_app;
+
+GRANT UPDATE(delivered_at) ON TABLE public.worker_task TO ordo_app;
+
+REVOKE ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb) TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) TO ordo_system;
@@ -4078,10 +4158,3 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_pool TO ordo_system;
 
 GRANT SELECT ON TABLE public.worker_reputation TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_reputation TO ordo_system;
-
-GRANT SELECT ON TABLE public.worker_task TO ordo_app;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_task TO ordo_system;
-
-GRANT UPDATE(status) ON TABLE public.worker_task TO ordo_app;
-
-GRANT UPDATE(delivered_at) ON TABLE public.worker_task TO ordo_app;

@@ -1,3 +1,5 @@
+import http from 'node:http';
+import https from 'node:https';
 import { backoffDelay, DEFAULT_BACKOFF, sleep, type BackoffOptions } from './backoff';
 import { OrdoApiError, OrdoUnreachableError } from './errors';
 import { SDK_VERSION } from './version';
@@ -38,6 +40,11 @@ export interface ApiAnswer<T> {
 export class ApiClient {
   private current = 0;
   private readonly urls: string[];
+  /** Connections kept open between calls (an idle one does not keep the process alive). */
+  private readonly agents = {
+    http: new http.Agent({ keepAlive: true }),
+    https: new https.Agent({ keepAlive: true }),
+  };
 
   constructor(private readonly opts: ApiClientOptions) {
     if (opts.urls.length === 0) throw new Error('at least one Ordo URL is required');
@@ -87,30 +94,71 @@ export class ApiClient {
     }
   }
 
-  private async once<T>(base: string, method: string, path: string, opts: CallOptions): Promise<ApiAnswer<T>> {
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? this.opts.requestTimeoutMs ?? 30_000);
-    const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  private once<T>(base: string, method: string, path: string, opts: CallOptions): Promise<ApiAnswer<T>> {
+    const url = new URL(`${base}${path}`);
+    const secure = url.protocol === 'https:';
     const headers = this.headers;
     let body: string | undefined;
     if (opts.body !== undefined) {
       body = JSON.stringify(opts.body);
       headers['content-type'] = 'application/json';
+      headers['content-length'] = String(Buffer.byteLength(body));
     }
-    const res = await fetch(`${base}${path}`, { method, headers, body, signal });
-    const text = await res.text();
-    let parsed: unknown;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      parsed = undefined;
-    }
-    if (res.ok) return { status: res.status, body: parsed as T };
-    const env = (parsed as { error?: { code?: unknown; message?: unknown; traceId?: unknown } } | undefined)?.error;
-    throw new OrdoApiError(
-      res.status,
-      typeof env?.code === 'string' ? env.code : `HTTP_${res.status}`,
-      typeof env?.message === 'string' ? env.message : text.slice(0, 200) || res.statusText,
-      typeof env?.traceId === 'string' ? env.traceId : undefined,
-    );
+    const timeoutMs = opts.timeoutMs ?? this.opts.requestTimeoutMs ?? 30_000;
+    const signal = opts.signal;
+    return new Promise<ApiAnswer<T>>((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason as Error);
+        return;
+      }
+      const req = (secure ? https : http).request(
+        url,
+        { method, headers, agent: secure ? this.agents.https : this.agents.http },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', fail);
+          res.on('end', () => {
+            done();
+            try {
+              resolve(answer<T>(res.statusCode ?? 0, res.statusMessage ?? '', Buffer.concat(chunks).toString('utf8')));
+            } catch (e) {
+              reject(e as Error);
+            }
+          });
+        },
+      );
+      const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      const abort = () => req.destroy(signal!.reason instanceof Error ? signal!.reason : new Error('aborted'));
+      signal?.addEventListener('abort', abort, { once: true });
+      function done() {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', abort);
+      }
+      function fail(e: Error) {
+        done();
+        reject(e);
+      }
+      req.on('error', fail);
+      req.end(body);
+    });
   }
+}
+
+/** The answer to a call: its body on a 2xx, else an OrdoApiError with the envelope's code. */
+function answer<T>(status: number, statusText: string, text: string): ApiAnswer<T> {
+  let parsed: unknown;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  if (status >= 200 && status < 300) return { status, body: parsed as T };
+  const env = (parsed as { error?: { code?: unknown; message?: unknown; traceId?: unknown } } | undefined)?.error;
+  throw new OrdoApiError(
+    status,
+    typeof env?.code === 'string' ? env.code : `HTTP_${status}`,
+    typeof env?.message === 'string' ? env.message : text.slice(0, 200) || statusText,
+    typeof env?.traceId === 'string' ? env.traceId : undefined,
+  );
 }

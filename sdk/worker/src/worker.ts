@@ -71,6 +71,8 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
   private readonly definitions = new Map<string, HandlerDefinition>();
   private readonly handlers = new Map<string, CompiledHandler>();
   private readonly executions = new Map<string, { execution: TaskExecution; session: WorkerSession }>();
+  /** Handlers running now: a slot is free again once its handler ends, while its result is still posted. */
+  private handling = 0;
   private readonly lifetime = new AbortController();
   private readonly maxConcurrent: number;
   private session: WorkerSession | undefined;
@@ -260,7 +262,9 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
       stopSignal: this.lifetime.signal,
       backoff: this.options.backoff,
       resultTries: this.options.resultTries ?? 12,
-      capacity: () => (this.state === 'running' ? this.maxConcurrent - this.executions.size : 0),
+      // The server assigns a worker no more tasks than maxConcurrent until their results are in, so
+      // the slot of a task whose result is on its way can be asked for again.
+      capacity: () => (this.state === 'running' ? this.maxConcurrent - this.handling : 0),
       loaded: () => this.options.loaded?.(),
       onTask: (task, session) => this.onTask(task, session),
       onCancel: (attemptId, reason) => {
@@ -291,23 +295,34 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
       session.progress(t, percent, message, data),
     );
     this.executions.set(task.attemptId, { execution, session });
+    this.handling += 1;
     this.emit('task', task);
     void this.run(execution, session);
   }
 
   private async run(execution: TaskExecution, session: WorkerSession): Promise<void> {
     const task = execution.task;
+    let handled = false;
+    const handlerEnded = () => {
+      if (handled) return;
+      handled = true;
+      this.handling -= 1;
+      this.session?.capacityChanged();
+    };
     try {
       const body = await execution.execute();
       if (body && !execution.cancelled && !session.isEnded) {
-        const answer = await session.postResult(task, body);
+        // The result goes first (postResult sends it at once when it can), then the freed slot is asked for.
+        const posted = session.postResult(task, body);
+        handlerEnded();
+        const answer = await posted;
         if (answer) this.emit('result', { task, body, answer });
       }
     } catch (e) {
       this.emit('warning', e as Error);
     } finally {
       this.executions.delete(task.attemptId);
-      this.session?.capacityChanged();
+      handlerEnded();
       if (this.executions.size === 0) {
         for (const w of this.idleWaiters.splice(0)) w();
       }

@@ -1,7 +1,7 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { Database } from '../../core/database/database';
 import { PgListener } from '../../core/database/pg-listener';
-import { WorkersRepository } from './workers.repository';
+import { WorkersRepository, type TaskRow } from './workers.repository';
 
 /** Who hears a worker's wake-ups in this process: its long-polls and its channel. */
 export interface InboxListener {
@@ -13,6 +13,21 @@ export interface InboxListener {
   status?(status: string): void;
 }
 
+/**
+ * A worker's channel or waiting long-poll in this process, to which a dispatch here delivers the
+ * tasks it assigns (see TaskInbox.dispatch): it reserves its room before the dispatch and is
+ * handed what was delivered to it after.
+ */
+export interface TaskTaker {
+  readonly tenantId: string;
+  readonly pool: string;
+  readonly workerId: string;
+  /** Reserves the tasks it can take now (0: none), held for it until `settle`. */
+  reserve(): number;
+  /** The tasks delivered for its reservation of `reserved`; false when it is gone (they go back). */
+  settle(rows: TaskRow[], reserved: number): boolean;
+}
+
 const key = (tenantId: string, workerId: string) => `${tenantId}\u0000${workerId}`;
 
 /**
@@ -22,6 +37,8 @@ const key = (tenantId: string, workerId: string) => `${tenantId}\u0000${workerId
  * `ordo_worker` (a worker's status changed) and `ordo_cancel` (a run was cancelled). It also knows
  * which workers surely have nothing assigned (a pull found nothing and no wake-up came since, while
  * the connection listened): their next pull waits without a query, so idle long-polls cost none.
+ * A dispatch run here delivers at once to the workers of the pool that wait here with room (their
+ * takers), in its own statement: their tasks need no pull of their own.
  */
 @Injectable()
 export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -33,6 +50,8 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   private readonly wakes = new Map<string, number>();
   private readonly dispatching = new Map<string, Promise<void>>();
   private readonly again = new Set<string>();
+  /** Takers by tenant and pool. */
+  private readonly takers = new Map<string, Set<TaskTaker>>();
   private readonly listener: PgListener;
   private readonly statusHooks: ((tenantId: string, workerId: string, status: string) => void)[] = [];
   private stopping = false;
@@ -75,6 +94,18 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     };
   }
 
+  /** Offers `t` the tasks dispatched here for its worker until the returned function is called. */
+  addTaker(t: TaskTaker): () => void {
+    const k = key(t.tenantId, t.pool);
+    let set = this.takers.get(k);
+    if (!set) this.takers.set(k, (set = new Set()));
+    set.add(t);
+    return () => {
+      set.delete(t);
+      if (set.size === 0) this.takers.delete(k);
+    };
+  }
+
   /** Calls `hook` with every worker status change announced (ordo_worker). */
   onStatus(hook: (tenantId: string, workerId: string, status: string) => void): void {
     this.statusHooks.push(hook);
@@ -103,7 +134,10 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     this.wakes.delete(k);
   }
 
-  /** Runs the dispatch of a pool in this process (coalesced: once more if asked while it runs). */
+  /**
+   * Runs the dispatch of a pool in this process (coalesced: once more if asked while it runs),
+   * delivering to the pool's takers here what it assigns to their workers.
+   */
   dispatch(tenantId: string, pool: string): Promise<void> {
     const k = key(tenantId, pool);
     const running = this.dispatching.get(k);
@@ -115,7 +149,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
       do {
         this.again.delete(k);
         try {
-          await this.repo.dispatchAlone(this.db.system, tenantId, pool);
+          await this.dispatchOnce(tenantId, pool);
         } catch (e) {
           // The scheduler's sweep dispatches every pool with pending tasks: nothing waits forever.
           if (!this.stopping) this.log.warn({ err: e, tenantId, pool }, 'dispatch failed');
@@ -125,6 +159,38 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     })().finally(() => this.dispatching.delete(k));
     this.dispatching.set(k, run);
     return run;
+  }
+
+  private async dispatchOnce(tenantId: string, pool: string): Promise<void> {
+    const reserved: { t: TaskTaker; n: number }[] = [];
+    const room = new Map<string, number>();
+    for (const t of this.takers.get(key(tenantId, pool)) ?? []) {
+      const n = t.reserve();
+      if (n <= 0) continue;
+      reserved.push({ t, n });
+      room.set(t.workerId, (room.get(t.workerId) ?? 0) + n);
+    }
+    let rows: TaskRow[] = [];
+    try {
+      rows = await this.repo.dispatch(
+        this.db.system,
+        tenantId,
+        pool,
+        [...room].map(([workerId, n]) => ({ workerId, room: n })),
+      );
+    } finally {
+      // Each taker gets its worker's tasks, in delivery order, up to what it reserved.
+      const byWorker = new Map<string, TaskRow[]>();
+      for (const r of rows) byWorker.set(r.worker_id!, [...(byWorker.get(r.worker_id!) ?? []), r]);
+      const back: TaskRow[] = [];
+      for (const { t, n } of reserved) {
+        const mine = byWorker.get(t.workerId) ?? [];
+        const given = mine.splice(0, n);
+        if (!t.settle(given, n)) back.push(...given);
+      }
+      for (const left of byWorker.values()) back.push(...left);
+      if (back.length > 0) await this.repo.undeliver(this.db.system, back);
+    }
   }
 
   private forgetIdle(): void {

@@ -91,7 +91,8 @@ export class TasksService {
 
   /**
    * Up to `max` tasks for the worker: at once when it has some assigned, else when one is assigned
-   * within `waitMs` (none: empty). A draining worker gets none, at once.
+   * within `waitMs` (none: empty). A draining worker gets none, at once. While it waits, a dispatch
+   * in this process delivers to it directly (see TaskInbox.dispatch).
    */
   async next(
     p: WorkerPrincipalT,
@@ -113,32 +114,75 @@ export class TasksService {
       }
       const left = until - Date.now();
       if (left <= 0) return [];
-      await this.wake(w, left, abort);
+      const delivered = await this.wake(w, max, left, abort);
+      if (delivered.length > 0) {
+        const tasks = await this.handOver(w, delivered);
+        if (tasks.length > 0) return tasks;
+      }
     }
   }
 
-  /** Waits until the worker may have a task, its status changes, `ms` pass or `abort` fires. */
-  private wake(w: KnownWorker, ms: number, abort: AbortSignal): Promise<void> {
+  /**
+   * Waits until the worker may have a task, its status changes, `ms` pass or `abort` fires; or
+   * until a dispatch here delivers it up to `max` tasks, which it resolves with.
+   */
+  private wake(w: KnownWorker, max: number, ms: number, abort: AbortSignal): Promise<TaskRow[]> {
     return new Promise((resolve) => {
-      const done = () => {
+      let settled = false;
+      let reserved = false;
+      const done = (rows: TaskRow[] = []) => {
+        settled = true;
         clearTimeout(timer);
         unsubscribe();
-        abort.removeEventListener('abort', done);
-        resolve();
+        untake();
+        abort.removeEventListener('abort', expire);
+        resolve(rows);
       };
-      const timer = setTimeout(done, ms);
-      const unsubscribe = this.inbox.subscribe(w.tenantId, w.workerId, { task: done, status: done });
-      abort.addEventListener('abort', done);
+      // A dispatch under way for this pull keeps it until it is handed its tasks.
+      const expire = () => {
+        if (!reserved) done();
+        else settled = true;
+      };
+      const timer = setTimeout(expire, ms);
+      const unsubscribe = this.inbox.subscribe(w.tenantId, w.workerId, { task: expire, status: expire });
+      const untake = this.inbox.addTaker({
+        tenantId: w.tenantId,
+        pool: w.pool,
+        workerId: w.workerId,
+        reserve: () => {
+          if (settled || reserved || w.status !== 'online') return 0;
+          reserved = true;
+          return max;
+        },
+        settle: (rows) => {
+          reserved = false;
+          // A pull whose request went away takes nothing: its tasks go back to be pulled again.
+          if (abort.aborted) {
+            done();
+            return false;
+          }
+          if (rows.length > 0 || settled) done(rows);
+          return true;
+        },
+      });
+      abort.addEventListener('abort', expire);
     });
   }
 
   /**
-   * Delivers up to `max` of the tasks assigned to `w` (its tenant's and pool's transaction): each
-   * with its inputs (unsealed when they carry secrets); one whose inputs do not match the worker's
-   * input schema is not handed over, and its step fails (invalid_input, INPUT_SCHEMA_MISMATCH).
+   * Delivers up to `max` of the tasks assigned to `w` (its tenant's and pool's transaction).
    */
   async take(w: KnownWorker, max: number): Promise<TaskDto[]> {
     const rows = await this.db.withWorkerPool(w.tenantId, w.pool, (tx) => this.repo.deliver(tx, w.workerId, max));
+    return this.handOver(w, rows);
+  }
+
+  /**
+   * The tasks delivered to `w`, as it receives them: each with its inputs (unsealed when they carry
+   * secrets); one whose inputs do not match the worker's input schema is not handed over, and its
+   * step fails (invalid_input, INPUT_SCHEMA_MISMATCH).
+   */
+  async handOver(w: KnownWorker, rows: TaskRow[]): Promise<TaskDto[]> {
     const out: TaskDto[] = [];
     for (const t of rows) {
       const inputs = (
@@ -296,12 +340,13 @@ export class TasksService {
         answers.push({ r: o.r, answer: o.applied.answer });
       });
       await this.repo.endTasks(tx, ends);
-      // The slots these results freed go to the pools' pending tasks in the same commit.
-      for (const pool of [...new Set(open.map((o) => JSON.stringify([o.t.tenant_id, o.t.pool])))].sort()) {
-        const [tenantId, name] = JSON.parse(pool) as [string, string];
-        await this.repo.dispatch(tx, tenantId, name);
-      }
     });
+    // The slots these results freed go to the pools' pending tasks at once, delivered to the
+    // workers that wait here (the answers need not wait for it).
+    for (const pool of new Set(batch.map((r) => JSON.stringify([r.w.tenantId, r.w.pool])))) {
+      const [tenantId, name] = JSON.parse(pool) as [string, string];
+      void this.inbox.dispatch(tenantId, name);
+    }
     this.judge(judged);
     for (const { r, answer } of answers) {
       if (answer instanceof Error) r.reject(answer);

@@ -11,7 +11,7 @@ import { TasksService } from './tasks.service';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
 import { TaskInbox } from './task-inbox';
-import { heartbeatBody, progressBody, resultBody } from './workers.dto';
+import { heartbeatBody, progressBody, resultBody, type TaskDto } from './workers.dto';
 import { WorkersService } from './workers.service';
 
 /** The channel's path; `:workerId` is the worker's id (see StreamWsAdapter's path patterns). */
@@ -28,8 +28,10 @@ interface Session {
   w: KnownWorker;
   p: WorkerPrincipalT;
   exp: number;
-  /** Tasks the worker can still take (its `ready` credits less the tasks offered). */
+  /** Tasks the worker can still take (its `ready` credits less the tasks offered and reserved). */
   credit: number;
+  /** Credits reserved by a dispatch under way here (see TaskInbox.dispatch). */
+  reserved: number;
   /** Tasks offered on this channel and not yet answered, by task id: their run. */
   held: Map<string, string>;
   pulling: boolean;
@@ -119,6 +121,7 @@ export class WorkerChannelGateway
       p: who.p,
       exp: who.exp,
       credit: 0,
+      reserved: 0,
       held: new Map(),
       pulling: false,
       again: false,
@@ -148,9 +151,34 @@ export class WorkerChannelGateway
         if (status === 'offline') ws.close(CLOSE_OFFLINE, 'the worker is offline: register again');
       },
     });
+    // A dispatch here delivers to the channel at once, up to its credits.
+    const untake = this.inbox.addTaker({
+      tenantId: s.w.tenantId,
+      pool: s.w.pool,
+      workerId: s.w.workerId,
+      reserve: () => {
+        if (s.pulling || s.reserved > 0 || s.credit <= 0 || s.w.status !== 'online' || ws.readyState !== ws.OPEN)
+          return 0;
+        s.reserved = s.credit;
+        s.credit = 0;
+        return s.reserved;
+      },
+      settle: (rows, reserved) => {
+        s.reserved = 0;
+        s.credit += reserved - rows.length;
+        if (ws.readyState !== ws.OPEN) {
+          s.credit += rows.length;
+          return false;
+        }
+        if (rows.length > 0) this.sendTasks(s, this.tasks.handOver(s.w, rows), rows.length);
+        else if (s.again) this.offer(s);
+        return true;
+      },
+    });
     ws.on('close', () => {
       clearInterval(alive);
       unsubscribe();
+      untake();
     });
     ws.on('message', (data: RawData, isBinary: boolean) => {
       seen();
@@ -231,9 +259,32 @@ export class WorkerChannelGateway
     });
   }
 
+  /** Sends tasks delivered to the worker (`n` of them, fewer once those refused for their inputs are left out). */
+  private sendTasks(s: Session, tasks: Promise<TaskDto[]>, n: number): void {
+    s.pulling = true;
+    void tasks
+      .then(
+        (ts) => {
+          s.credit += n - ts.length;
+          for (const t of ts) {
+            s.held.set(t.attemptId, t.runId);
+            this.send(s, { type: 'task', task: t });
+          }
+        },
+        (e: unknown) => {
+          s.credit += n;
+          this.log.warn({ err: e, workerId: s.w.workerId }, 'offering tasks failed');
+        },
+      )
+      .finally(() => {
+        s.pulling = false;
+        if (s.again) this.offer(s);
+      });
+  }
+
   /** Offers the worker what is assigned to it, up to its credits (one pull at a time per channel). */
   private offer(s: Session): void {
-    if (s.pulling) {
+    if (s.pulling || s.reserved > 0) {
       s.again = true;
       return;
     }
@@ -252,7 +303,6 @@ export class WorkerChannelGateway
             s.held.set(t.attemptId, t.runId);
             this.send(s, { type: 'task', task: t });
           }
-          if (tasks.length > 0) s.again = true;
         },
         (e: unknown) => this.log.warn({ err: e, workerId: s.w.workerId }, 'offering tasks failed'),
       )

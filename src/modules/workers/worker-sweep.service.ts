@@ -47,9 +47,9 @@ export class WorkerSweepService implements OnApplicationBootstrap, OnApplication
       for (const t of await this.repo.overdue(this.db.system, BATCH))
         await this.tasks.overdue(t.tenant_id, t.task_id, t.pool);
       const stale = await this.repo.cancelStale(this.db.system, BATCH);
-      for (const pool of uniquePools(stale)) await this.repo.dispatchAlone(this.db.system, pool.tenant_id, pool.pool);
+      for (const pool of uniquePools(stale)) await this.repo.dispatch(this.db.system, pool.tenant_id, pool.pool);
       for (const p of await this.repo.pendingPools(this.db.system))
-        await this.repo.dispatchAlone(this.db.system, p.tenant_id, p.pool);
+        await this.repo.dispatch(this.db.system, p.tenant_id, p.pool);
     } catch (e) {
       this.log.error({ err: e }, 'external worker sweep failed');
     }

@@ -401,21 +401,33 @@ export class WorkersRepository {
     return r.rows;
   }
 
-  /** The dispatch of a pool's pending tasks (ordo_task_dispatch) in the caller's transaction; returns how many were assigned. */
-  async dispatch(tx: SystemTx, tenantId: string, pool: string): Promise<number> {
-    const r = await sql<{ n: number }>`select ordo_task_dispatch(${tenantId}, ${pool}) as n`.execute(tx);
-    return r.rows[0].n;
+  /**
+   * The dispatch of a pool (ordo_task_dispatch), one statement and so a transaction of its own,
+   * committed without waiting for its WAL flush (see there): assigns its pending tasks, then
+   * delivers to the takers given (workers of the pool that can take `room` more tasks in this
+   * process) their assigned tasks and returns those, each with its worker's name.
+   */
+  async dispatch(db: SystemDb, tenantId: string, pool: string, takers: { workerId: string; room: number }[] = []) {
+    const r = await sql<TaskRow>`
+      select t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version, t.pool,
+        t.task_type, t.inputs, t.inputs_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
+        t.result_digest, null::text as worker_name
+      from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb) t
+      order by t.delivered_at, t.task_id`.execute(db);
+    return r.rows;
   }
 
-  /**
-   * The dispatch of a pool in a transaction of its own, committed without waiting for its WAL flush:
-   * an assignment lost in a crash leaves its task pending again, and a worker's pull of it is a later
-   * transaction whose flush covers it.
-   */
-  async dispatchAlone(db: SystemDb, tenantId: string, pool: string): Promise<number> {
-    return db.transaction().execute(async (trx) => {
+  /** Tasks delivered to a taker that was gone before it got them: assigned again, and their workers told. */
+  async undeliver(db: SystemDb, rows: { tenant_id: string; task_id: string; worker_id: string | null }[]): Promise<void> {
+    if (rows.length === 0) return;
+    await db.transaction().execute(async (trx) => {
       await sql`set local synchronous_commit = off`.execute(trx);
-      return this.dispatch(trx as unknown as SystemTx, tenantId, pool);
+      await sql`
+        update worker_task t set status = 'assigned', delivered_at = null
+        from unnest(${rows.map((r) => r.tenant_id)}::text[], ${rows.map((r) => r.task_id)}::uuid[]) as k(tenant_id, task_id)
+        where t.tenant_id = k.tenant_id and t.task_id = k.task_id and t.status = 'delivered'`.execute(trx);
+      const told = [...new Set(rows.map((r) => JSON.stringify([r.tenant_id, r.worker_id])))];
+      for (const payload of told) await sql`select pg_notify('ordo_task', ${payload})`.execute(trx);
     });
   }
 
