@@ -2484,6 +2484,10 @@ ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
 CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb DEFAULT '[]'::jsonb) RETURNS SETOF public.worker_task
     LANGUAGE plpgsql
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 declare
   v_now timestamptz := clock_timestamp();

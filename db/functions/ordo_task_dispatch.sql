@@ -28,6 +28,10 @@ create or replace function ordo_task_dispatch(p_tenant text, p_pool text, p_take
   returns setof worker_task
   language plpgsql
   set jit = off
+  set plan_cache_mode = force_generic_plan
+  set enable_seqscan = off
+  set enable_hashjoin = off
+  set enable_mergejoin = off
   as $$
 declare
   v_now timestamptz := clock_timestamp();

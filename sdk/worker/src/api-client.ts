@@ -123,7 +123,7 @@ export class ApiClient {
             try {
               resolve(answer<T>(res.statusCode ?? 0, res.statusMessage ?? '', Buffer.concat(chunks).toString('utf8')));
             } catch (e) {
-              reject(e as Error);
+              reject(e instanceof Error ? e : new Error(String(e)));
             }
           });
         },

@@ -230,6 +230,19 @@ describe('OrdoWorker', () => {
     });
   });
 
+  it('asks the channel for a slot again as soon as its handler ends, before its result is acknowledged', async () => {
+    const w = worker({ transport: 'websocket', maxConcurrent: 1 });
+    w.handle('noop', { run: () => ({}) });
+    await w.start();
+    ordo.holdAcks = true;
+    const tasks = [ordo.enqueue('noop'), ordo.enqueue('noop')];
+    // The second task was offered on the credit the first handler's end gave back, its ack still held.
+    await Promise.all(tasks.map((t) => ordo.waitForResult(t.attemptId)));
+    expect(w.running).toBe(2);
+    ordo.releaseAcks();
+    await until(() => w.running === 0);
+  });
+
   it('registers again when a call answers 404 WORKER_NOT_FOUND', async () => {
     const w = worker({ transport: 'long-poll' });
     w.handle('t', { run: () => ({}) });

@@ -54,6 +54,9 @@ export class FakeOrdo {
   channels = 0;
   /** Answers the channel upgrade with 404 (a server without the channel). */
   refuseChannel = false;
+  /** Holds the acks of results taken on the channel until `releaseAcks`. */
+  holdAcks = false;
+  private readonly heldAcks: (() => void)[] = [];
   token = 'worker-token';
   tenantId = 'acme';
   heartbeatIntervalMs = 40;
@@ -216,6 +219,12 @@ export class FakeOrdo {
     });
   }
 
+  /** Sends the acks held so far (see holdAcks) and stops holding them. */
+  releaseAcks(): void {
+    this.holdAcks = false;
+    for (const answer of this.heldAcks.splice(0)) answer();
+  }
+
   private onMessage(w: FakeWorker, ws: WebSocket, msg: ClientMessage): void {
     switch (msg.type) {
       case 'ready':
@@ -234,8 +243,12 @@ export class FakeOrdo {
       case 'result': {
         const { type: _t, attemptId, ...body } = msg;
         const r = this.result(w, attemptId, body, 'websocket');
-        if (r.status === 200) ws.send(JSON.stringify({ type: 'ack', attemptId, ...r.body }));
-        else ws.send(JSON.stringify({ type: 'error', attemptId, code: r.code, message: r.code }));
+        const answer = () => {
+          if (r.status === 200) ws.send(JSON.stringify({ type: 'ack', attemptId, ...r.body }));
+          else ws.send(JSON.stringify({ type: 'error', attemptId, code: r.code, message: r.code }));
+        };
+        if (this.holdAcks) this.heldAcks.push(answer);
+        else answer();
         break;
       }
     }

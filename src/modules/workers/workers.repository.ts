@@ -418,7 +418,10 @@ export class WorkersRepository {
   }
 
   /** Tasks delivered to a taker that was gone before it got them: assigned again, and their workers told. */
-  async undeliver(db: SystemDb, rows: { tenant_id: string; task_id: string; worker_id: string | null }[]): Promise<void> {
+  async undeliver(
+    db: SystemDb,
+    rows: { tenant_id: string; task_id: string; worker_id: string | null }[],
+  ): Promise<void> {
     if (rows.length === 0) return;
     await db.transaction().execute(async (trx) => {
       await sql`set local synchronous_commit = off`.execute(trx);
