@@ -18,9 +18,10 @@
 -- in the calling process can take `room` more tasks now) are handed tasks at once, up to their
 -- room: first the ones assigned to them before (oldest first), then the ones assigned now; those
 -- are delivered and returned, so the caller sends them without another transaction. Every worker
--- left with a task assigned now is notified (ordo_task, [tenant, worker]) and pulls it. The
--- statement commits without waiting for its WAL flush: an assignment or delivery lost in a crash
--- leaves the task pending or assigned again, and a result is fenced by its epoch and idempotent.
+-- left with a task assigned now is notified (ordo_task, [tenant, worker]) and pulls it. It is
+-- called as a statement of its own, whose commit does not wait for its WAL flush: an assignment or
+-- delivery lost in a crash leaves the task pending or assigned again, and a result is fenced by
+-- its epoch and idempotent.
 
 drop function if exists ordo_task_dispatch(text, text);
 

@@ -181,7 +181,11 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     } finally {
       // Each taker gets its worker's tasks, in delivery order, up to what it reserved.
       const byWorker = new Map<string, TaskRow[]>();
-      for (const r of rows) byWorker.set(r.worker_id!, [...(byWorker.get(r.worker_id!) ?? []), r]);
+      for (const r of rows) {
+        const mine = byWorker.get(r.worker_id!);
+        if (mine) mine.push(r);
+        else byWorker.set(r.worker_id!, [r]);
+      }
       const back: TaskRow[] = [];
       for (const { t, n } of reserved) {
         const mine = byWorker.get(t.workerId) ?? [];
