@@ -2898,6 +2898,20 @@ CREATE TABLE public.bundle_file (
 
 ALTER TABLE ONLY public.bundle_file FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.console_session (
+    id_hash bytea NOT NULL,
+    tenant_id text,
+    token_jti uuid NOT NULL,
+    subject text NOT NULL,
+    scopes text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT console_session_expiry_check CHECK ((expires_at > created_at)),
+    CONSTRAINT console_session_id_hash_check CHECK ((octet_length(id_hash) = 32))
+);
+
+ALTER TABLE ONLY public.console_session FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.dag (
     tenant_id text NOT NULL,
     dag_id text NOT NULL,
@@ -3480,6 +3494,9 @@ ALTER TABLE ONLY public.bundle
 ALTER TABLE ONLY public.bundle
     ADD CONSTRAINT bundle_pk PRIMARY KEY (tenant_id, bundle_hash);
 
+ALTER TABLE ONLY public.console_session
+    ADD CONSTRAINT console_session_pk PRIMARY KEY (id_hash);
+
 ALTER TABLE ONLY public.dag
     ADD CONSTRAINT dag_pk PRIMARY KEY (tenant_id, dag_id);
 
@@ -3591,6 +3608,8 @@ CREATE INDEX attempt_created_brin_idx ON public.attempt USING brin (created_at) 
 
 CREATE INDEX bundle_tenant_imported_idx ON public.bundle USING btree (tenant_id, imported_at DESC, bundle_hash);
 
+CREATE INDEX console_session_expires_idx ON public.console_session USING btree (expires_at);
+
 CREATE INDEX dag_version_list_idx ON public.dag_version USING btree (tenant_id, dag_id, version DESC);
 
 CREATE INDEX dead_letter_list_idx ON public.dead_letter USING btree (tenant_id, created_at, run_id);
@@ -3697,6 +3716,9 @@ ALTER TABLE ONLY public.bundle
 ALTER TABLE ONLY public.bundle
     ADD CONSTRAINT bundle_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
+ALTER TABLE ONLY public.console_session
+    ADD CONSTRAINT console_session_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE ONLY public.dag
     ADD CONSTRAINT dag_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
@@ -3787,6 +3809,8 @@ ALTER TABLE public.bundle_blob ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.bundle_file ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE public.console_session ENABLE ROW LEVEL SECURITY;
+
 ALTER TABLE public.dag ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.dag_version ENABLE ROW LEVEL SECURITY;
@@ -3840,6 +3864,8 @@ CREATE POLICY tenant_isolation ON public.bundle USING ((tenant_id = public.ordo_
 CREATE POLICY tenant_isolation ON public.bundle_blob USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.bundle_file USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.console_session USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.dag USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
@@ -4036,6 +4062,8 @@ GRANT SELECT ON TABLE public.bundle_blob TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.bundle_file TO ordo_app;
 GRANT SELECT ON TABLE public.bundle_file TO ordo_system;
+
+GRANT SELECT,INSERT,DELETE ON TABLE public.console_session TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.dag TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.dag TO ordo_system;

@@ -104,6 +104,16 @@ export interface BundleFile {
   tenant_id: string;
 }
 
+export interface ConsoleSession {
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  id_hash: Buffer;
+  scopes: string[];
+  subject: string;
+  tenant_id: string | null;
+  token_jti: string;
+}
+
 export interface Dag {
   created_at: Generated<Timestamp>;
   dag_id: string;
@@ -594,6 +604,7 @@ export interface DB {
   bundle: Bundle;
   bundle_blob: BundleBlob;
   bundle_file: BundleFile;
+  console_session: ConsoleSession;
   dag: Dag;
   dag_version: DagVersion;
   dag_version_status_change: DagVersionStatusChange;

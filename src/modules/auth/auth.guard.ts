@@ -7,7 +7,9 @@ import { requestState } from '../../core/http/request-context';
 import { ROUTE_SPEC, type RouteSpec } from '../../core/http/route-spec';
 import { AuthRepository } from './auth.repository';
 import { grants } from './scopes';
-import { TokenService } from './token.service';
+import { sessionCookieOf } from './session-cookie';
+import { SessionService, checkCsrf } from './session.service';
+import { TokenService, type VerifiedToken } from './token.service';
 import { TokenStatusCache } from './token-status-cache';
 
 const TENANT_HEADER = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -18,6 +20,11 @@ const TENANT_HEADER = /^[a-z0-9][a-z0-9-]{0,62}$/;
  * disabled tenant. A tenant token's revocation and its tenant's status come from TokenStatusCache
  * (kept current by database notifications, so a revocation holds on every replica at once);
  * platform tokens are checked in the database on each request.
+ *
+ * A request without an Authorization header may authenticate with a console session cookie
+ * instead (the bearer wins when both are present): the session stands for the token it was opened
+ * with and goes through the same checks, its tenant is the X-Tenant-Id when that header is absent,
+ * and a state-changing request needs the session's X-CSRF-Token (403 CSRF_FAILED).
  */
 @Injectable()
 export class AuthGuard implements CanActivate {
@@ -28,6 +35,8 @@ export class AuthGuard implements CanActivate {
     private readonly db: Database,
     // Absent where a module provides this guard for its own routes only (then: one query per check).
     @Optional() private readonly statuses?: TokenStatusCache,
+    // Absent likewise: there, only bearer tokens are accepted.
+    @Optional() private readonly sessions?: SessionService,
   ) {}
 
   async canActivate(ctx: ExecutionContext): Promise<boolean> {
@@ -39,14 +48,19 @@ export class AuthGuard implements CanActivate {
       state.principal = { kind: 'anonymous' };
       return true;
     }
-    const token = bearer(req.headers.authorization);
-    const verified = await this.tokens.verify(token);
+    const sessionId =
+      req.headers.authorization === undefined && this.sessions ? sessionCookieOf(req.headers) : undefined;
+    const verified: VerifiedToken =
+      sessionId !== undefined
+        ? await this.sessions!.token(sessionId)
+        : await this.tokens.verify(bearer(req.headers.authorization));
 
     if (spec.access === 'platform:admin') {
       if (verified.kind !== 'platform') throw forbidden('this route needs scope platform:admin', 'INSUFFICIENT_SCOPE');
       const revoked = await this.repo.platformTokenRevoked(this.db.system, verified.jti);
       if (revoked === undefined) throw unauthorized('token unknown to this instance', 'INVALID_TOKEN');
       if (revoked) throw unauthorized('token revoked', 'TOKEN_REVOKED');
+      if (sessionId !== undefined) checkCsrf(req.method, req.headers, sessionId);
       state.principal = { kind: 'platform', subject: verified.sub, jti: verified.jti };
       return true;
     }
@@ -60,7 +74,9 @@ export class AuthGuard implements CanActivate {
       : await this.repo.tenantTokenStatus(this.db.system, verified.tid, verified.jti);
     if (!status) throw unauthorized('token unknown to this instance', 'INVALID_TOKEN');
     if (status.revoked) throw unauthorized('token revoked', 'TOKEN_REVOKED');
-    const header = req.headers['x-tenant-id'];
+    if (sessionId !== undefined) checkCsrf(req.method, req.headers, sessionId);
+    // A session is bound to its token's tenant: the header may be left out, and must match if sent.
+    const header = req.headers['x-tenant-id'] ?? (sessionId !== undefined ? verified.tid : undefined);
     if (typeof header !== 'string' || header === '')
       throw badRequest('MISSING_TENANT', 'X-Tenant-Id header is required');
     if (!TENANT_HEADER.test(header)) throw badRequest('INVALID_TENANT', 'X-Tenant-Id is not a tenant id');

@@ -5,7 +5,9 @@ import { DomainError } from '../../core/errors/domain-error';
 import { rootLogger } from '../../core/logging/logger';
 import { AuthRepository } from '../auth/auth.repository';
 import { grants } from '../auth/scopes';
-import { TokenService } from '../auth/token.service';
+import { sessionCookieOf } from '../auth/session-cookie';
+import { SessionService, sameOrigin } from '../auth/session.service';
+import { TokenService, type VerifiedToken } from '../auth/token.service';
 import { parseCursor, type Cursor } from './stream-cursor';
 
 const TENANT = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -42,7 +44,10 @@ export class StreamAuthError extends Error {
 /**
  * The stream's authentication, as the REST guard does it: the API's tokens (signature, expiry,
  * revocation), the tenant header matching the token's tenant, an active tenant and scope
- * `orchestrator:read`. Tokens are never taken from the URL.
+ * `orchestrator:read`. Tokens are never taken from the URL. An upgrade without an Authorization
+ * header may carry the console's session cookie instead, accepted only when its Origin header is
+ * this host's (a page of another origin cannot open a socket with the browser's cookie); the
+ * session's token then goes through the same checks.
  */
 @Injectable()
 export class StreamAuthenticator {
@@ -50,6 +55,7 @@ export class StreamAuthenticator {
     private readonly tokens: TokenService,
     private readonly auth: AuthRepository,
     private readonly db: Database,
+    private readonly sessions: SessionService,
   ) {}
 
   /** Checks an upgrade request before it is accepted; throws the refusal. */
@@ -65,9 +71,17 @@ export class StreamAuthenticator {
     const since = sinceParam === null ? undefined : parseCursor(sinceParam);
     if (sinceParam !== null && !since) throw new StreamAuthError(400, 'INVALID_CURSOR', 'since is not a stream cursor');
     const header = req.headers.authorization;
-    if (header === undefined) return { since };
     const tenantHeader = req.headers['x-tenant-id'];
-    return { since, who: await this.authenticate(header, typeof tenantHeader === 'string' ? tenantHeader : undefined) };
+    const tenantId = typeof tenantHeader === 'string' ? tenantHeader : undefined;
+    if (header === undefined) {
+      const sessionId = sessionCookieOf(req.headers);
+      if (sessionId === undefined) return { since };
+      if (!sameOrigin(req.headers))
+        throw new StreamAuthError(403, 'CSRF_FAILED', 'a session cookie is accepted only from this origin');
+      const v = await this.sessions.token(sessionId);
+      return { since, who: await this.identify(v, tenantId ?? (v.kind === 'tenant' ? v.tid : undefined)) };
+    }
+    return { since, who: await this.authenticate(header, tenantId) };
   }
 
   private async authenticate(authorization: string, tenantId: string | undefined): Promise<StreamIdentity> {
@@ -78,7 +92,10 @@ export class StreamAuthenticator {
 
   /** Verifies a token for a tenant (from the upgrade's headers or an auth message). */
   async verify(token: string, tenantId: string | undefined): Promise<StreamIdentity> {
-    const v = await this.tokens.verify(token);
+    return this.identify(await this.tokens.verify(token), tenantId);
+  }
+
+  private async identify(v: VerifiedToken, tenantId: string | undefined): Promise<StreamIdentity> {
     if (v.kind !== 'tenant') throw new StreamAuthError(403, 'INSUFFICIENT_SCOPE', 'the stream needs a tenant token');
     const status = await this.auth.tenantTokenStatus(this.db.system, v.tid, v.jti);
     if (!status) throw new StreamAuthError(401, 'INVALID_TOKEN', 'token unknown to this instance');
