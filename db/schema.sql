@@ -1909,6 +1909,10 @@ $$;
 CREATE FUNCTION public.ordo_engine_resolve(p jsonb) RETURNS TABLE(kind text, item jsonb)
     LANGUAGE plpgsql
     SET jit TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 declare
   v_now timestamptz := date_trunc('milliseconds', now());

@@ -11,6 +11,10 @@
 create or replace function ordo_engine_resolve(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
   set jit = off
+  set plan_cache_mode = force_generic_plan
+  set enable_seqscan = off
+  set enable_hashjoin = off
+  set enable_mergejoin = off
   as $$
 declare
   v_now timestamptz := date_trunc('milliseconds', now());
