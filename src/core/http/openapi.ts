@@ -85,7 +85,9 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
     for (const [name, def] of Object.entries(defs ?? {})) components[name] ??= rewriteRefs(def) as JsonSchema;
     return rewriteRefs(json) as JsonSchema;
   };
-  components.ErrorEnvelope = toSchema(errorEnvelopeSchema, 'output');
+  // The envelope has a meta id, so toSchema files its definition under components.schemas.ErrorEnvelope
+  // and answers with a reference to it; the reference itself is not a definition.
+  toSchema(errorEnvelopeSchema, 'output');
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
     const s = r.spec;
