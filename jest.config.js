@@ -48,6 +48,7 @@ module.exports = {
         '<rootDir>/src/**/*.spec.ts',
         '<rootDir>/plugins/**/*.spec.ts',
         '<rootDir>/sdk/worker/src/**/*.spec.ts',
+        '<rootDir>/sdk/client/src/**/*.spec.ts',
       ],
     },
     { ...common, displayName: 'medium', testMatch: ['<rootDir>/test/medium/**/*.test.ts'], slowTestThreshold: 20 },
