@@ -7,11 +7,14 @@ export interface CliIo {
   env: NodeJS.ProcessEnv;
 }
 
-/** A command's module: its help and what it does. `run` throws a UsageError (exit 2) or any other error (exit 1). */
+/**
+ * A command's module: its help and what it does. `run` throws a UsageError (exit 2) or any other
+ * error (exit 1); it may resolve to an exit code of its own (`runs watch`: the run's outcome).
+ */
 export interface Command {
   /** Full help text, printed by `ordo <name> --help`. */
   help: string;
-  run(args: string[], io: CliIo): Promise<void>;
+  run(args: string[], io: CliIo): Promise<number | void>;
 }
 
 /**

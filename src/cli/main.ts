@@ -1,5 +1,6 @@
 import '../node-version';
 import 'reflect-metadata';
+import { OrdoApiError } from '../../sdk/client/src/errors';
 import { DomainError } from '../core/errors/domain-error';
 import { UsageError, type CliIo, type Command, type CommandEntry } from './command';
 import type * as ConfigExports from '../core/config/config';
@@ -43,6 +44,16 @@ const COMMANDS: CommandEntry[] = [
     summary: 'Build, sign, verify and import signed offline bundles',
     load: () => commandIn('./commands/bundle'),
   },
+  {
+    name: 'dags',
+    summary: 'Publish, list and show DAGs and their graphs (over the API: --url, --token)',
+    load: () => commandIn('./commands/dags'),
+  },
+  {
+    name: 'runs',
+    summary: 'Start, list, show, watch, cancel and rerun runs (over the API: --url, --token)',
+    load: () => commandIn('./commands/runs'),
+  },
 ];
 
 const EXIT_FAILURE = 1;
@@ -57,7 +68,8 @@ function mainHelp(commands: CommandEntry[]): string {
     ...commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`),
     '',
     'Run `ordo <command> --help` for a command. Configuration comes from the same environment as the',
-    'server (DATABASE_URL, ORDO_HOME, ORDO_SIGNING_KEYS_DIR, …). Exit codes: 0 ok, 1 failure, 2 usage error.',
+    'server (DATABASE_URL, ORDO_HOME, ORDO_SIGNING_KEYS_DIR, …); `dags` and `runs` talk to a running Ordo over',
+    "its API instead (ORDO_URL, ORDO_TOKEN). Exit codes: 0 ok, 1 failure, 2 usage error (`runs watch`: the run's outcome).",
     '',
   ].join('\n');
 }
@@ -81,8 +93,8 @@ export async function runCli(argv: string[], io: CliIo = processIo()): Promise<n
     return EXIT_USAGE;
   }
   try {
-    await entry.load().run(args, io);
-    return 0;
+    const code = await entry.load().run(args, io);
+    return code ?? 0;
   } catch (e) {
     if (e instanceof UsageError) {
       io.err(`ordo ${entry.name}: ${e.message}\nRun \`ordo ${entry.name} --help\` for usage.\n`);
@@ -93,6 +105,11 @@ export async function runCli(argv: string[], io: CliIo = processIo()): Promise<n
     if (e instanceof ConfigError) {
       io.err(`ordo: ${e.message}\n`);
       return EXIT_USAGE;
+    }
+    if (e instanceof OrdoApiError) {
+      const trace = e.traceId ? `, trace ${e.traceId}` : '';
+      io.err(`ordo ${entry.name}: ${e.message} (${e.code}, HTTP ${e.status}${trace})\n`);
+      return EXIT_FAILURE;
     }
     if (e instanceof DomainError) {
       io.err(`ordo ${entry.name}: ${e.message} (${e.code})\n`);

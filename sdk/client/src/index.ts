@@ -58,6 +58,8 @@ export interface OrdoClient {
   readonly api: Client<OrdoPaths>;
   /** The tenant sent as X-Tenant-Id, if any. */
   readonly tenantId: string | undefined;
+  /** The bearer token, for connections the client does not make itself (the WebSocket stream). */
+  readonly token: string | undefined;
   /** The addresses requests go to, in the order they are tried. */
   readonly baseUrls: readonly string[];
 }
@@ -154,5 +156,5 @@ export function createOrdoClient(options: OrdoClientOptions): OrdoClient {
       return request;
     },
   });
-  return { api, tenantId, baseUrls };
+  return { api, tenantId, token: options.token, baseUrls };
 }
