@@ -109,7 +109,8 @@ export async function watchRun(client: OrdoClient, runId: string, io: CliIo, opt
         socket?.terminate();
         resolve();
       };
-      const base = client.baseUrls[0].replace(/^http/, 'ws');
+      // The address that answered last, so a watch follows the client past an unreachable replica.
+      const base = client.baseUrl.replace(/^http/, 'ws');
       const url = `${base}/api/v1/stream${cursor ? `?since=${encodeURIComponent(cursor)}` : ''}`;
       const headers: Record<string, string> = {};
       if (client.token) headers.authorization = `Bearer ${client.token}`;
@@ -197,7 +198,8 @@ export async function watchRun(client: OrdoClient, runId: string, io: CliIo, opt
       if (late()) return timedOut();
       // The connection dropped: reopen from the last cursor after a short, growing pause.
       const pause = Math.min(5000, 250 * 2 ** Math.min(retry, 5));
-      if (opts.output === 'table') io.err(`stream disconnected; resuming in ${pause} ms\n`);
+      // On stderr whatever the output: stdout keeps to progress (and JSON lines with -o json).
+      io.err(`stream disconnected; resuming in ${pause} ms\n`);
       await new Promise<void>((r) => {
         const t = setTimeout(r, pause);
         wake = () => {

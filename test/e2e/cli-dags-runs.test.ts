@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { runCli } from '../../src/cli/main';
@@ -10,6 +11,15 @@ interface Result {
   code: number | null;
   stdout: string;
   stderr: string;
+}
+
+/** Waits until `ready()` holds, checking every 20 ms; fails naming `what` after 20 s. */
+async function until(ready: () => boolean, what: () => string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (!ready()) {
+    if (Date.now() > deadline) throw new Error(`gave up waiting: ${what()}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }
 
 const OK_DAG = `id: cli-ok
@@ -204,7 +214,10 @@ describe('ordo dags and runs over the API', () => {
       err: () => undefined,
       env: { ORDO_URL: app.url, ORDO_TOKEN: app.adminToken },
     });
-    while (!watched.includes('[run.created]')) await new Promise((r) => setTimeout(r, 20));
+    await until(
+      () => watched.includes('[run.created]'),
+      () => `the watch's first progress line: ${watched}`,
+    );
     const cancel = await ordo(['runs', 'cancel', runId]);
     expect(cancel).toMatchObject({ code: 0, stdout: `run ${runId} cancelled\n` });
     expect(await watching).toBe(4);
@@ -220,6 +233,60 @@ describe('ordo dags and runs over the API', () => {
     const late = await ordo(['runs', 'cancel', ended.run.runId]);
     expect(late.code).toBe(1);
     expect(late.stderr).toMatch(/\(RUN_FINISHED, HTTP 409/);
+  });
+
+  it('resumes a watch from its cursor when the connection drops, through the second of two addresses', async () => {
+    // A TCP relay in front of the API whose connections the test cuts; the first address refuses.
+    const sockets = new Set<net.Socket>();
+    const target = new URL(app.url);
+    const relay = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port), target.hostname);
+      for (const s of [client, upstream]) {
+        sockets.add(s);
+        s.on('error', () => undefined);
+        s.on('close', () => sockets.delete(s));
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((r) => relay.listen(0, '127.0.0.1', r));
+    const closed = net.createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const refused = `http://127.0.0.1:${(closed.address() as net.AddressInfo).port}`;
+    await new Promise((r) => closed.close(r));
+    const via = `${refused},http://127.0.0.1:${(relay.address() as net.AddressInfo).port}`;
+    try {
+      const runId = (await ordo(['runs', 'start', 'cli-long'])).stdout.trim();
+      let out = '';
+      let err = '';
+      const watching = runCli(['runs', 'watch', runId, '--url', via, '-o', 'json'], {
+        out: (t) => (out += t),
+        err: (t) => (err += t),
+        env: { ORDO_TOKEN: app.adminToken },
+      });
+      await until(
+        () => out.includes('"run.created"'),
+        () => `the watch's first event: ${out} ${err}`,
+      );
+      for (const s of sockets) s.destroy();
+      await until(
+        () => err.includes('stream disconnected'),
+        () => `the watch to see the connection drop: ${out} ${err}`,
+      );
+      expect((await ordo(['runs', 'cancel', runId])).code).toBe(0);
+      expect(await watching).toBe(4);
+      // Every event once, in order, across the two connections, up to the run's end.
+      const lines = out
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      const events = lines.slice(0, -1);
+      expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+      expect(events.find((e) => e.eventType === 'run.cancelled')).toMatchObject({ status: 'cancelled' });
+      expect(lines[lines.length - 1]).toMatchObject({ type: 'run', run: { runId, status: 'cancelled' } });
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => relay.close(r));
+    }
   });
 
   it("does not show tenant A's run or DAG to tenant B's token: 404 with the resource's code", async () => {

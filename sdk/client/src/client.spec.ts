@@ -98,6 +98,7 @@ describe('createOrdoClient', () => {
     await unwrap(client.api.GET('/api/v1/dags'));
     await unwrap(client.api.GET('/api/v1/dags'));
     expect(hosts).toEqual(['down.test', 'up.test', 'up.test']);
+    expect(client.baseUrl).toBe('http://up.test');
   });
 
   it('reads no tenant from a token without a tid claim', () => {

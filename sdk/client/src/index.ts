@@ -60,8 +60,10 @@ export interface OrdoClient {
   readonly tenantId: string | undefined;
   /** The bearer token, for connections the client does not make itself (the WebSocket stream). */
   readonly token: string | undefined;
-  /** The addresses requests go to, in the order they are tried. */
+  /** The addresses given, in order. */
   readonly baseUrls: readonly string[];
+  /** The address requests go to first: the one that answered last. */
+  readonly baseUrl: string;
 }
 
 /** A call's result as openapi-fetch gives it. */
@@ -156,5 +158,13 @@ export function createOrdoClient(options: OrdoClientOptions): OrdoClient {
       return request;
     },
   });
-  return { api, tenantId, token: options.token, baseUrls };
+  return {
+    api,
+    tenantId,
+    token: options.token,
+    baseUrls,
+    get baseUrl() {
+      return baseUrls[preferred];
+    },
+  };
 }
