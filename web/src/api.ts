@@ -1,0 +1,220 @@
+// Every call the console makes to the API goes through this module: same origin, the session cookie
+// (HttpOnly, never visible here) for authentication, the CSRF token held in memory on each
+// state-changing request, and the API's error envelope turned into an ApiError.
+
+export type Scope = 'orchestrator:read' | 'orchestrator:write' | 'orchestrator:admin' | 'platform:admin';
+
+export interface Session {
+  tenantId: string | null;
+  subject: string;
+  scopes: string[];
+  expiresAt: string;
+  csrfToken: string;
+}
+
+export const RUN_STATES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
+export type RunStatus = (typeof RUN_STATES)[number];
+
+export type StepStatus =
+  | 'pending'
+  | 'queued'
+  | 'running'
+  | 'retrying'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled'
+  | 'skipped'
+  | 'orphaned'
+  | 'waiting';
+
+export interface Run {
+  runId: string;
+  dagId: string;
+  version: number;
+  status: RunStatus;
+  reason: string | null;
+  inputs: unknown;
+  requestedBy: string;
+  replayOf: string | null;
+  rerunOf: string | null;
+  rerunFromStep: string | null;
+  startedUtc: string;
+  finishedUtc: string | null;
+  stepsTotal: number;
+  stepsRemaining: number;
+  lastEventSeq: number;
+}
+
+export interface Step {
+  stepId: string;
+  status: StepStatus;
+  reason: string | null;
+  plugin: string;
+  dependsOn: string[];
+  topoIndex: number;
+  attempts: number;
+  outputs: unknown;
+  outputsHash: string | null;
+  logsHash: string | null;
+  error: unknown;
+  fromRerun: boolean;
+  startedUtc: string | null;
+  finishedUtc: string | null;
+}
+
+export interface RunDetail extends Run {
+  steps: Step[];
+}
+
+export interface Attempt {
+  attempt: number;
+  status: string;
+  workerId: string;
+  claimedUtc: string;
+  startedUtc: string | null;
+  finishedUtc: string | null;
+  error: unknown;
+  logsHash: string | null;
+}
+
+export interface Page<T> {
+  items: T[];
+  nextPageToken: string | null;
+}
+
+export interface DagVersionSummary {
+  dagId: string;
+  version: number;
+  status: 'active' | 'disabled';
+  contentHash: string;
+  owner: string;
+  createdAt: string;
+}
+
+export interface DagVersion extends DagVersionSummary {
+  definition: Record<string, unknown>;
+}
+
+export interface DagGraph {
+  nodes: { id: string; plugin: string; disabled: boolean }[];
+  edges: { from: string; to: string }[];
+}
+
+/** A refusal from the API, with the envelope's stable code. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly traceId?: string,
+  ) {
+    super(message);
+  }
+}
+
+let current: Session | null = null;
+const signedOutListeners = new Set<() => void>();
+
+/** The signed-in session as the API last described it, or null. */
+export function session(): Session | null {
+  return current;
+}
+
+/** Called when the API answers 401: the session ended (signed out, expired or its token revoked). */
+export function onSignedOut(fn: () => void): () => void {
+  signedOutListeners.add(fn);
+  return () => signedOutListeners.delete(fn);
+}
+
+export function canWrite(s: Session | null): boolean {
+  return !!s && (s.scopes.includes('orchestrator:write') || s.scopes.includes('orchestrator:admin'));
+}
+
+type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+async function request(method: Method, path: string, body?: unknown): Promise<Response> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (current?.tenantId) headers['x-tenant-id'] = current.tenantId;
+  if (method !== 'GET' && current) headers['x-csrf-token'] = current.csrfToken;
+  const res = await fetch(`/api/v1${path}`, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: 'same-origin',
+    cache: 'no-store',
+  });
+  if (res.ok) return res;
+  let code = 'HTTP_' + String(res.status);
+  let message = res.statusText;
+  let traceId: string | undefined;
+  try {
+    const env = (await res.json()) as { error?: { code?: string; message?: string; traceId?: string } };
+    code = env.error?.code ?? code;
+    message = env.error?.message ?? message;
+    traceId = env.error?.traceId;
+  } catch {
+    // Not the envelope (a proxy's page): the status says enough.
+  }
+  if (res.status === 401 && current && path !== '/session') {
+    current = null;
+    for (const fn of signedOutListeners) fn();
+  }
+  throw new ApiError(res.status, code, message, traceId);
+}
+
+async function json<T>(method: Method, path: string, body?: unknown): Promise<T> {
+  return (await (await request(method, path, body)).json()) as T;
+}
+
+function query(params: Record<string, string | number | undefined | null>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+const enc = encodeURIComponent;
+
+export const api = {
+  /** Exchanges a pasted token for the session cookie; the token itself is not kept. */
+  async signIn(token: string): Promise<Session> {
+    current = await json<Session>('POST', '/session', { token });
+    return current;
+  },
+  /** The session behind the cookie, if any (on load: the CSRF token lives only in memory). */
+  async resume(): Promise<Session | null> {
+    try {
+      current = await json<Session>('GET', '/session');
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) current = null;
+      else throw e;
+    }
+    return current;
+  },
+  async signOut(): Promise<void> {
+    try {
+      await request('DELETE', '/session');
+    } finally {
+      current = null;
+    }
+  },
+
+  listRuns: (q: { dagId?: string; status?: string; pageToken?: string; limit?: number }) =>
+    json<Page<Run>>('GET', `/runs${query(q)}`),
+  getRun: (runId: string) => json<RunDetail>('GET', `/runs/${enc(runId)}`),
+  attempts: (runId: string, stepId: string) =>
+    json<{ items: Attempt[] }>('GET', `/runs/${enc(runId)}/steps/${enc(stepId)}/attempts`),
+  cancelRun: (runId: string) => json<unknown>('POST', `/runs/${enc(runId)}/cancel`),
+  rerunRun: (runId: string, fromStep: string) =>
+    json<{ runId: string }>('POST', `/runs/${enc(runId)}/rerun`, { fromStep }),
+  /** A content-addressed artifact (logs, outputs) as text. */
+  artifactText: async (sha256: string) => (await request('GET', `/artifacts/${enc(sha256)}`)).text(),
+
+  listDags: (q: { dagId?: string; pageToken?: string; limit?: number }) =>
+    json<Page<DagVersionSummary>>('GET', `/dags${query(q)}`),
+  dagVersion: (dagId: string, version: number) =>
+    json<DagVersion>('GET', `/dags/${enc(dagId)}/versions/${String(version)}`),
+  dagGraph: (dagId: string, version: number) =>
+    json<DagGraph>('GET', `/dags/${enc(dagId)}/versions/${String(version)}/graph`),
+};
