@@ -3,6 +3,7 @@ import { AdminModule } from '../../modules/admin/admin.module';
 import { ArtifactsModule } from '../../modules/artifacts/artifacts.module';
 import { AuthModule } from '../../modules/auth/auth.module';
 import { BundlesModule } from '../../modules/bundles/bundles.module';
+import { ConsoleModule } from '../../modules/console/console.module';
 import { DagsModule } from '../../modules/dags/dags.module';
 import { DeadLetterModule } from '../../modules/deadletter/deadletter.module';
 import { ExportModule } from '../../modules/export/export.module';
@@ -19,7 +20,7 @@ import { TenantsModule } from '../../modules/tenants/tenants.module';
 import { TrustModule } from '../../modules/trust/trust.module';
 import { WorkersModule } from '../../modules/workers/workers.module';
 
-/** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions. */
+/** The api role: REST + WebSocket API, auth, tenant isolation, idempotency, admin actions, the web console. */
 @Module({
   imports: [
     AuthModule,
@@ -41,6 +42,7 @@ import { WorkersModule } from '../../modules/workers/workers.module';
     WorkersModule,
     PlansModule,
     AdminModule,
+    ConsoleModule,
   ],
 })
 export class ApiRoleModule {}
