@@ -1,5 +1,7 @@
-// Three projects: unit (beside the code), medium (real PostgreSQL, a database cloned from a
-// migrated template per test file), e2e (the app over HTTP). See test/support/global-setup.ts.
+// Four projects: unit (beside the code), medium (real PostgreSQL, a database cloned from a
+// migrated template per test file), e2e (the app over HTTP), browser (the web console in headless
+// Chromium against the app; `npm run test:browser` builds the console first). See
+// test/support/global-setup.ts.
 // ts-jest in transpile-only mode (type checking is `npm run typecheck`), with decorator metadata
 // for Nest's dependency injection.
 const tsJest = [
@@ -53,6 +55,7 @@ module.exports = {
     },
     { ...common, displayName: 'medium', testMatch: ['<rootDir>/test/medium/**/*.test.ts'], slowTestThreshold: 20 },
     { ...common, displayName: 'e2e', testMatch: ['<rootDir>/test/e2e/**/*.test.ts'], slowTestThreshold: 30 },
+    { ...common, displayName: 'browser', testMatch: ['<rootDir>/test/browser/**/*.test.ts'], slowTestThreshold: 60 },
   ],
   testTimeout: 60_000,
 };
