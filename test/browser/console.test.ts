@@ -1,4 +1,4 @@
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page, WebSocketRoute } from 'playwright-core';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { launchChromium, screenshot, seriousViolations } from './browser';
 
@@ -137,6 +137,65 @@ describe('web console', () => {
     expect(rerun.body).toMatchObject({ rerunOf: runId, rerunFromStep: 'load' });
     const reused = Object.fromEntries(rerun.body.steps.map((s: any) => [s.stepId, s.fromRerun]));
     expect(reused).toEqual({ extract: true, review: true, transform: true, load: false });
+  });
+
+  it('says when it is offline, then resumes from its cursor and shows what it missed', async () => {
+    // The page's stream goes through a relay the test can cut: while cut, every connection is closed
+    // at once; the server's messages to the page are recorded.
+    const live = await context.newPage();
+    let cut = false;
+    const relays: { page: WebSocketRoute; server: WebSocketRoute }[] = [];
+    const urls: string[] = [];
+    const received: { url: string; msg: any }[] = [];
+    await live.routeWebSocket(/\/api\/v1\/stream/, (ws) => {
+      urls.push(ws.url());
+      if (cut) return void ws.close({ code: 1001, reason: 'cut' });
+      const server = ws.connectToServer();
+      server.onMessage((m) => {
+        if (cut) return;
+        received.push({ url: ws.url(), msg: JSON.parse(String(m)) });
+        ws.send(m);
+      });
+      relays.push({ page: ws, server });
+    });
+    try {
+      const runId = await startRun(as, 'pipeline');
+      await live.goto(`${app.url}/runs/${runId}`);
+      await live.locator(stepState('review', 'waiting')).waitFor();
+      await live.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();
+
+      cut = true;
+      for (const r of relays.splice(0)) {
+        await r.server.close();
+        await r.page.close({ code: 1001, reason: 'cut' });
+      }
+      await live.getByTestId('live-state').filter({ hasText: 'Offline' }).waitFor();
+      await decide(runId);
+      for (;;) {
+        const r = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+        if (r.body.status === 'succeeded') break;
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      expect(await live.locator(stepState('load', 'pending')).count()).toBe(1);
+
+      cut = false;
+      for (const step of ['review', 'load']) await live.locator(stepState(step, 'succeeded')).waitFor();
+      await live.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();
+      const resumed = urls.at(-1)!;
+      const since = new URL(resumed).searchParams.get('since');
+      // The cursor it resumes from is the last one it was given: its first connection's start
+      // position, or the last event that connection delivered.
+      const known = received
+        .filter((r) => r.url !== resumed && (r.msg.type === 'ready' || r.msg.type === 'event'))
+        .map((r) => r.msg.cursor as string);
+      expect(since).toBe(known.at(-1));
+      // The events committed while it was cut come over the resumed connection, the run's end included.
+      const after = received.filter((r) => r.url === resumed && r.msg.type === 'event' && r.msg.runId === runId);
+      expect(after.map((r) => r.msg.event)).toEqual(expect.arrayContaining(['step.updated', 'run.completed']));
+      expect(after.find((r) => r.msg.stepId === 'load' && r.msg.status === 'succeeded')).toBeDefined();
+    } finally {
+      await live.close();
+    }
   });
 
   it('cancels a running run', async () => {
