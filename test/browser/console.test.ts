@@ -125,7 +125,7 @@ describe('web console', () => {
     await detail.getByTestId('step-logs').filter({ hasText: 'loading 3 rows' }).waitFor();
     expect(await detail.getByTestId('step-error').textContent()).toContain('the warehouse refused the rows');
     await expectAccessible();
-    await page.getByRole('heading', { name: 'Steps' }).scrollIntoViewIfNeeded();
+    await detail.getByTestId('step-logs').scrollIntoViewIfNeeded();
     await screenshot(page, 'failed-step');
 
     await detail.getByRole('button', { name: 'Rerun from load' }).click();
