@@ -89,6 +89,13 @@ export async function watchRun(client: OrdoClient, runId: string, io: CliIo, opt
   let ended: RunDetail | undefined;
   let failure: Error | undefined;
   const fail = (e: unknown) => {
+    // The API unreachable for a read (fetch's network errors are TypeErrors, by name: they may come
+    // from another realm's constructor): this connection ends and the watch resumes from its
+    // cursor, as after a dropped stream.
+    if ((e as Error | undefined)?.name === 'TypeError' && !failure) {
+      socket?.terminate();
+      return;
+    }
     failure = e instanceof Error ? e : new Error(String(e));
     wake();
   };
