@@ -2450,42 +2450,7 @@ begin
 end
 $$;
 
-CREATE TABLE public.worker_task (
-    tenant_id text NOT NULL,
-    task_id uuid NOT NULL,
-    run_id uuid NOT NULL,
-    step_id text NOT NULL,
-    attempt integer NOT NULL,
-    epoch integer NOT NULL,
-    dag_id text NOT NULL,
-    dag_version integer NOT NULL,
-    pool text NOT NULL,
-    task_type text NOT NULL,
-    requires jsonb DEFAULT '{}'::jsonb NOT NULL,
-    strategy text,
-    priority smallint DEFAULT 5 NOT NULL,
-    inputs jsonb,
-    inputs_sealed jsonb,
-    traceparent text NOT NULL,
-    deadline timestamp with time zone NOT NULL,
-    dispatch_deadline timestamp with time zone,
-    status text DEFAULT 'pending'::text NOT NULL,
-    worker_id uuid,
-    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
-    assigned_at timestamp with time zone,
-    delivered_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    end_reason text,
-    result_digest text,
-    progress jsonb,
-    late_results integer DEFAULT 0 NOT NULL,
-    CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
-    CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
-);
-
-ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
-
-CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb DEFAULT '[]'::jsonb) RETURNS SETOF public.worker_task
+CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb DEFAULT '[]'::jsonb) RETURNS SETOF jsonb
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -2550,16 +2515,19 @@ begin
   for v_i in 1 .. coalesce(array_length(v_ws, 1), 0) loop
     continue when v_room[v_i] <= 0 or v_queued[v_i] = 0;
     return query
-      update worker_task t set status = 'delivered', delivered_at = v_now
-      from (
-        select h.task_id from worker_task h
-        where h.tenant_id = p_tenant and h.worker_id = v_ws[v_i].worker_id and h.status = 'assigned'
-        order by h.assigned_at, h.task_id
-        limit v_room[v_i]
-        for update skip locked
-      ) d
-      where t.tenant_id = p_tenant and t.task_id = d.task_id
-      returning t.*;
+      with u as (
+        update worker_task t set status = 'delivered', delivered_at = v_now
+        from (
+          select h.task_id from worker_task h
+          where h.tenant_id = p_tenant and h.worker_id = v_ws[v_i].worker_id and h.status = 'assigned'
+          order by h.assigned_at, h.task_id
+          limit v_room[v_i]
+          for update skip locked
+        ) d
+        where t.tenant_id = p_tenant and t.task_id = d.task_id
+        returning t.*
+      )
+      select to_jsonb(u) from u;
     get diagnostics v_n = row_count;
     v_room[v_i] := v_room[v_i] - v_n;
   end loop;
@@ -2629,7 +2597,7 @@ begin
       where t.tenant_id = p_tenant and t.task_id = a.task_id
       returning t.*
     )
-    select * from u where u.status = 'delivered';
+    select to_jsonb(u) from u where u.status = 'delivered';
   update worker w set last_task_type = x.last
   from unnest(array(select e.worker_id from unnest(v_ws) e), v_last) as x(worker_id, last)
   where w.tenant_id = p_tenant and w.worker_id = x.worker_id and x.last is distinct from w.last_task_type;
@@ -3475,6 +3443,41 @@ CREATE TABLE public.worker_reputation (
 
 ALTER TABLE ONLY public.worker_reputation FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.worker_task (
+    tenant_id text NOT NULL,
+    task_id uuid NOT NULL,
+    run_id uuid NOT NULL,
+    step_id text NOT NULL,
+    attempt integer NOT NULL,
+    epoch integer NOT NULL,
+    dag_id text NOT NULL,
+    dag_version integer NOT NULL,
+    pool text NOT NULL,
+    task_type text NOT NULL,
+    requires jsonb DEFAULT '{}'::jsonb NOT NULL,
+    strategy text,
+    priority smallint DEFAULT 5 NOT NULL,
+    inputs jsonb,
+    inputs_sealed jsonb,
+    traceparent text NOT NULL,
+    deadline timestamp with time zone NOT NULL,
+    dispatch_deadline timestamp with time zone,
+    status text DEFAULT 'pending'::text NOT NULL,
+    worker_id uuid,
+    created_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
+    assigned_at timestamp with time zone,
+    delivered_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    end_reason text,
+    result_digest text,
+    progress jsonb,
+    late_results integer DEFAULT 0 NOT NULL,
+    CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
+    CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
+);
+
+ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
+
 ALTER TABLE ONLY public.run_event ALTER COLUMN stream_id SET DEFAULT nextval('public.run_event_stream_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_token
@@ -4025,13 +4028,6 @@ GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec json
 
 GRANT ALL ON FUNCTION public.ordo_take_notifications() TO ordo_system;
 
-GRANT SELECT ON TABLE public.worker_task TO ordo_app;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_task TO ordo_system;
-
-GRANT UPDATE(status) ON TABLE public.worker_task TO ordo_app;
-
-GRANT UPDATE(delivered_at) ON TABLE public.worker_task TO ordo_app;
-
 REVOKE ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb) TO ordo_system;
 
@@ -4194,3 +4190,10 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_pool TO ordo_system;
 
 GRANT SELECT ON TABLE public.worker_reputation TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_reputation TO ordo_system;
+
+GRANT SELECT ON TABLE public.worker_task TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.worker_task TO ordo_system;
+
+GRANT UPDATE(status) ON TABLE public.worker_task TO ordo_app;
+
+GRANT UPDATE(delivered_at) ON TABLE public.worker_task TO ordo_app;

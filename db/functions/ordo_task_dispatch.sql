@@ -25,8 +25,12 @@
 
 drop function if exists ordo_task_dispatch(text, text);
 
+drop function if exists ordo_task_dispatch(text, text, jsonb);
+
+-- Each delivered task is returned as its worker_task row in JSON (to_jsonb): a function's signature
+-- names no table's row type, so the function files apply before the tables they read exist.
 create or replace function ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb default '[]')
-  returns setof worker_task
+  returns setof jsonb
   language plpgsql
   set jit = off
   set plan_cache_mode = force_generic_plan
@@ -91,16 +95,19 @@ begin
   for v_i in 1 .. coalesce(array_length(v_ws, 1), 0) loop
     continue when v_room[v_i] <= 0 or v_queued[v_i] = 0;
     return query
-      update worker_task t set status = 'delivered', delivered_at = v_now
-      from (
-        select h.task_id from worker_task h
-        where h.tenant_id = p_tenant and h.worker_id = v_ws[v_i].worker_id and h.status = 'assigned'
-        order by h.assigned_at, h.task_id
-        limit v_room[v_i]
-        for update skip locked
-      ) d
-      where t.tenant_id = p_tenant and t.task_id = d.task_id
-      returning t.*;
+      with u as (
+        update worker_task t set status = 'delivered', delivered_at = v_now
+        from (
+          select h.task_id from worker_task h
+          where h.tenant_id = p_tenant and h.worker_id = v_ws[v_i].worker_id and h.status = 'assigned'
+          order by h.assigned_at, h.task_id
+          limit v_room[v_i]
+          for update skip locked
+        ) d
+        where t.tenant_id = p_tenant and t.task_id = d.task_id
+        returning t.*
+      )
+      select to_jsonb(u) from u;
     get diagnostics v_n = row_count;
     v_room[v_i] := v_room[v_i] - v_n;
   end loop;
@@ -170,7 +177,7 @@ begin
       where t.tenant_id = p_tenant and t.task_id = a.task_id
       returning t.*
     )
-    select * from u where u.status = 'delivered';
+    select to_jsonb(u) from u where u.status = 'delivered';
   update worker w set last_task_type = x.last
   from unnest(array(select e.worker_id from unnest(v_ws) e), v_last) as x(worker_id, last)
   where w.tenant_id = p_tenant and w.worker_id = x.worker_id and x.last is distinct from w.last_task_type;

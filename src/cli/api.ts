@@ -1,4 +1,5 @@
 import { createOrdoClient, type OrdoClient } from '../../sdk/client/src';
+import { clientEnvironment } from '../core/config/config';
 import { flag, UsageError, type CliIo, type ParsedFlags } from './command';
 
 /** The flags of every command that talks to a running Ordo over its HTTP API. */
@@ -31,9 +32,10 @@ export function connect(values: ParsedFlags['values'], io: CliIo, help: string):
   if (output !== 'table' && output !== 'json') {
     throw new UsageError(`--output must be table or json, not "${output}"`, help);
   }
-  const token = flag(values, 'token') ?? io.env.ORDO_TOKEN;
+  const fromEnv = clientEnvironment(io.env);
+  const token = flag(values, 'token') ?? fromEnv.token;
   if (!token) throw new UsageError('no token: pass --token or set ORDO_TOKEN', help);
-  const urls = (flag(values, 'url') ?? io.env.ORDO_URL ?? DEFAULT_URL)
+  const urls = (flag(values, 'url') ?? fromEnv.url ?? DEFAULT_URL)
     .split(',')
     .map((u) => u.trim())
     .filter(Boolean);
@@ -41,7 +43,7 @@ export function connect(values: ParsedFlags['values'], io: CliIo, help: string):
     if (!/^https?:\/\/[^/]/.test(u)) throw new UsageError(`--url: "${u}" is not an http(s) URL`, help);
   }
   if (urls.length === 0) throw new UsageError('--url names no address', help);
-  const tenantId = flag(values, 'tenant') ?? (io.env.ORDO_TENANT || undefined);
+  const tenantId = flag(values, 'tenant') ?? fromEnv.tenant;
   return { client: createOrdoClient({ baseUrl: urls, token, tenantId }), output };
 }
 

@@ -210,3 +210,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): OrdoConfig {
   }
   return { ...parsed.data, home: path.resolve(parsed.data.ORDO_HOME) };
 }
+
+/**
+ * The API connection of the CLI's API verbs (`ordo dags`, `ordo runs`), from the environment when
+ * no flag gives it: the API's address or comma-separated addresses, the token, and its tenant.
+ * Not part of a process's configuration: only these verbs read them.
+ */
+export interface ClientEnvironment {
+  url?: string;
+  token?: string;
+  tenant?: string;
+}
+
+export function clientEnvironment(env: Record<string, string | undefined>): ClientEnvironment {
+  const pick = (v: string | undefined) => (v === undefined || v === '' ? undefined : v);
+  return { url: pick(env.ORDO_URL), token: pick(env.ORDO_TOKEN), tenant: pick(env.ORDO_TENANT) };
+}

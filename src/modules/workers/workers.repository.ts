@@ -412,7 +412,8 @@ export class WorkersRepository {
       select t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version, t.pool,
         t.task_type, t.inputs, t.inputs_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
         t.result_digest, null::text as worker_name
-      from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb) t
+      from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb) j
+      cross join lateral jsonb_populate_record(null::worker_task, j) t
       order by t.delivered_at, t.task_id`.execute(db);
     return r.rows;
   }
