@@ -485,7 +485,6 @@ describe('external workers', () => {
       await publish('value', { with: { taskType: 'resize', strategy: 'best_value' } });
       const w = await mint('default');
       const cheap = await register(w, { name: `cheap-${process.pid}`, costPerSecond: 1, maxConcurrent: 10 });
-      const dear = await register(w, { name: `dear-${process.pid}`, costPerSecond: 1.5, maxConcurrent: 10 });
       for (let i = 0; i < 2; i++) {
         await start('value-fail');
         const t = await take(w, cheap);
@@ -502,6 +501,10 @@ describe('external workers', () => {
       });
       expect(rep.blocked).toBe(false);
       expect(rep.score).toBeCloseTo(0.25, 3);
+      // The dearer worker registers now and the cheap one is heard from again, so that neither is
+      // past its TTL when the task is dispatched.
+      const dear = await register(w, { name: `dear-${process.pid}`, costPerSecond: 1.5, maxConcurrent: 10 });
+      expect((await app.request('POST', `/api/v1/workers/${cheap}/heartbeat`, { as: w, body: {} })).status).toBe(200);
       const runId = await start('value');
       expect((await take(w, dear)).runId).toBe(runId);
     });
