@@ -196,9 +196,20 @@ export class StepExecutor {
           ? result.outputs
           : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject);
       // Outputs that would take the tenant past its plan's maxArtifactBytes are not stored: the step fails (not retried).
-      const refused = await this.quotas?.artifactRefusal(w.tenantId, () =>
-        Buffer.byteLength(canonicalJson(outputs ?? {}), 'utf8'),
-      );
+      // A check that cannot reach the database fails the attempt as transient (retried), so that
+      // execute never throws.
+      let refused: Awaited<ReturnType<QuotaChecks['artifactRefusal']>> | undefined;
+      try {
+        refused = await this.quotas?.artifactRefusal(w.tenantId, () =>
+          Buffer.byteLength(canonicalJson(outputs ?? {}), 'utf8'),
+        );
+      } catch {
+        return done({
+          status: 'failed',
+          error: { code: 'QUOTA_CHECK_FAILED', message: 'the artifact quota could not be checked', retryable: true },
+          logs: lines,
+        });
+      }
       if (refused)
         return done({
           status: 'failed',
