@@ -21,6 +21,7 @@ async function main(): Promise<void> {
   const out = process.stdout;
   out.write(`\nOrdo is running (roles: ${config.ORDO_ROLES.join(', ')})\n`);
   out.write(`  API:      ${ordo.url}/api/v1   (OpenAPI: ${ordo.url}/api/v1/openapi.json)\n`);
+  if (config.ORDO_ROLES.includes('api')) out.write(`  Console:  ${ordo.url}/   (sign in with a token)\n`);
   out.write(`  Database: ${ordo.embedded ? `embedded PostgreSQL, data in ${config.home}/pg` : 'DATABASE_URL'}\n`);
   if (ordo.sandbox)
     out.write(
