@@ -13,7 +13,7 @@ import { ChainRunner, type Chain } from './chain-runner';
 import { ClaimPolicy } from './claim-policy';
 import { ConstraintsService } from './constraints.service';
 import { EngineProfile } from './engine-profile';
-import { EngineStore, type ClaimedWork, type Completion } from './engine.store';
+import { completionFor, EngineStore, type ClaimedWork, type Completion } from './engine.store';
 import { LeaseKeeper } from './lease-keeper';
 import { runningStep, stepKey, stopStep, type RunningStep } from './running-step';
 import { SideClaims } from './side-claims';
@@ -373,10 +373,24 @@ export class WorkerService implements OnApplicationBootstrap, OnApplicationShutd
     const key = stepKey(r.work);
     this.running.set(key, r);
     const t0 = this.profile.start();
-    void result.then(async (c) => {
+    // An executor that rejects (a fault it did not turn into an outcome) still ends the attempt:
+    // as a transient failure, retried by the step's policy, so the slot and the lease are not held.
+    const settled = result.catch((e: unknown): Completion => {
+      this.log.error({ err: e, runId: r.work.runId, stepId: r.work.stepId }, 'step executor failed');
+      const message = e instanceof Error ? e.message : String(e);
+      return completionFor(r.work, this.workerId, {
+        status: 'failed',
+        error: { code: 'EXECUTOR_FAILED', message, retryable: true },
+        logs: [],
+      });
+    });
+    void settled.then(async (c) => {
       this.profile.add('execute', t0);
       if (c.outcome.status === 'succeeded' && !r.reason && this.chainMs > 0 && !this.stopping) {
-        const chain = await this.chains.follow(r, c);
+        const chain = await this.chains.follow(r, c).catch((e: unknown) => {
+          this.log.warn({ err: e, runId: r.work.runId }, 'chain not planned; the result goes alone');
+          return null;
+        });
         if (chain) {
           await this.commitChain(r, c, chain);
           return;
