@@ -88,6 +88,7 @@ export async function watchRun(client: OrdoClient, runId: string, io: CliIo, opt
   let cursor: string | undefined;
   let ended: RunDetail | undefined;
   let failure: Error | undefined;
+  const failedSoFar = (): Error | undefined => failure;
   const fail = (e: unknown) => {
     // The API unreachable for a read (fetch's network errors are TypeErrors, by name: they may come
     // from another realm's constructor): this connection ends and the watch resumes from its
@@ -201,7 +202,17 @@ export async function watchRun(client: OrdoClient, runId: string, io: CliIo, opt
     for (let retry = 0; ; retry++) {
       await connectOnce();
       if (failure) throw failure;
-      if (ended) return finish(ended, io, opts.output);
+      if (ended) {
+        // The run's end is printed last: the messages already received are handled, then whatever
+        // of its ledger is not printed yet (an end seen in the run record can precede its events).
+        socket?.terminate();
+        await chain;
+        // (A handled message may have failed meanwhile.)
+        const failed = failedSoFar();
+        if (failed) throw failed;
+        await backfill();
+        return finish(ended, io, opts.output);
+      }
       if (late()) return timedOut();
       // The connection dropped: reopen from the last cursor after a short, growing pause.
       const pause = Math.min(5000, 250 * 2 ** Math.min(retry, 5));
