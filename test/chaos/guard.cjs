@@ -1,6 +1,8 @@
 // The chaos harness's guard. The harness starts it detached (its own session: a Ctrl-C in the
 // terminal does not reach it) and tells it, one JSON object a line on its stdin, what it started:
 //   {"group": pid}          an Ordo process or an external worker (the leader of its own process group)
+//   {"group": pid, "marker": s}  another process group of the harness's (Patroni, etcd, HAProxy) whose
+//                           leader's command line contains s (its temporary directory)
 //   {"exited": pid}         that process has exited: forget it
 //   {"pg": dataDir, "stop": [cmd, ...args]}  the harness's PostgreSQL and the command that stops it
 //   {"rm": dir}             a temporary directory
@@ -12,7 +14,7 @@ const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const groups = new Set();
+const groups = new Map();
 const pgs = new Map();
 const dirs = new Set();
 let buf = '';
@@ -27,16 +29,20 @@ function handle(line) {
   } catch {
     return;
   }
-  if (typeof m.group === 'number') groups.add(m.group);
+  if (typeof m.group === 'number') groups.set(m.group, typeof m.marker === 'string' ? m.marker : null);
   if (typeof m.exited === 'number') groups.delete(m.exited);
   if (typeof m.pg === 'string' && Array.isArray(m.stop)) pgs.set(m.pg, m.stop);
   if (typeof m.rm === 'string') dirs.add(m.rm);
 }
 
-/** Still a process of ours (not a recycled pid): its command line runs Ordo or the harness's external worker. */
-function ours(pid) {
+/**
+ * Still a process of ours (not a recycled pid): its command line runs Ordo or the harness's external
+ * worker, or contains the marker it was registered with.
+ */
+function ours(pid, marker) {
   try {
     const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    if (marker) return cmd.includes(marker);
     return cmd.includes('dist/src/main.js') || cmd.includes('dist/test/chaos/external-worker.js');
   } catch {
     return false;
@@ -44,8 +50,8 @@ function ours(pid) {
 }
 
 function cleanup() {
-  for (const pid of groups) {
-    if (!ours(pid)) continue;
+  for (const [pid, marker] of groups) {
+    if (!ours(pid, marker)) continue;
     try {
       process.kill(-pid, 'SIGCONT');
       process.kill(-pid, 'SIGKILL');
