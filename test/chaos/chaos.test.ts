@@ -1,7 +1,8 @@
 import os from 'node:os';
 import pg from 'pg';
-import { Cluster, Postgres, readyz, sleep, type OrdoProcess, type Role } from './cluster';
+import { Cluster, Postgres, readyz, sleep, type ClusterOptions, type OrdoProcess, type Role } from './cluster';
 import { checkRuns, checkSchedule, checkTimers, drain, throughput, type Counts } from './invariants';
+import { PatroniCluster, patroniMissing } from './patroni';
 import { WorkerCell } from './worker-cell';
 import { Api, SCHEDULE_DAG, setupTenants, Submitter, type Kind, type Submitted, type Tenant } from './workload';
 
@@ -50,21 +51,34 @@ interface Row extends Counts {
 const table: Row[] = [];
 const startedAt = Date.now();
 const pgServer = new Postgres();
+const clusterOptions: ClusterOptions = {
+  leaseMs: LEASE_MS,
+  reaperMs: REAPER_MS,
+  env: {
+    ORDO_EXTERNAL_WORKER_TTL_MS: String(EXTERNAL_WORKER_TTL_MS),
+    ORDO_EXTERNAL_WORKER_SWEEP_MS: String(EXTERNAL_WORKER_SWEEP_MS),
+  },
+};
+/** What the cells run against: the harness's PostgreSQL and processes, or a cell's own (the Patroni cell swaps them). */
+let ownerUrl = pgServer.ownerUrl;
 let cluster: Cluster;
 let api: Api;
 let owner: pg.Client;
 let tenants: Tenant[] = [];
 let workerCell: WorkerCell | undefined;
+let ha: HaTarget | undefined;
 
 function cleanup(): void {
   workerCell?.killAll();
+  ha?.cluster?.killAll();
+  ha?.patroni.destroy();
   cluster?.killAll();
   pgServer.destroy();
   cluster?.destroy();
 }
 
 async function ownerClient(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: pgServer.ownerUrl, application_name: 'chaos:owner' });
+  const c = new pg.Client({ connectionString: ownerUrl, application_name: 'chaos:owner' });
   c.on('error', () => undefined);
   await c.connect();
   return c;
@@ -98,14 +112,16 @@ async function startRole(role: Role, env: Record<string, string> = {}): Promise<
 beforeAll(async () => {
   // Ctrl-C, a crash or a kill of jest: the guard (cluster.ts) kills and removes what is left.
   await pgServer.init();
-  cluster = new Cluster(pgServer, {
-    leaseMs: LEASE_MS,
-    reaperMs: REAPER_MS,
-    env: {
-      ORDO_EXTERNAL_WORKER_TTL_MS: String(EXTERNAL_WORKER_TTL_MS),
-      ORDO_EXTERNAL_WORKER_SWEEP_MS: String(EXTERNAL_WORKER_SWEEP_MS),
-    },
-  });
+  ownerUrl = pgServer.ownerUrl;
+  cluster = new Cluster(pgServer, clusterOptions);
+  await startProcesses('chaos-t', WARMUP_MS);
+}, 360_000);
+
+/**
+ * Starts the processes on `cluster` (2 api, 2 scheduler, 3 worker), the owner connection and three
+ * tenants; then runs the load for `warmupMs` and drains it, so no baseline is taken cold.
+ */
+async function startProcesses(tenantPrefix: string, warmupMs: number): Promise<void> {
   // The first api process migrates and bootstraps; the others join.
   await startRole('api');
   await Promise.all([
@@ -118,15 +134,15 @@ beforeAll(async () => {
   ]);
   owner = await ownerClient();
   api = new Api(cluster);
-  tenants = await setupTenants(api, cluster.credentials().platformToken, 3, 'chaos-t');
-  if (WARMUP_MS > 0) {
-    const warm = new Submitter(api, tenants, 'warm-up', RATE);
+  tenants = await setupTenants(api, cluster.credentials().platformToken, 3, tenantPrefix);
+  if (warmupMs > 0) {
+    const warm = new Submitter(api, tenants, `warm-up-${tenantPrefix}`, RATE);
     warm.start();
-    await sleep(WARMUP_MS);
+    await sleep(warmupMs);
     await warm.stop();
     await drain(db, warm.runs, 120_000);
   }
-}, 360_000);
+}
 
 afterAll(async () => {
   const fmt = (n: number) => n.toFixed(1);
@@ -148,6 +164,8 @@ interface FaultContext {
   submitter: Submitter;
   notes: string[];
   violations: string[];
+  /** Faults within the fault (the Patroni cell's switchover and failover): each gets its own recovery time, from its start. */
+  events: { name: string; at: number }[];
 }
 
 interface CellOptions {
@@ -167,6 +185,8 @@ interface CellOptions {
   /** The fault; resolves when it has ended. */
   fault: (ctx: FaultContext) => Promise<void>;
   drainMs?: number;
+  /** How long the load stays on after the fault (default AFTER_MS). */
+  afterMs?: number;
 }
 
 const enabled = (name: string) => CELLS.length === 0 || CELLS.some((c) => name.includes(c));
@@ -190,11 +210,12 @@ function loadSampler(): () => string {
 
 async function runCell(name: string, opts: CellOptions): Promise<void> {
   const load = loadSampler();
-  const submitter = new Submitter(api, tenants.slice(0, opts.tenants), name, opts.rate ?? RATE, opts.kinds);
-  if (opts.limit !== undefined) submitter.limit = opts.limit;
-  const ctx: FaultContext = { submitter, notes: [], violations: [] };
+  const ctx: FaultContext = { submitter: undefined as unknown as Submitter, notes: [], violations: [], events: [] };
   try {
+    // Before the submitter: a cell's setup may bring its own processes and tenants.
     await opts.setup?.();
+    ctx.submitter = new Submitter(api, tenants.slice(0, opts.tenants), name, opts.rate ?? RATE, opts.kinds);
+    if (opts.limit !== undefined) ctx.submitter.limit = opts.limit;
     await runLoad(name, opts, ctx, load);
   } finally {
     await opts.teardown?.(ctx);
@@ -233,7 +254,8 @@ async function runLoad(name: string, opts: CellOptions, ctx: FaultContext, load:
   const faultStart = Date.now();
   await opts.fault(ctx);
   const faultEnd = Date.now();
-  await sleep(AFTER_MS);
+  const afterMs = opts.afterMs ?? AFTER_MS;
+  await sleep(afterMs);
   await submitter.stop();
   const paused = await api.persist(
     'POST',
@@ -256,10 +278,11 @@ async function runLoad(name: string, opts: CellOptions, ctx: FaultContext, load:
   const queue = (await c.query<{ n: number }>('select count(*)::int as n from queue_item')).rows[0].n;
   if (queue !== 0) violations.push(`queue depth back to zero: ${queue} items left`);
   await opts.check?.(c, submitter.runs, ctx);
-  await opts.teardown?.(ctx);
 
   // Throughput from finish times: baseline skips the first 2 s of ramp-up.
   const tp = await throughput(c, started);
+  // The cell's own teardown after its last query (it may stop the server `c` is connected to).
+  await opts.teardown?.(ctx);
   const sec = (ms: number) => Math.floor(ms / 1000);
   const rate = (from: number, to: number) => {
     let n = 0;
@@ -268,14 +291,25 @@ async function runLoad(name: string, opts: CellOptions, ctx: FaultContext, load:
   };
   const baseline = rate(sec(faultStart - BASELINE_MS + BASELINE_SKIP_MS), sec(faultStart));
   const during = rate(sec(faultStart), Math.max(sec(faultEnd), sec(faultStart) + 1));
-  const after = rate(sec(faultEnd), sec(faultEnd + AFTER_MS));
-  let recoveryS: number | null = null;
-  for (let s = sec(faultEnd); s <= sec(faultEnd + AFTER_MS) - 3; s++) {
-    if (rate(s, s + 3) >= RECOVERY_SHARE * baseline) {
-      recoveryS = Math.max(0, s - sec(faultEnd));
-      break;
-    }
-  }
+  const after = rate(sec(faultEnd), sec(faultEnd + afterMs));
+  /** Seconds from `from` until a 3-second window ending by `to` reaches the share of the baseline. */
+  const recovery = (from: number, to: number): number | null => {
+    for (let s = sec(from); s <= sec(to) - 3; s++)
+      if (rate(s, s + 3) >= RECOVERY_SHARE * baseline) return s - sec(from);
+    return null;
+  };
+  const recoveryS = recovery(faultEnd, faultEnd + afterMs);
+  // An event (the Patroni cell's switchover, failover) may take effect a while after it began: its
+  // figure is the end of its last 3-second window below the share of the baseline, before the next event.
+  ctx.events.forEach((e, i) => {
+    const until = ctx.events[i + 1]?.at ?? faultEnd + afterMs;
+    let back = sec(e.at);
+    for (let s = sec(e.at); s <= sec(until) - 3; s++) if (rate(s, s + 3) < RECOVERY_SHARE * baseline) back = s + 3;
+    const full = back <= sec(until) - 3;
+    ctx.notes.push(
+      `${e.name}: throughput ≥ ${RECOVERY_SHARE * 100}% of baseline for good ${full ? `${back - sec(e.at)} s after it began` : `not within ${sec(until) - sec(e.at)} s`}`,
+    );
+  });
   const tpOk = recoveryS !== null && recoveryS <= RECOVERY_LIMIT_S;
   if (!tpOk) {
     const msg = `throughput back to ≥ ${RECOVERY_SHARE * 100}% of baseline within ${RECOVERY_LIMIT_S} s`;
@@ -370,6 +404,90 @@ async function outage(downMs: number, ctx: FaultContext, checkReadiness: boolean
 function checkAlive(ctx: FaultContext, before: OrdoProcess[]): void {
   const dead = before.filter((p) => !p.alive()).map((p) => `${p.name}: ${p.stderrTail().slice(-300)}`);
   if (dead.length > 0) ctx.violations.push(`no process crashes (reconnects with backoff): ${dead.join(' | ')}`);
+}
+
+/** The Patroni cell's cluster and processes, and the harness's own, put back when the cell ends. */
+interface HaTarget {
+  patroni: PatroniCluster;
+  cluster?: Cluster;
+  saved: { ownerUrl: string; cluster: Cluster; api: Api; owner: pg.Client; tenants: Tenant[] };
+  /** When the hard failover began, and the node it killed. */
+  failover?: { at: number; killed: 'node1' | 'node2' };
+}
+
+/** Brings up the Patroni cluster and a second set of processes on it; the cells' globals point at them. */
+async function enterPatroni(): Promise<void> {
+  const missing = patroniMissing();
+  if (missing.length > 0)
+    throw new Error(`the Patroni cell needs: apt-get install ${missing.join(' ')} (.ci/run does)`);
+  const patroni = new PatroniCluster();
+  ha = { patroni, saved: { ownerUrl, cluster, api, owner, tenants } };
+  await patroni.start();
+  ownerUrl = patroni.ownerUrl;
+  cluster = new Cluster(patroni, clusterOptions);
+  ha.cluster = cluster;
+  await startProcesses('ha-t', FULL ? 15_000 : 5_000);
+}
+
+/** SIGTERM the cell's processes (each must exit 0 within 10 s), stop the Patroni cluster, put the harness's own back. */
+async function leavePatroni(ctx: FaultContext): Promise<void> {
+  if (!ha) return;
+  const { patroni, saved } = ha;
+  const procs = ha.cluster?.live() ?? [];
+  const slow = (await Promise.all(procs.map(async (p) => ({ p, r: await ha!.cluster!.terminate(p) }))))
+    .filter((x) => !x.r.clean)
+    .map((x) => `${x.p.name} (${x.r.ms} ms, exit ${x.r.code})`);
+  if (slow.length > 0) ctx.violations.push(`clean shutdown of every role within 10 s of SIGTERM: ${slow.join(', ')}`);
+  if (owner !== saved.owner) await owner.end().catch(() => undefined);
+  ha.cluster?.destroy();
+  patroni.destroy();
+  ({ ownerUrl, cluster, api, owner, tenants } = saved);
+  ha = undefined;
+}
+
+/** LISTEN connections on the primary by application_name. */
+async function listeners(): Promise<Map<string, number>> {
+  const r = await (
+    await db()
+  ).query<{ name: string; n: number }>(
+    `select application_name as name, count(*)::int as n from pg_stat_activity
+      where application_name like 'ordo:%listen%' group by 1`,
+  );
+  return new Map(r.rows.map((x) => [x.name, x.n]));
+}
+
+/**
+ * After a failover, without any restart: every process answers /readyz 200 again and the primary
+ * has as many LISTEN connections of each kind as before (bounded: 60 s). Notes when, from `t0`.
+ */
+async function reconnected(ctx: FaultContext, what: string, t0: number, want: Map<string, number>): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  const pending = new Set(cluster.live().map((p) => p.name));
+  const s = (t: number) => ((t - t0) / 1000).toFixed(1);
+  let readyAt: number | undefined;
+  let listeningAt: number | undefined;
+  let have = new Map<string, number>();
+  while (Date.now() < deadline && (readyAt === undefined || listeningAt === undefined)) {
+    for (const p of cluster.live()) if (pending.has(p.name) && (await readyz(p)) === 200) pending.delete(p.name);
+    if (pending.size === 0) readyAt ??= Date.now();
+    if (listeningAt === undefined) {
+      have = await listeners();
+      if ([...want].every(([k, n]) => (have.get(k) ?? 0) >= n)) listeningAt = Date.now();
+    }
+    await sleep(200);
+  }
+  if (readyAt === undefined)
+    ctx.violations.push(
+      `every role ready again after the ${what} (no restart): ${[...pending].join(', ')} not in 60 s`,
+    );
+  if (listeningAt === undefined)
+    ctx.violations.push(
+      `every LISTEN connection back after the ${what}: ${JSON.stringify(Object.fromEntries(have))} of ${JSON.stringify(Object.fromEntries(want))}`,
+    );
+  if (readyAt !== undefined && listeningAt !== undefined)
+    ctx.notes.push(
+      `${what}: all ${cluster.live().length} processes ready ${s(readyAt)} s, listeners back ${s(listeningAt)} s after it began`,
+    );
 }
 
 describe('chaos cells', () => {
@@ -666,6 +784,67 @@ describe('chaos cells', () => {
       },
     },
     600_000,
+  );
+
+  cell(
+    'Patroni: switchover, then SIGKILL of the primary (synchronous standby, HAProxy)',
+    true,
+    true,
+    {
+      // Time for the throughput to come back after each event, measured from the event's start.
+      afterMs: 20_000,
+      setup: enterPatroni,
+      fault: async (ctx) => {
+        const patroni = ha!.patroni;
+        const before = cluster.live();
+        const want = await listeners();
+        const s = (ms: number) => (ms / 1000).toFixed(1);
+
+        let t0 = Date.now();
+        ctx.events.push({ name: 'switchover', at: t0 });
+        const sw = await patroni.switchover();
+        ctx.notes.push(`switchover ${sw.from} → ${sw.to}: writable through HAProxy after ${s(sw.writableMs)} s`);
+        await reconnected(ctx, 'switchover', t0, want);
+        ctx.notes.push(`${sw.from} synchronous standby again after ${s(await sw.synced)} s`);
+        await sleep(Math.max(0, t0 + 20_000 - Date.now()));
+
+        t0 = Date.now();
+        ctx.events.push({ name: 'hard failover', at: t0 });
+        const k = await patroni.killPrimary();
+        ha!.failover = { at: t0, killed: k.killed };
+        ctx.notes.push(
+          `SIGKILL ${k.killed} (Patroni, postmaster, backends): ${k.to} writable after ${s(k.writableMs)} s`,
+        );
+        await reconnected(ctx, 'hard failover', t0, want);
+        checkAlive(ctx, before);
+      },
+      check: async (c, _submitted, ctx) => {
+        const f = ha!.failover!;
+        // Every worker process claimed steps on the new primary; every api process answers on it.
+        for (const w of cluster.live('worker')) {
+          const r = await c.query<{ n: number }>(
+            `select count(*)::int as n from attempt where worker_id like $1 and claimed_at > $2`,
+            [`%:${w.child.pid}:%`, new Date(f.at)],
+          );
+          if (r.rows[0].n === 0) ctx.violations.push(`every worker claims steps after the failover: ${w.name} none`);
+        }
+        const t = tenants[0];
+        for (const p of cluster.live('api')) {
+          const r = await fetch(`${p.url}/api/v1/dags`, {
+            headers: { authorization: `Bearer ${t.token}`, 'x-tenant-id': t.id },
+            signal: AbortSignal.timeout(5_000),
+          }).catch(() => null);
+          if (r?.status !== 200) ctx.violations.push(`every api answers after the failover: ${p.name} ${r?.status}`);
+        }
+        // The killed node comes back as the new primary's synchronous standby (pg_rewind if it must); full form only.
+        if (FULL) {
+          const ms = await ha!.patroni.rejoin(f.killed);
+          ctx.notes.push(`${f.killed} rejoined as synchronous standby in ${(ms / 1000).toFixed(1)} s`);
+        }
+      },
+      teardown: leavePatroni,
+    },
+    900_000,
   );
 
   it('shuts every role down cleanly within 10 s of SIGTERM', async () => {

@@ -164,7 +164,8 @@ export class Cluster {
   private seq = 0;
 
   constructor(
-    readonly pg: Postgres,
+    /** The server the processes connect to as owner: the harness's PostgreSQL, or HAProxy in front of a Patroni cluster. */
+    readonly pg: { ownerUrl: string },
     readonly opts: ClusterOptions,
   ) {
     this.home = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-chaos-home-'));

@@ -81,7 +81,7 @@ export class PatroniCluster {
   private readonly children: ChildProcess[] = [];
   private readonly logs = new Map<string, string>();
 
-  constructor(readonly timings: PatroniTimings = { ttl: 10, loopWait: 2, retryTimeout: 4 }) {
+  constructor(readonly timings: PatroniTimings = { ttl: 10, loopWait: 1, retryTimeout: 4 }) {
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-chaos-patroni-'));
     // PostgreSQL runs as `postgres`: it must reach and write its node directories.
     fs.chmodSync(this.dir, 0o755);
