@@ -34,6 +34,8 @@ export interface Run {
   status: RunStatus;
   reason: string | null;
   inputs: unknown;
+  inputsHash: string;
+  outputsHash: string | null;
   requestedBy: string;
   replayOf: string | null;
   rerunOf: string | null;
@@ -58,6 +60,7 @@ export interface Step {
   logsHash: string | null;
   error: unknown;
   fromRerun: boolean;
+  queuedUtc: string | null;
   startedUtc: string | null;
   finishedUtc: string | null;
 }
@@ -70,9 +73,12 @@ export interface Attempt {
   attempt: number;
   status: string;
   workerId: string;
+  queuedUtc: string | null;
   claimedUtc: string;
   startedUtc: string | null;
   finishedUtc: string | null;
+  terminatedUtc: string | null;
+  outputsHash: string | null;
   error: unknown;
   logsHash: string | null;
 }
@@ -217,4 +223,50 @@ export const api = {
     json<DagVersion>('GET', `/dags/${enc(dagId)}/versions/${String(version)}`),
   dagGraph: (dagId: string, version: number) =>
     json<DagGraph>('GET', `/dags/${enc(dagId)}/versions/${String(version)}/graph`),
+};
+
+// ---- A run's Gantt, ledger and flow actions ----
+
+export interface RunAttempt extends Attempt {
+  stepId: string;
+}
+
+/** An event of a run's hash-chained ledger, as GET /runs/{runId}/events answers it. */
+export interface RunEvent {
+  seq: number;
+  createdUtc: string;
+  type: string;
+  stepId: string | null;
+  attempt: number | null;
+  actor: string;
+  data: unknown;
+  prevHash: string;
+  hash: string;
+}
+
+/** Why an unfinished step is not running (GET /runs/{runId}/explain); a signal step names what it waits for. */
+export interface StepExplanation {
+  stepId: string;
+  status: StepStatus;
+  reason: string;
+  name?: string;
+  correlationKey?: string;
+}
+
+export const flowApi = {
+  runAttempts: (runId: string) => json<{ items: RunAttempt[] }>('GET', `/runs/${enc(runId)}/attempts`),
+  events: (runId: string, after: number, limit = 1000) =>
+    json<{ items: RunEvent[]; nextAfter: number | null }>(
+      'GET',
+      `/runs/${enc(runId)}/events${query({ after, limit })}`,
+    ),
+  explain: (runId: string) => json<{ steps: StepExplanation[] }>('GET', `/runs/${enc(runId)}/explain`),
+  replay: (runId: string) => json<{ runId: string }>('POST', `/runs/${enc(runId)}/replay`),
+  decide: (runId: string, stepId: string, decision: 'approved' | 'rejected', comment?: string) =>
+    json<unknown>('POST', `/runs/${enc(runId)}/steps/${enc(stepId)}/decision`, {
+      decision,
+      ...(comment ? { comment } : {}),
+    }),
+  signal: (body: { name: string; correlationKey: string; payload?: unknown }) =>
+    json<{ signalId: string; status: 'pending' | 'delivered' }>('POST', '/signals', body),
 };

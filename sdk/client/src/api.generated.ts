@@ -399,6 +399,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/runs/{runId}/attempts': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Every attempt of a run's steps with their phase timings (a Gantt of the run) */
+    get: operations['listRunAttempts'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/runs/{runId}/cancel': {
     parameters: {
       query?: never;
@@ -1772,6 +1789,30 @@ export interface components {
       stepsTotal: number;
       traceId: string;
       version: number;
+    };
+    RunAttempt: {
+      attempt: number;
+      /** Format: date-time */
+      claimedUtc: string;
+      conditionPendingUtc: string | null;
+      constraintCheckedUtc: string | null;
+      epoch: number;
+      error: unknown | null;
+      finishedUtc: string | null;
+      /** Format: date-time */
+      leaseExpiresUtc: string;
+      logsHash: string | null;
+      outputsHash: string | null;
+      queuedUtc: string | null;
+      startedUtc: string | null;
+      status: string;
+      stepId: string;
+      terminatedUtc: string | null;
+      traceparent: string;
+      workerId: string;
+    };
+    RunAttemptList: {
+      items: components['schemas']['RunAttempt'][];
     };
     RunDetail: {
       contentHash: string;
@@ -4136,6 +4177,39 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['RunDetail'];
+        };
+      };
+      /** @description Error (see code) */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorEnvelope'];
+        };
+      };
+    };
+  };
+  listRunAttempts: {
+    parameters: {
+      query?: never;
+      header: {
+        'X-Tenant-Id': string;
+      };
+      path: {
+        runId: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Attempts, by step then attempt */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['RunAttemptList'];
         };
       };
       /** @description Error (see code) */

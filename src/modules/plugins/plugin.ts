@@ -1,8 +1,8 @@
 import type { z } from 'zod';
+import type { JsonObject, JsonValue } from '../../core/json/json-value';
 import type { Sandbox } from '../sandbox/sandbox';
 
-export type JsonValue = null | boolean | number | string | JsonValue[] | { [k: string]: JsonValue };
-export type JsonObject = { [k: string]: JsonValue };
+export type { JsonObject, JsonValue };
 
 /** One line of a step's log. */
 export interface StepLogLine {

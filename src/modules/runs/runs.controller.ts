@@ -10,6 +10,7 @@ import {
   eventListSchema,
   eventsQuery,
   rerunBody,
+  runAttemptListSchema,
   runDetailSchema,
   runListQuery,
   runListSchema,
@@ -121,6 +122,19 @@ export class RunsController {
   })
   attempts(@TenantPrincipal() p: TenantPrincipalT, @Params() params: z.infer<typeof stepParams>) {
     return this.runs.attempts(p.tenantId, params.runId, params.stepId);
+  }
+
+  @Get(':runId/attempts')
+  @Route({
+    operationId: 'listRunAttempts',
+    summary: "Every attempt of a run's steps with their phase timings (a Gantt of the run)",
+    tags: ['runs'],
+    access: 'orchestrator:read',
+    params: runParams,
+    responses: { 200: { description: 'Attempts, by step then attempt', schema: runAttemptListSchema } },
+  })
+  runAttempts(@TenantPrincipal() p: TenantPrincipalT, @Params() params: z.infer<typeof runParams>) {
+    return this.runs.runAttempts(p.tenantId, params.runId);
   }
 
   @Get(':runId/events')

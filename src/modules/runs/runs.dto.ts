@@ -164,6 +164,9 @@ export const attemptSchema = z
   })
   .meta({ id: 'Attempt' });
 export const attemptListSchema = z.object({ items: z.array(attemptSchema) }).meta({ id: 'AttemptList' });
+export const runAttemptListSchema = z
+  .object({ items: z.array(attemptSchema.extend({ stepId: z.string() }).meta({ id: 'RunAttempt' })) })
+  .meta({ id: 'RunAttemptList' });
 
 export const eventSchema = z
   .object({
@@ -184,3 +187,4 @@ export const eventListSchema = z
 
 export type RunDto = z.infer<typeof runSchema>;
 export type StepDto = z.infer<typeof stepSchema>;
+export type AttemptDto = z.infer<typeof attemptSchema>;

@@ -387,6 +387,18 @@ export class RunsRepository {
       .execute();
   }
 
+  /** Every attempt of a run's steps, by step then attempt (the run's steps are read unpaged too). */
+  async listRunAttempts(tx: TenantTx, runId: string) {
+    return tx
+      .selectFrom('attempt')
+      .selectAll()
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .orderBy('step_id')
+      .orderBy('attempt')
+      .execute();
+  }
+
   async listEvents(tx: TenantTx, runId: string, afterSeq: number, limit: number) {
     return tx
       .selectFrom('run_event')

@@ -1,8 +1,8 @@
 import { Injectable, Optional } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import type { Kysely } from 'kysely';
+import type { Kysely, Selectable } from 'kysely';
 import { Database, tenantTransaction } from '../../core/database/database';
-import type { DB } from '../../core/database/db.generated';
+import type { Attempt, DB } from '../../core/database/db.generated';
 import { isTenantStatement, tenantStatement, type TenantStatement, type TenantTx } from '../../core/database/handles';
 import { preparedKysely } from '../../core/database/prepared';
 import { badRequest, conflict, DomainError, notFound } from '../../core/errors/domain-error';
@@ -30,7 +30,7 @@ import {
   type QueuedStep,
   type ReusedOutputs,
 } from './run-plan';
-import type { RunDto, RunListQuery, StepDto } from './runs.dto';
+import type { AttemptDto, RunDto, RunListQuery, StepDto } from './runs.dto';
 import { DagVersionCache, versionKey } from './dag-version-cache';
 import {
   RunsRepository,
@@ -554,26 +554,16 @@ export class RunsService {
       const steps = await this.repo.listSteps(tx, runId);
       if (!steps.some((s) => s.step_id === stepId)) throw notFound('step', 'STEP_NOT_FOUND');
       const rows = await this.repo.listAttempts(tx, runId, stepId);
-      return {
-        items: rows.map((a) => ({
-          attempt: a.attempt,
-          status: a.status,
-          workerId: a.worker_id,
-          epoch: a.epoch,
-          traceparent: a.traceparent,
-          leaseExpiresUtc: iso(a.lease_expires_at)!,
-          queuedUtc: iso(a.queued_at),
-          claimedUtc: iso(a.claimed_at)!,
-          conditionPendingUtc: iso(a.condition_pending_at),
-          constraintCheckedUtc: iso(a.constraint_checked_at),
-          startedUtc: iso(a.started_at),
-          finishedUtc: iso(a.finished_at),
-          terminatedUtc: iso(a.terminated_at),
-          error: a.error ?? null,
-          outputsHash: a.outputs_hash,
-          logsHash: a.logs_hash,
-        })),
-      };
+      return { items: rows.map(attemptDto) };
+    });
+  }
+
+  async runAttempts(tenantId: string, runId: string) {
+    return this.db.withTenant(tenantId, async (tx) => {
+      const run = await this.repo.findRun(tx, runId);
+      if (!run) throw notFound('run', 'RUN_NOT_FOUND');
+      const rows = await this.repo.listRunAttempts(tx, runId);
+      return { items: rows.map((a) => ({ stepId: a.step_id, ...attemptDto(a) })) };
     });
   }
 
@@ -906,6 +896,27 @@ export function runDto(r: RunRow): RunDto {
     stepsRemaining: r.steps_remaining,
     lastEventSeq: r.event_seq,
     lastEventHash: r.event_hash,
+  };
+}
+
+function attemptDto(a: Selectable<Attempt>): AttemptDto {
+  return {
+    attempt: a.attempt,
+    status: a.status,
+    workerId: a.worker_id,
+    epoch: a.epoch,
+    traceparent: a.traceparent,
+    leaseExpiresUtc: iso(a.lease_expires_at)!,
+    queuedUtc: iso(a.queued_at),
+    claimedUtc: iso(a.claimed_at)!,
+    conditionPendingUtc: iso(a.condition_pending_at),
+    constraintCheckedUtc: iso(a.constraint_checked_at),
+    startedUtc: iso(a.started_at),
+    finishedUtc: iso(a.finished_at),
+    terminatedUtc: iso(a.terminated_at),
+    error: a.error ?? null,
+    outputsHash: a.outputs_hash,
+    logsHash: a.logs_hash,
   };
 }
 

@@ -1,6 +1,19 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, ApiError, canWrite, type Attempt, type RunDetail, type Session, type Step } from '../api';
+import {
+  api,
+  ApiError,
+  canWrite,
+  flowApi,
+  type Attempt,
+  type RunAttempt,
+  type RunDetail,
+  type Session,
+  type Step,
+} from '../api';
+import { Gantt } from '../components/Gantt';
 import { Graph } from '../components/Graph';
+import { Ledger } from '../components/Ledger';
+import { StepActions } from '../components/StepActions';
 import { LiveBadge } from '../components/LiveBadge';
 import { Link } from '../components/Link';
 import { duration, Status, time } from '../components/Status';
@@ -60,6 +73,21 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
     };
   }, [runId]);
 
+  // Every attempt of the run for the Gantt, read again when a read of the run shows newer events.
+  const seq = run?.lastEventSeq ?? -1;
+  const [attempts, setAttempts] = useState<RunAttempt[] | null>(null);
+  useEffect(() => {
+    if (seq < 0) return;
+    let stale = false;
+    flowApi.runAttempts(runId).then(
+      (a) => !stale && setAttempts(a.items),
+      (e: unknown) => !stale && setNotice(describe(e)),
+    );
+    return () => {
+      stale = true;
+    };
+  }, [runId, seq]);
+
   const loaded = run !== null;
   useEffect(() => {
     if (!loaded) return;
@@ -109,6 +137,14 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
       setNotice(describe(e));
     }
   };
+  const replay = async () => {
+    try {
+      const r = await flowApi.replay(runId);
+      navigate(`/runs/${r.runId}`);
+    } catch (e) {
+      setNotice(describe(e));
+    }
+  };
   const rerun = async (stepId: string) => {
     try {
       const r = await api.rerunRun(runId, stepId);
@@ -142,10 +178,26 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
           <Status status={run.status} />
           {run.reason && <span class="muted"> {run.reason}</span>}
         </dd>
+        <dt>Inputs hash</dt>
+        <dd class="mono hash" data-testid="inputs-hash">
+          {run.inputsHash}
+        </dd>
+        <dt>Outputs hash</dt>
+        <dd class="mono hash">{run.outputsHash ?? '—'}</dd>
         <dt>Started</dt>
         <dd>{time(run.startedUtc)}</dd>
         <dt>Duration</dt>
         <dd>{duration(run.startedUtc, run.finishedUtc)}</dd>
+        {run.replayOf && (
+          <>
+            <dt>Replay of</dt>
+            <dd>
+              <Link href={`/runs/${run.replayOf}`} class="mono">
+                {run.replayOf.slice(0, 8)}
+              </Link>
+            </dd>
+          </>
+        )}
         {run.rerunOf && (
           <>
             <dt>Rerun of</dt>
@@ -158,10 +210,15 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
           </>
         )}
       </dl>
-      {writable && !FINAL.has(run.status) && (
+      {writable && (
         <div class="actions">
-          <button type="button" class="danger" onClick={() => void cancel()}>
-            Cancel run
+          {!FINAL.has(run.status) && (
+            <button type="button" class="danger" onClick={() => void cancel()}>
+              Cancel run
+            </button>
+          )}
+          <button type="button" onClick={() => void replay()}>
+            Replay run
           </button>
         </div>
       )}
@@ -180,6 +237,14 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
           onSelect={setSelected}
         />
       </section>
+      <section aria-labelledby="gantt-h">
+        <h2 id="gantt-h">Timeline</h2>
+        {attempts ? (
+          <Gantt startedUtc={run.startedUtc} steps={steps.map((s) => s.stepId)} attempts={attempts} now={Date.now()} />
+        ) : (
+          <p class="muted">Reading the attempts…</p>
+        )}
+      </section>
       <section aria-labelledby="steps-h">
         <h2 id="steps-h">Steps</h2>
         <table class="steps">
@@ -190,6 +255,7 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
               <th scope="col">Plugin</th>
               <th scope="col">Attempts</th>
               <th scope="col">Duration</th>
+              <th scope="col">Outputs hash</th>
             </tr>
           </thead>
           <tbody>
@@ -212,6 +278,13 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
                 <td>{s.plugin}</td>
                 <td>{s.attempts}</td>
                 <td>{duration(s.startedUtc, s.finishedUtc)}</td>
+                <td>
+                  {s.outputsHash && (
+                    <code class="hash" title={s.outputsHash}>
+                      {s.outputsHash.slice(0, 12)}
+                    </code>
+                  )}
+                </td>
               </tr>
             ))}
           </tbody>
@@ -223,14 +296,36 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
           runId={runId}
           step={step}
           canRerun={writable && run.status === 'failed'}
+          canAct={writable}
           onRerun={(id) => void rerun(id)}
+          onActed={(message) => {
+            setNotice(message);
+            refresh.current();
+          }}
         />
       )}
+      <section aria-labelledby="inputs-h">
+        <h2 id="inputs-h">Inputs</h2>
+        <pre class="code" tabIndex={0} aria-label={`Inputs of run ${run.runId}`} data-testid="run-inputs">
+          {JSON.stringify(run.inputs, null, 2)}
+        </pre>
+      </section>
+      <section aria-labelledby="ledger-h">
+        <h2 id="ledger-h">Ledger</h2>
+        <Ledger runId={runId} seq={run.lastEventSeq} />
+      </section>
     </>
   );
 }
 
-function StepDetail(props: { runId: string; step: Step; canRerun: boolean; onRerun: (stepId: string) => void }) {
+function StepDetail(props: {
+  runId: string;
+  step: Step;
+  canRerun: boolean;
+  canAct: boolean;
+  onRerun: (stepId: string) => void;
+  onActed: (message: string) => void;
+}) {
   const { runId, step } = props;
   const [attempts, setAttempts] = useState<Attempt[] | null>(null);
   const [logs, setLogs] = useState<string | null>(null);
@@ -277,6 +372,7 @@ function StepDetail(props: { runId: string; step: Step; canRerun: boolean; onRer
           </button>
         </div>
       )}
+      {props.canAct && step.status === 'waiting' && <StepActions runId={runId} step={step} onActed={props.onActed} />}
       {error && <p class="error">{error}</p>}
       {step.error != null && (
         <>
@@ -295,12 +391,20 @@ function StepDetail(props: { runId: string; step: Step; canRerun: boolean; onRer
         <p class="muted">No logs.</p>
       )}
       <h3>Outputs</h3>
+      {step.outputsHash && (
+        <p>
+          SHA-256 of the outputs (canonical JSON):{' '}
+          <code class="hash" data-testid="outputs-hash">
+            {step.outputsHash}
+          </code>
+        </p>
+      )}
       {step.outputs != null ? (
         <pre class="code" tabIndex={0} aria-label={`Outputs of ${step.stepId}`}>
           {JSON.stringify(step.outputs, null, 2)}
         </pre>
       ) : (
-        <p class="muted">{step.outputsHash ? `Stored as ${step.outputsHash}` : 'None.'}</p>
+        <p class="muted">{step.outputsHash ? 'Stored as an artifact by that hash.' : 'None.'}</p>
       )}
       <h3>Attempts</h3>
       {attempts && attempts.length > 0 ? (
@@ -312,6 +416,7 @@ function StepDetail(props: { runId: string; step: Step; canRerun: boolean; onRer
               <th scope="col">Claimed</th>
               <th scope="col">Duration</th>
               <th scope="col">Error</th>
+              <th scope="col">Outputs hash</th>
             </tr>
           </thead>
           <tbody>
@@ -324,6 +429,13 @@ function StepDetail(props: { runId: string; step: Step; canRerun: boolean; onRer
                 <td>{time(a.claimedUtc)}</td>
                 <td>{duration(a.startedUtc, a.finishedUtc)}</td>
                 <td>{a.error == null ? '' : ((a.error as { code?: string }).code ?? 'error')}</td>
+                <td>
+                  {a.outputsHash && (
+                    <code class="hash" title={a.outputsHash}>
+                      {a.outputsHash.slice(0, 12)}
+                    </code>
+                  )}
+                </td>
               </tr>
             ))}
           </tbody>

@@ -1,0 +1,120 @@
+import { useEffect, useState } from 'preact/hooks';
+import { chainInputs, checkChain, type ChainCheck } from '../../../src/modules/runs/run-event-chain';
+import type { JsonObject } from '../../../src/core/json/json-value';
+import { flowApi, type RunEvent } from '../api';
+import { time } from './Status';
+
+const SHOWN = 200;
+const encoder = new TextEncoder();
+
+async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest('SHA-256', encoder.encode(text));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * Checks the run's chain with the API's own rule (run-event-chain.ts builds each hashed text) and
+ * WebCrypto's SHA-256: seq 1..n, each prev_hash the previous hash, each hash that of its event.
+ */
+export async function verifyLedger(runId: string, events: RunEvent[]): Promise<ChainCheck> {
+  const chained = events.map((e) => ({ ...e, runId, createdAt: e.createdUtc, data: e.data as JsonObject }));
+  const computed = await Promise.all(chainInputs(chained).map(sha256Hex));
+  return checkChain(chained, computed);
+}
+
+/** All of a run's events, a page of 1,000 at a time. */
+async function readAll(runId: string): Promise<RunEvent[]> {
+  const out: RunEvent[] = [];
+  let after: number | null = 0;
+  while (after !== null) {
+    const page = await flowApi.events(runId, after);
+    out.push(...page.items);
+    after = page.nextAfter;
+  }
+  return out;
+}
+
+/**
+ * The run's event ledger with each event's hash; the whole chain is verified in the browser each
+ * time it is read (again when `seq`, the newest event the page knows of, moves on).
+ */
+export function Ledger(props: { runId: string; seq: number }) {
+  const { runId, seq } = props;
+  const [events, setEvents] = useState<RunEvent[] | null>(null);
+  const [check, setCheck] = useState<ChainCheck | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [shown, setShown] = useState(SHOWN);
+
+  useEffect(() => {
+    let stale = false;
+    readAll(runId)
+      .then(async (ev) => {
+        const c = await verifyLedger(runId, ev);
+        if (stale) return;
+        setEvents(ev);
+        setCheck(c);
+      })
+      .catch((e: unknown) => !stale && setError(e instanceof Error ? e.message : String(e)));
+    return () => {
+      stale = true;
+    };
+  }, [runId, seq]);
+
+  if (error) return <p class="error">The ledger could not be read: {error}</p>;
+  if (!events || !check) return <p class="muted">Reading and verifying the ledger…</p>;
+  const last = events.at(-1);
+  return (
+    <div class="ledger">
+      {check.ok ? (
+        <p class="chain ok" data-testid="chain-state" role="status">
+          ✓ Chain verified: {events.length} events, SHA-256 in this browser; last hash{' '}
+          <code class="hash">{last?.hash ?? '(none)'}</code>
+        </p>
+      ) : (
+        <p class="chain broken" data-testid="chain-state" role="alert">
+          ✗ Chain broken at event {check.seq}: {check.problem}
+        </p>
+      )}
+      <div class="ledger-scroll">
+        <table data-testid="ledger">
+          <thead>
+            <tr>
+              <th scope="col">Seq</th>
+              <th scope="col">Time</th>
+              <th scope="col">Event</th>
+              <th scope="col">Step</th>
+              <th scope="col">Actor</th>
+              <th scope="col">Data</th>
+              <th scope="col">Hash</th>
+            </tr>
+          </thead>
+          <tbody>
+            {events.slice(0, shown).map((e) => (
+              <tr key={e.seq} data-seq={e.seq} class={!check.ok && check.seq === e.seq ? 'broken' : ''}>
+                <td>{e.seq}</td>
+                <td>{time(e.createdUtc)}</td>
+                <td>{e.type}</td>
+                <td>
+                  {e.stepId ?? ''}
+                  {e.attempt !== null ? ` #${String(e.attempt)}` : ''}
+                </td>
+                <td>{e.actor}</td>
+                <td class="mono data">{JSON.stringify(e.data)}</td>
+                <td>
+                  <code class="hash" title={e.hash}>
+                    {e.hash.slice(0, 12)}
+                  </code>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {events.length > shown && (
+        <button type="button" onClick={() => setShown((n) => n + SHOWN * 5)}>
+          Show more events ({events.length - shown} not shown)
+        </button>
+      )}
+    </div>
+  );
+}
