@@ -81,7 +81,7 @@ export function Gantt(props: { startedUtc: string; steps: string[]; attempts: Ru
         <span class="swatch wait" aria-hidden="true" /> queue wait (ready → started){' '}
         <span class="swatch exec" aria-hidden="true" /> execution; {all.length} attempts over {span(total)}
       </p>
-      <div class="gantt-scroll">
+      <div class="gantt-scroll" tabIndex={0} role="region" aria-label="Timeline of the attempts">
         <svg
           role="img"
           aria-label={`Gantt of ${String(all.length)} attempts of ${String(rows.length)} steps over ${span(total)}; the table below has the same timings`}
@@ -135,7 +135,7 @@ export function Gantt(props: { startedUtc: string; steps: string[]; attempts: Ru
           })}
         </svg>
       </div>
-      <details onToggle={(e) => setAsTable((e.currentTarget as HTMLDetailsElement).open)}>
+      <details onToggle={(e) => setAsTable(e.currentTarget.open)}>
         <summary>Timings as a table</summary>
         {asTable && (
           <table data-testid="gantt-table">

@@ -75,7 +75,7 @@ export function Ledger(props: { runId: string; seq: number }) {
           ✗ Chain broken at event {check.seq}: {check.problem}
         </p>
       )}
-      <div class="ledger-scroll">
+      <div class="ledger-scroll" tabIndex={0} role="region" aria-label="Events of the run">
         <table data-testid="ledger">
           <thead>
             <tr>
