@@ -3645,7 +3645,7 @@ CREATE INDEX run_dag_list_idx ON public.run USING btree (tenant_id, dag_id, crea
 
 CREATE UNIQUE INDEX run_event_stream_idx ON public.run_event USING btree (tenant_id, stream_id);
 
-CREATE INDEX run_export_idx ON public.run USING btree (tenant_id, COALESCE(started_at, created_at), dag_id, run_id);
+CREATE INDEX run_export_ms_idx ON public.run USING btree (tenant_id, date_trunc('milliseconds'::text, (COALESCE(started_at, created_at) AT TIME ZONE 'UTC'::text)), dag_id COLLATE "C", run_id);
 
 CREATE INDEX run_list_idx ON public.run USING btree (tenant_id, created_at DESC, run_id DESC);
 

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { once } from 'node:events';
+import { sql } from 'kysely';
 import { SigningKeys } from '../../src/modules/auth/signing-keys';
 import { canonicalJson } from '../../src/core/json/canonical-json';
 import {
@@ -306,6 +307,42 @@ describe('NDJSON export', () => {
     const text = fs.readFileSync(path.join(dir, NDJSON_FILE), 'utf8');
     expect(text).not.toContain(SECRET);
     expect(text).toContain('"password":"[redacted]"');
+  });
+
+  it('orders runs started in the same millisecond by dag id, whatever their microseconds, and resumes each page after the last run of the one before', async () => {
+    // 240 runs (more than two pages), two to a millisecond: the later microsecond has the smaller dag id.
+    const db = t.db.system;
+    await db.insertInto('tenant').values({ id: 'exp-ms', name: 'ms' }).execute();
+    const base = Date.UTC(2026, 0, 11, 9);
+    const ids: string[] = [];
+    for (let i = 0; i < 240; i++) {
+      const at = new Date(base + Math.floor(i / 2));
+      const run = await insertRun(db, 'exp-ms', i % 2 === 0 ? 'zulu' : 'alpha', { startedAt: at, status: 'succeeded' });
+      await appendEvents(db, run, [{ type: 'run.created', createdAt: at }]);
+      await sql`update run set started_at = started_at + make_interval(secs => ${i % 2 === 0 ? 0.0001 : 0.0009})
+                 where tenant_id = 'exp-ms' and run_id = ${run.runId}::uuid`.execute(db);
+      ids.push(run.runId);
+    }
+    const dir = path.join(tmp, 'same-ms');
+    await exportTo(dir, 'exp-ms');
+    const runs = lines(dir).filter((r) => r.type === 'run');
+    expect(runs).toHaveLength(240);
+    expect(new Set(runs.map((r) => r.runId)).size).toBe(240);
+    expect(runs.slice(0, 4).map((r) => [r.startedUtc, r.dagId])).toEqual([
+      ['2026-01-11T09:00:00.000Z', 'alpha'],
+      ['2026-01-11T09:00:00.000Z', 'zulu'],
+      ['2026-01-11T09:00:00.001Z', 'alpha'],
+      ['2026-01-11T09:00:00.001Z', 'zulu'],
+    ]);
+    expect(await verifyExport(dir)).toMatchObject({ ok: true });
+    // A range bound at a millisecond takes the runs started within it, whatever their microseconds.
+    const part = path.join(tmp, 'same-ms-range');
+    await exportTo(part, 'exp-ms', { from: '2026-01-11T09:00:00.010Z', to: '2026-01-11T09:00:00.012Z' });
+    expect(
+      lines(part)
+        .filter((r) => r.type === 'run')
+        .map((r) => r.dagId),
+    ).toEqual(['alpha', 'zulu', 'alpha', 'zulu']);
   });
 
   it('answers a bad range with 400 INVALID_RANGE', () => {

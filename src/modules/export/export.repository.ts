@@ -15,7 +15,14 @@ export interface RunKey {
   runId: string;
 }
 
-const startedUtc = sql<Date>`coalesce(started_at, created_at)`;
+/**
+ * A run's startedUtc as the export writes it: to the millisecond (UTC), so the order of the rows is
+ * the order a verifier sees, runs started in the same millisecond by different transactions
+ * included, and a page's last key (a Date) matches its row exactly. Indexed by run_export_ms_idx.
+ */
+const startedUtc = sql<Date>`(date_trunc('milliseconds', coalesce(started_at, created_at) at time zone 'UTC') at time zone 'UTC')`;
+const startedUtcKey = sql`date_trunc('milliseconds', coalesce(started_at, created_at) at time zone 'UTC')`;
+const utc = (d: Date) => sql`(${d.toISOString()}::timestamptz at time zone 'UTC')`;
 
 @Injectable()
 export class ExportRepository {
@@ -53,17 +60,17 @@ export class ExportRepository {
         startedUtc.as('started_utc'),
       ])
       .where('tenant_id', '=', tenantOf(tx));
-    if (range.from) q = q.where(startedUtc, '>=', range.from);
-    if (range.to) q = q.where(startedUtc, '<', range.to);
+    if (range.from) q = q.where(sql<boolean>`${startedUtcKey} >= ${utc(range.from)}`);
+    if (range.to) q = q.where(sql<boolean>`${startedUtcKey} < ${utc(range.to)}`);
     if (range.dagId) q = q.where('dag_id', '=', range.dagId);
     if (after) {
       q = q.where(
-        sql<boolean>`(coalesce(started_at, created_at), dag_id collate "C", run_id) > (${after.startedAt}, ${after.dagId}, ${after.runId}::uuid)`,
+        sql<boolean>`(${startedUtcKey}, dag_id collate "C", run_id) > (${utc(after.startedAt)}, ${after.dagId}, ${after.runId}::uuid)`,
       );
     }
     // Byte order ("C") for dag ids: the order an offline verifier can check without the server's collation.
     return q
-      .orderBy(startedUtc)
+      .orderBy(startedUtcKey)
       .orderBy(sql`dag_id collate "C"`)
       .orderBy('run_id')
       .limit(limit)
