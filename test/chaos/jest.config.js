@@ -11,6 +11,8 @@ module.exports = {
   moduleFileExtensions: common.moduleFileExtensions,
   testMatch: ['<rootDir>/test/chaos/**/*.test.ts'],
   testTimeout: 600_000,
+  // Its files (the cells, the backup drill) one after the other: each runs its own processes.
+  maxWorkers: 1,
   verbose: true,
   // Keep-alive HTTP sockets to the (now stopped) processes must not hold the run open.
   forceExit: true,
