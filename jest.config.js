@@ -51,6 +51,7 @@ module.exports = {
         '<rootDir>/plugins/**/*.spec.ts',
         '<rootDir>/sdk/worker/src/**/*.spec.ts',
         '<rootDir>/sdk/client/src/**/*.spec.ts',
+        '<rootDir>/test/unit/**/*.test.ts',
       ],
     },
     { ...common, displayName: 'medium', testMatch: ['<rootDir>/test/medium/**/*.test.ts'], slowTestThreshold: 20 },

@@ -20,3 +20,4 @@ export function itWithTool(
 
 export const DOT = { command: 'dot', versionArgs: ['-V'], debianPackage: 'graphviz' };
 export const PROMTOOL = { command: 'promtool', versionArgs: ['--version'], debianPackage: 'prometheus' };
+export const CADDY = { command: 'caddy', versionArgs: ['version'], debianPackage: 'caddy' };
