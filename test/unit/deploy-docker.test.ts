@@ -258,6 +258,14 @@ describe('docker/compose.yaml', () => {
     expect([...byRole.keys()].sort()).toEqual(['api', 'scheduler', 'worker']);
   });
 
+  it("gives PostgreSQL connections for every Ordo process's pool at its default size", () => {
+    const processes = ordoServices.reduce((n, [, s]) => n + (s.deploy?.replicas ?? 1), 0);
+    const pg = compose.services.postgres.command!.join(' ');
+    const max = Number(/max_connections=(\d+)/.exec(pg)![1]);
+    // PostgreSQL keeps 3 connections for superusers (superuser_reserved_connections).
+    expect(processes * loadConfig({}).ORDO_DB_POOL_SIZE).toBeLessThanOrEqual(max - 3);
+  });
+
   it('sets in Ordo containers only variables Ordo reads, and the values parse', () => {
     expect(ordoServices.length).toBeGreaterThanOrEqual(4);
     const example = dotenv(read('docker/.env.example'));
