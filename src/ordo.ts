@@ -32,10 +32,11 @@ export async function startOrdo(config: OrdoConfig, log: Logger, db?: ResolvedDa
   startTelemetry(config);
   const resolved = db ?? (await resolveDatabase(config, log));
   const database = new Database(
-    { app: resolved.appUrl, system: resolved.systemUrl },
+    { app: resolved.appUrl, system: resolved.systemUrl, pooler: config.ORDO_POOLER_DATABASE_URL },
     {
       poolSize: config.ORDO_DB_POOL_SIZE,
       applicationName: `ordo:${config.ORDO_ROLES.join('+')}`,
+      preparedStatements: config.ORDO_DB_PREPARED_STATEMENTS,
       chaosCommitErrorRate: config.ORDO_CHAOS_COMMIT_ERROR_RATE,
     },
   );

@@ -57,8 +57,13 @@ export async function withContext<T>(io: CliIo, modules: Type[], fn: (ctx: CliCo
   let app: Awaited<ReturnType<typeof NestFactory.createApplicationContext>> | undefined;
   try {
     database = new Database(
-      { app: resolved.appUrl, system: resolved.systemUrl },
-      { poolSize: 4, applicationName: 'ordo:cli', chaosCommitErrorRate: config.ORDO_CHAOS_COMMIT_ERROR_RATE },
+      { app: resolved.appUrl, system: resolved.systemUrl, pooler: config.ORDO_POOLER_DATABASE_URL },
+      {
+        poolSize: 4,
+        applicationName: 'ordo:cli',
+        preparedStatements: config.ORDO_DB_PREPARED_STATEMENTS,
+        chaosCommitErrorRate: config.ORDO_CHAOS_COMMIT_ERROR_RATE,
+      },
     );
     const keys = await SigningKeys.open(signingKeysDir(config), { create: true });
     app = await NestFactory.createApplicationContext(CliModule.forRoot(config, database, keys, modules), {

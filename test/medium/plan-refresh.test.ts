@@ -39,6 +39,7 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
 
   it('re-plans after a watched table doubles, and not before', async () => {
     const db = preparedKysely(pool, {
+      named: true,
       prefix: 'ordo_t_',
       refresh,
       // As the engine functions plan: generic plans, index nested loops.

@@ -64,6 +64,19 @@ export const envSchema = z.object({
   ORDO_EMBEDDED_PG_PORT: z.coerce.number().int().min(1024).max(65535).default(54329),
   // Connections per process, split between the app and system roles.
   ORDO_DB_POOL_SIZE: z.coerce.number().int().min(2).max(200).default(20),
+  // A transaction-mode pooler (PgBouncer) in front of the same database, as postgres://host:port/dbname:
+  // the app and system pools connect through it with their roles' credentials; listeners, the job
+  // runner and migrations stay on the direct URLs above (docs/operations.md, "PgBouncer").
+  ORDO_POOLER_DATABASE_URL: postgresUrl.refine((v) => v === undefined || !/^[^/]*\/\/[^/]*@/.test(v), {
+    message: "must not carry a user or password: each pool logs in with its role's credentials",
+  }),
+  // Named (parse-once) prepared statements on the pools; default on, off with ORDO_POOLER_DATABASE_URL
+  // (PgBouncer before 1.21 cannot follow them between server connections).
+  ORDO_DB_PREPARED_STATEMENTS: bool.optional(),
+  // statement_timeout of the app and system roles' sessions (set by the migration; 0: none).
+  ORDO_DB_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(0).max(86_400_000).default(120_000),
+  // idle_in_transaction_session_timeout of the app and system roles' sessions (set by the migration; 0: none).
+  ORDO_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS: z.coerce.number().int().min(0).max(86_400_000).default(30_000),
   // Largest request body (413 above).
   ORDO_BODY_LIMIT_BYTES: z.coerce
     .number()

@@ -2,22 +2,38 @@ import { Kysely, PostgresDialect, sql, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { DB } from './db.generated';
 import { brandTenantTx, type SystemDb, type SystemTx, type TenantTx } from './handles';
-import { queryThroughCallbacks } from './pg-query';
+import { queryThroughCallbacks, withoutStatementNames } from './pg-query';
 import { PlanRefresh } from './prepared';
 
 // bigint (int8) and numeric come back as strings by default; counters and sequence numbers fit in a double.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 
 export interface DatabaseUrls {
-  /** Non-owner role, no BYPASSRLS: every request transaction. */
+  /** Non-owner role, no BYPASSRLS: every request transaction. Direct to PostgreSQL. */
   app: string;
-  /** Non-owner role with BYPASSRLS: cross-tenant system work only. */
+  /**
+   * Non-owner role with BYPASSRLS: cross-tenant system work only. Direct to PostgreSQL: what holds
+   * a session (LISTEN, a session advisory lock, graphile-worker's runner) connects with it.
+   */
   system: string;
+  /**
+   * A transaction-mode pooler (postgres://host:port/dbname, no credentials) in front of the same
+   * database: the app and system pools connect through it, each with its role's credentials.
+   * Their work binds nothing to a session (the tenant is bound per transaction, by set_config(…,
+   * true)); named statements are off unless asked for (DatabaseOptions.preparedStatements).
+   */
+  pooler?: string;
 }
 
 export interface DatabaseOptions {
   poolSize: number;
   applicationName: string;
+  /**
+   * Whether the pools send named (parse-once) prepared statements. Default: yes, except through a
+   * pooler (PgBouncer before 1.21 runs each statement on whichever server connection is free,
+   * where a name prepared on another is unknown).
+   */
+  preparedStatements?: boolean;
   /**
    * Test-only (ORDO_CHAOS_COMMIT_ERROR_RATE; 0 or absent in production): the fraction of successful
    * COMMITs, and of the engine's one-statement hops, that the caller sees as a lost connection.
@@ -36,6 +52,8 @@ export class Database {
   readonly system: SystemDb;
   /** Re-plans the prepared handles' statements as the hot tables grow (see preparedKysely). */
   readonly planRefresh: PlanRefresh;
+  /** Whether the pools send named prepared statements (preparedKysely follows it). */
+  readonly preparedStatements: boolean;
 
   constructor(
     readonly urls: DatabaseUrls,
@@ -44,8 +62,11 @@ export class Database {
     const appSize = Math.max(2, Math.ceil(opts.poolSize * 0.6));
     const sysSize = Math.max(2, opts.poolSize - appSize);
     const chaos = opts.chaosCommitErrorRate ?? 0;
-    this.appPool = newPool(urls.app, appSize, `${opts.applicationName}:app`, chaos);
-    this.systemPool = newPool(urls.system, sysSize, `${opts.applicationName}:system`, chaos);
+    this.preparedStatements = opts.preparedStatements ?? urls.pooler === undefined;
+    const via = (url: string) => (urls.pooler === undefined ? url : throughPooler(url, urls.pooler));
+    const named = this.preparedStatements;
+    this.appPool = newPool(via(urls.app), appSize, `${opts.applicationName}:app`, chaos, named);
+    this.systemPool = newPool(via(urls.system), sysSize, `${opts.applicationName}:system`, chaos, named);
     this.app = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.appPool }) });
     this.system = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.systemPool }) }) as SystemDb;
     this.planRefresh = new PlanRefresh(this.systemPool);
@@ -111,7 +132,25 @@ export function tenantTransaction<T>(
   });
 }
 
-function newPool(connectionString: string, max: number, applicationName: string, chaosRate: number): pg.Pool {
+/**
+ * `url` (a role's direct connection) pointed at `pooler`: the pooler's host, port, database and
+ * parameters, with the role's user and password.
+ */
+export function throughPooler(url: string, pooler: string): string {
+  const u = new URL(url);
+  const p = new URL(pooler);
+  p.username = u.username;
+  p.password = u.password;
+  return p.toString();
+}
+
+function newPool(
+  connectionString: string,
+  max: number,
+  applicationName: string,
+  chaosRate: number,
+  namedStatements: boolean,
+): pg.Pool {
   const pool = new pg.Pool({
     connectionString,
     max,
@@ -127,6 +166,8 @@ function newPool(connectionString: string, max: number, applicationName: string,
   // unhandled 'error' event. The holder's next query fails instead and the pool discards the client.
   pool.on('connect', (client) => {
     client.on('error', () => undefined);
+    // Libraries that name their statements (rate-limiter-flexible) send them unnamed instead.
+    if (!namedStatements) withoutStatementNames(client);
     queryThroughCallbacks(client);
   });
   if (chaosRate > 0) pool.on('connect', (client) => injectCommitErrors(client, Math.min(chaosRate, 1)));

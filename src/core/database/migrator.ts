@@ -97,6 +97,20 @@ export interface MigrateOptions {
   /** Directory of the function files (tests); default db/functions. */
   functionsDir?: string;
   log?: (msg: string) => void;
+  /** The application roles' session timeouts in this database (absent: left as they are). */
+  timeouts?: RoleTimeouts;
+}
+
+/**
+ * statement_timeout and idle_in_transaction_session_timeout of the application and system roles,
+ * in milliseconds (0: none). Set on the roles in the database (ALTER ROLE … IN DATABASE … SET),
+ * so every new session of those roles starts with them, whether it comes directly or through a
+ * pooler (which does not pass a client's startup options on). The owner, which migrates, keeps
+ * the server's defaults.
+ */
+export interface RoleTimeouts {
+  statementMs: number;
+  idleInTransactionMs: number;
 }
 
 /**
@@ -118,6 +132,7 @@ export async function migrate(ownerUrl: string, opts: MigrateOptions = {}): Prom
   try {
     await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
     await ensureRoles(client, app, system);
+    if (opts.timeouts) await setRoleTimeouts(client, opts.timeouts);
     await client.query(`create table if not exists ordo_migration (
       name text primary key, checksum text not null, applied_at timestamptz not null default now())`);
     await client.query(`create table if not exists ordo_function (
@@ -293,6 +308,16 @@ async function ensureRoles(client: pg.Client, appPassword: string, systemPasswor
   const db = (await client.query<{ db: string }>('select current_database() as db')).rows[0].db;
   await client.query(`grant connect, temporary on database ${pg.escapeIdentifier(db)} to ${APP_ROLE}, ${SYSTEM_ROLE}`);
   await client.query(`grant usage on schema public to ${APP_ROLE}, ${SYSTEM_ROLE}`);
+}
+
+async function setRoleTimeouts(client: pg.Client, t: RoleTimeouts): Promise<void> {
+  const db = pg.escapeIdentifier((await client.query<{ db: string }>('select current_database() as db')).rows[0].db);
+  for (const role of [APP_ROLE, SYSTEM_ROLE]) {
+    await client.query(`alter role ${role} in database ${db} set statement_timeout = ${Math.trunc(t.statementMs)}`);
+    await client.query(
+      `alter role ${role} in database ${db} set idle_in_transaction_session_timeout = ${Math.trunc(t.idleInTransactionMs)}`,
+    );
+  }
 }
 
 /**

@@ -29,3 +29,20 @@ export function queryThroughCallbacks(client: pg.ClientBase): void {
 function isQueryObject(config: unknown): boolean {
   return typeof config === 'object' && config !== null && typeof (config as { submit?: unknown }).submit === 'function';
 }
+
+/**
+ * Makes `client` send every query unnamed: a query config's `name` (a named prepared statement,
+ * parsed once per connection and then only bound) is dropped, the rest goes to pg unchanged. For
+ * a connection through a transaction-mode pooler, where consecutive statements may run on
+ * different server connections and a name prepared on one is unknown on the next.
+ */
+export function withoutStatementNames(client: pg.ClientBase): void {
+  const query = client.query.bind(client) as QueryFn;
+  const unnamed: QueryFn = (config, ...rest) => {
+    if (typeof config !== 'object' || config === null || isQueryObject(config) || !('name' in config))
+      return query(config, ...rest);
+    const { name: _name, ...anonymous } = config as { name?: unknown };
+    return query(anonymous, ...rest);
+  };
+  client.query = unnamed as typeof client.query;
+}

@@ -92,11 +92,17 @@ export class PlanRefresh {
  * statements once per connection (and again after a re-plan, see PlanRefresh) instead of on every
  * call. For callers whose statement texts are fixed (bulk parameters are arrays), so the set of
  * prepared statements per connection stays small. `init` runs once on each new connection.
+ *
+ * With `named` false (Database.preparedStatements: the pool goes through a transaction-mode
+ * pooler), a plain handle on `pool`: statements are parsed and planned on every call, and neither
+ * `init` nor DISCARD PLANS is sent, since a session setting would land on whichever server
+ * connection the pooler lent for that one statement.
  */
 export function preparedKysely(
   pool: pg.Pool,
-  opts: { prefix: string; refresh: PlanRefresh; init?: string },
+  opts: { prefix: string; refresh: PlanRefresh; named: boolean; init?: string },
 ): Kysely<DB> {
+  if (!opts.named) return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   const names = new Map<string, string>();
   const nameOf = (text: string): string => {
     let n = names.get(text);

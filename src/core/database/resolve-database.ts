@@ -25,7 +25,13 @@ export async function resolveDatabase(config: OrdoConfig, log: Logger): Promise<
     });
     ownerUrl = embedded.ownerUrl;
   }
-  const m = await migrate(ownerUrl, { log: (msg) => log.info(msg) });
+  const m = await migrate(ownerUrl, {
+    log: (msg) => log.info(msg),
+    timeouts: {
+      statementMs: config.ORDO_DB_STATEMENT_TIMEOUT_MS,
+      idleInTransactionMs: config.ORDO_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    },
+  });
   return {
     ownerUrl,
     appUrl: config.ORDO_APP_DATABASE_URL ?? m.appUrl,

@@ -145,6 +145,7 @@ export class EngineStore implements OnApplicationShutdown {
     this.sys = preparedKysely(db.systemPool, {
       prefix: 'ordo_e_',
       refresh: db.planRefresh,
+      named: db.preparedStatements,
       init: 'set plan_cache_mode = force_custom_plan',
     }) as SystemDb;
     this.outbox = new NotifyOutbox(

@@ -855,7 +855,11 @@ class PreparedTenantTransactions {
   readonly handle: Kysely<DB>;
 
   constructor(db: Database) {
-    this.handle = preparedKysely(db.appPool, { prefix: 'ordo_r_', refresh: db.planRefresh });
+    this.handle = preparedKysely(db.appPool, {
+      prefix: 'ordo_r_',
+      refresh: db.planRefresh,
+      named: db.preparedStatements,
+    });
   }
 
   withTenant<T>(tenantId: string, fn: (tx: TenantTx) => Promise<T>): Promise<T> {
