@@ -3,9 +3,11 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { sql, type Transaction } from 'kysely';
 import pg from 'pg';
 import WebSocket from 'ws';
 import { Database } from '../../src/core/database/database';
+import type { DB } from '../../src/core/database/db.generated';
 import { APP_ROLE, SYSTEM_ROLE, applicationUrls, migrate } from '../../src/core/database/migrator';
 import { buildPrivateDist } from '../support/dist';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -68,17 +70,23 @@ async function startPgBouncer(db: TestDatabase): Promise<Bouncer> {
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-pgbouncer-'));
   const server = new URL(db.ownerUrl);
-  const { appUrl, systemUrl } = applicationUrls(db.ownerUrl);
-  const password = (u: string) => decodeURIComponent(new URL(u).password);
+  // The roles' SCRAM secrets, read as docs/operations.md says: PgBouncer checks the client's
+  // password with them and logs in to PostgreSQL with them (SCRAM pass-through).
+  const owner = new pg.Client({ connectionString: db.ownerUrl });
+  await owner.connect();
+  const secrets = await owner
+    .query<{ line: string }>(
+      `select format('"%s" "%s"', rolname, rolpassword) as line from pg_authid where rolname in ($1, $2) order by 1`,
+      [APP_ROLE, SYSTEM_ROLE],
+    )
+    .finally(() => owner.end());
+  expect(secrets.rows.map((r) => r.line)).toEqual([
+    expect.stringMatching(/^"ordo_app" "SCRAM-SHA-256\$/),
+    expect.stringMatching(/^"ordo_system" "SCRAM-SHA-256\$/),
+  ]);
   fs.writeFileSync(
     path.join(dir, 'userlist.txt'),
-    [
-      [APP_ROLE, password(appUrl)],
-      [SYSTEM_ROLE, password(systemUrl)],
-      [ADMIN, ADMIN_PASSWORD],
-    ]
-      .map(([u, p]) => `"${u}" "${p}"\n`)
-      .join(''),
+    [...secrets.rows.map((r) => r.line), `"${ADMIN}" "${ADMIN_PASSWORD}"`].map((l) => `${l}\n`).join(''),
     { mode: 0o600 },
   );
   fs.writeFileSync(
@@ -419,6 +427,15 @@ describe('Ordo behind PgBouncer in transaction mode', () => {
     // Server connections PgBouncer opened before keep the values they logged in with: new ones, please.
     await bouncer.admin(`reconnect ${ALIAS}`);
     const { appUrl, systemUrl } = applicationUrls(db.ownerUrl);
+    const owner = new pg.Client({ connectionString: db.ownerUrl });
+    await owner.connect();
+    const ownerSettings = await owner
+      .query('select current_setting($1) as statement, current_setting($2) as idle', [
+        'statement_timeout',
+        'idle_in_transaction_session_timeout',
+      ])
+      .finally(() => owner.end());
+    expect(ownerSettings.rows[0]).toEqual({ statement: '0', idle: '0' });
     for (const pooler of [undefined, bouncer.poolerUrl]) {
       const database = new Database(
         { app: appUrl, system: systemUrl, pooler },
@@ -451,6 +468,9 @@ describe('Ordo behind PgBouncer in transaction mode', () => {
           ).toBe(0);
         // And a statement past statement_timeout is cancelled.
         await expect(database.withSystem((tx) => sqlSleep(tx, 2))).rejects.toMatchObject({ code: '57014' });
+        // Both roles have the timeouts; the owner, which migrates, has none.
+        expect(await database.withSystem((tx) => show(tx))).toEqual({ statement: '1s', idle: '1s' });
+        expect(await database.withTenant('pgb-other', (tx) => show(tx))).toEqual({ statement: '1s', idle: '1s' });
       } finally {
         await database.close();
       }
@@ -458,7 +478,12 @@ describe('Ordo behind PgBouncer in transaction mode', () => {
   }, 60_000);
 });
 
-async function sqlSleep(tx: Parameters<Parameters<Database['withSystem']>[0]>[0], seconds: number): Promise<void> {
-  const { sql } = await import('kysely');
+async function show(tx: Transaction<DB>) {
+  const r = await sql<{ statement: string; idle: string }>`select current_setting('statement_timeout') as statement,
+    current_setting('idle_in_transaction_session_timeout') as idle`.execute(tx);
+  return r.rows[0];
+}
+
+async function sqlSleep(tx: Transaction<DB>, seconds: number): Promise<void> {
   await sql`select pg_sleep(${seconds})`.execute(tx);
 }

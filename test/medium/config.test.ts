@@ -27,7 +27,11 @@ describe('environment validation', () => {
       ORDO_DEBUG: false,
       ORDO_ENGINE_PROFILE: false,
       ORDO_CHAOS_COMMIT_ERROR_RATE: 0,
+      ORDO_DB_STATEMENT_TIMEOUT_MS: 120_000,
+      ORDO_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS: 30_000,
     });
+    expect(c.ORDO_POOLER_DATABASE_URL).toBeUndefined();
+    expect(c.ORDO_DB_PREPARED_STATEMENTS).toBeUndefined();
     expect(c.ORDO_TEST_CLOCK_START).toBeUndefined();
     expect(c.home).toBe(path.resolve('.ordo'));
     expect(c.DATABASE_URL).toBeUndefined();
@@ -55,10 +59,31 @@ describe('environment validation', () => {
     ['ORDO_TEST_CLOCK_START', 'yesterday'],
     ['ORDO_TEST_CLOCK_ANCHOR', 'soon'],
     ['ORDO_TEST_CLOCK_SPEED', '0'],
+    ['ORDO_POOLER_DATABASE_URL', 'http://127.0.0.1:6432/ordo'],
+    ['ORDO_POOLER_DATABASE_URL', 'postgres://ordo_app:secret@127.0.0.1:6432/ordo'],
+    ['ORDO_POOLER_DATABASE_URL', 'postgres://ordo_app@127.0.0.1:6432/ordo'],
+    ['ORDO_DB_PREPARED_STATEMENTS', 'sometimes'],
+    ['ORDO_DB_STATEMENT_TIMEOUT_MS', '-1'],
+    ['ORDO_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS', '1.5'],
   ])('rejects %s=%s with a message naming the variable', (name, value) => {
     const e = fails({ [name]: value });
     expect(e.message).toContain(name);
     expect(e.issues.every((i) => i.startsWith(name))).toBe(true);
+  });
+
+  it('takes a pooler address without credentials, and the database settings', () => {
+    const c = loadConfig({
+      ORDO_POOLER_DATABASE_URL: 'postgres://127.0.0.1:6432/ordo',
+      ORDO_DB_PREPARED_STATEMENTS: 'true',
+      ORDO_DB_STATEMENT_TIMEOUT_MS: '0',
+      ORDO_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS: '5000',
+    });
+    expect(c).toMatchObject({
+      ORDO_POOLER_DATABASE_URL: 'postgres://127.0.0.1:6432/ordo',
+      ORDO_DB_PREPARED_STATEMENTS: true,
+      ORDO_DB_STATEMENT_TIMEOUT_MS: 0,
+      ORDO_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS: 5_000,
+    });
   });
 
   it('names every bad variable at once', () => {

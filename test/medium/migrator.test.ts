@@ -3,7 +3,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { APP_ROLE, listFunctions, listMigrations, migrate, pendingMigrations } from '../../src/core/database/migrator';
+import {
+  APP_ROLE,
+  applicationUrls,
+  listFunctions,
+  listMigrations,
+  migrate,
+  pendingMigrations,
+} from '../../src/core/database/migrator';
 
 /** An empty database on the test server (no template), dropped by the returned function. */
 async function emptyDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
@@ -209,6 +216,40 @@ describe('migrator', () => {
       await c.connect();
       expect(await pendingMigrations((q) => c.query(q))).toEqual(['ordo_notify.sql']);
       await c.end();
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it("keeps the roles' stored passwords (a pooler's SCRAM secrets stay valid) and sets their session timeouts in the database", async () => {
+    const db = await emptyDatabase();
+    try {
+      await migrate(db.url, { timeouts: { statementMs: 120_000, idleInTransactionMs: 30_000 } });
+      const secrets = () =>
+        query<{ rolname: string; rolpassword: string }>(
+          db.url,
+          `select rolname, rolpassword from pg_authid where rolname in ('ordo_app', 'ordo_system') order by 1`,
+        );
+      const before = await secrets();
+      expect(before.map((r) => r.rolpassword)).toEqual([expect.any(String), expect.any(String)]);
+      await migrate(db.url, { timeouts: { statementMs: 0, idleInTransactionMs: 5_000 } });
+      expect(await secrets()).toEqual(before);
+      const settings = await query<{ role: string; setconfig: string[] }>(
+        db.url,
+        `select r.rolname as role, s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole
+          where s.setdatabase = (select oid from pg_database where datname = current_database()) order by 1`,
+      );
+      expect(settings).toEqual(
+        ['ordo_app', 'ordo_system'].map((role) => ({
+          role,
+          setconfig: ['statement_timeout=0', 'idle_in_transaction_session_timeout=5000'],
+        })),
+      );
+      // A session of the role starts with them.
+      const { appUrl } = applicationUrls(db.url);
+      expect(await query(appUrl, `select current_setting('idle_in_transaction_session_timeout') as idle`)).toEqual([
+        { idle: '5s' },
+      ]);
     } finally {
       await db.drop();
     }

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { Database, throughPooler } from '../../src/core/database/database';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 /**
@@ -69,5 +70,62 @@ describe('pool connections: promise queries through the callback form', () => {
     await expect(client.query('select 1')).rejects.toMatchObject({ code: '25P02' });
     await client.query('rollback');
     expect((await client.query('select 3 as three')).rows).toEqual([{ three: 3 }]);
+  });
+});
+
+describe('pool connections without named statements (ORDO_DB_PREPARED_STATEMENTS off, a pooler)', () => {
+  let t: TestDatabase;
+  let unnamed: Database;
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    unnamed = new Database(
+      { app: t.appUrl, system: t.systemUrl },
+      { poolSize: 2, applicationName: 'ordo:test', preparedStatements: false },
+    );
+  });
+  afterAll(async () => {
+    await unnamed.close();
+    await t.drop();
+  });
+
+  it('sends a named statement unnamed: same results, nothing prepared on the session', async () => {
+    const named = async (db: Database) => {
+      const client = await db.systemPool.connect();
+      try {
+        const q = { name: 'ordo_pgq_unnamed', text: 'select $1::int * 2 as doubled', values: [21] };
+        const results = [(await client.query(q)).rows, (await client.query({ ...q, values: [5] })).rows];
+        const prepared = await client.query<{ name: string }>('select name from pg_prepared_statements');
+        return { results, prepared: prepared.rows.map((r) => r.name) };
+      } finally {
+        client.release();
+      }
+    };
+    expect(unnamed.preparedStatements).toBe(false);
+    expect(await named(unnamed)).toEqual({ results: [[{ doubled: 42 }], [{ doubled: 10 }]], prepared: [] });
+    // The default: the name reaches PostgreSQL.
+    expect(t.db.preparedStatements).toBe(true);
+    expect(await named(t.db)).toEqual({
+      results: [[{ doubled: 42 }], [{ doubled: 10 }]],
+      prepared: ['ordo_pgq_unnamed'],
+    });
+  });
+
+  it('goes through a pooler with its address, database and parameters and the role credentials', async () => {
+    expect(
+      throughPooler(
+        'postgres://ordo_app:s%3Acret@db.internal:5432/ordo',
+        'postgres://pgb:6432/ordo_pooled?sslmode=require',
+      ),
+    ).toBe('postgres://ordo_app:s%3Acret@pgb:6432/ordo_pooled?sslmode=require');
+    expect(throughPooler('postgres://ordo_app:x@db.internal:5432/ordo', 'postgres://pgb:6432')).toBe(
+      'postgres://ordo_app:x@pgb:6432/ordo',
+    );
+    const pooled = new Database(
+      { app: t.appUrl, system: t.systemUrl, pooler: 'postgres://127.0.0.1:1/x' },
+      { poolSize: 2, applicationName: 'ordo:test' },
+    );
+    expect(pooled.preparedStatements).toBe(false);
+    await pooled.close();
   });
 });

@@ -133,14 +133,15 @@ export function tenantTransaction<T>(
 }
 
 /**
- * `url` (a role's direct connection) pointed at `pooler`: the pooler's host, port, database and
- * parameters, with the role's user and password.
+ * `url` (a role's direct connection) pointed at `pooler`: the pooler's host, port and parameters,
+ * and its database name when it gives one (else `url`'s), with the role's user and password.
  */
 export function throughPooler(url: string, pooler: string): string {
   const u = new URL(url);
   const p = new URL(pooler);
   p.username = u.username;
   p.password = u.password;
+  if (p.pathname === '' || p.pathname === '/') p.pathname = u.pathname;
   return p.toString();
 }
 

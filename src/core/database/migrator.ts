@@ -1,4 +1,4 @@
-import { createHash, createHmac } from 'node:crypto';
+import { createHash, createHmac, pbkdf2Sync } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
@@ -303,8 +303,22 @@ async function ensureRoles(client: pg.Client, appPassword: string, systemPasswor
   };
   await create(APP_ROLE, 'login nosuperuser nocreatedb nocreaterole noinherit nobypassrls');
   await create(SYSTEM_ROLE, 'login nosuperuser nocreatedb nocreaterole noinherit bypassrls');
-  await client.query(`alter role ${APP_ROLE} with login nobypassrls password ${pg.escapeLiteral(appPassword)}`);
-  await client.query(`alter role ${SYSTEM_ROLE} with login bypassrls password ${pg.escapeLiteral(systemPassword)}`);
+  // A password is set only when the stored one is not it: setting it again would store a new salt,
+  // and a pooler that logs in with the stored SCRAM secret (PgBouncer's auth_file) would be refused.
+  const stored = new Map(
+    (
+      await client
+        .query<{ rolname: string; rolpassword: string | null }>(
+          'select rolname, rolpassword from pg_authid where rolname = any($1)',
+          [[APP_ROLE, SYSTEM_ROLE]],
+        )
+        .catch(() => ({ rows: [] }))
+    ).rows.map((r) => [r.rolname, r.rolpassword]),
+  );
+  const password = (role: string, p: string) =>
+    scramSecretOf(stored.get(role), p) ? '' : ` password ${pg.escapeLiteral(p)}`;
+  await client.query(`alter role ${APP_ROLE} with login nobypassrls${password(APP_ROLE, appPassword)}`);
+  await client.query(`alter role ${SYSTEM_ROLE} with login bypassrls${password(SYSTEM_ROLE, systemPassword)}`);
   const db = (await client.query<{ db: string }>('select current_database() as db')).rows[0].db;
   await client.query(`grant connect, temporary on database ${pg.escapeIdentifier(db)} to ${APP_ROLE}, ${SYSTEM_ROLE}`);
   await client.query(`grant usage on schema public to ${APP_ROLE}, ${SYSTEM_ROLE}`);
@@ -318,6 +332,15 @@ async function setRoleTimeouts(client: pg.Client, t: RoleTimeouts): Promise<void
       `alter role ${role} in database ${db} set idle_in_transaction_session_timeout = ${Math.trunc(t.idleInTransactionMs)}`,
     );
   }
+}
+
+/** Whether `secret` (a role's pg_authid.rolpassword) is a SCRAM-SHA-256 secret of `password` (RFC 5802). */
+function scramSecretOf(secret: string | null | undefined, password: string): boolean {
+  const m = /^SCRAM-SHA-256\$(\d+):([^$]+)\$([^:]+):/.exec(secret ?? '');
+  if (!m) return false;
+  const salted = pbkdf2Sync(password, Buffer.from(m[2], 'base64'), Number(m[1]), 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  return createHash('sha256').update(clientKey).digest('base64') === m[3];
 }
 
 /**
