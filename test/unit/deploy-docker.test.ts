@@ -137,7 +137,9 @@ describe('docker/Dockerfile', () => {
       .map((f) => `src/modules/sandbox/${f}`);
     expect(helpers.length).toBeGreaterThan(0);
     expect(sources).toEqual(expect.arrayContaining(helpers));
-    // bin/ordo.js checks the Node version with this script before it loads the build.
+    // `ordo` on PATH is a link to bin/ordo.js, which checks the Node version with this script.
+    expect(runs(runtime).join('\n')).toContain('ln -s /app/bin/ordo.js /usr/local/bin/ordo');
+    expect(fs.statSync(path.join(ROOT, 'bin/ordo.js')).mode & 0o111).toBe(0o111);
     expect(read('bin/ordo.js')).toContain("require('../scripts/check-node.cjs')");
   });
 

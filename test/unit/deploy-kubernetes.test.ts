@@ -238,6 +238,9 @@ describe('deploy/ (Kubernetes)', () => {
   it('gives every role the keys from the Secret as 0600 copies in ORDO_SIGNING_KEYS_DIR, the files Ordo opens', () => {
     const keysSecret = secrets.find((s) => s.metadata.name === 'ordo-keys')!;
     expect(Object.keys(stringData(keysSecret)).sort()).toEqual([KEY_FILE, SECRET_KEY_FILE].sort());
+    // A template only: no key material is committed.
+    for (const s of secrets) for (const v of Object.values(stringData(s))) expect(v).not.toMatch(/^\s*[{[]/);
+    for (const v of Object.values(stringData(keysSecret))) expect(v).toMatch(/^REPLACE-ME/);
     for (const r of ROLES) {
       const spec = deployment(r).spec.template.spec;
       const init = spec.initContainers?.find((c) => c.name === 'keys');
