@@ -270,3 +270,190 @@ export const flowApi = {
   signal: (body: { name: string; correlationKey: string; payload?: unknown }) =>
     json<{ signalId: string; status: 'pending' | 'delivered' }>('POST', '/signals', body),
 };
+
+// Schedules, DAG versions' status, bundles and trust keys, tokens, usage, and the operator's tenants
+// and queues: the console's remaining pages.
+
+export type CatchUp = 'none' | 'latest' | 'all';
+export type Overlap = 'allow' | 'skip' | 'queue' | 'cancel-previous';
+
+export interface Schedule {
+  id: string;
+  dagId: string;
+  version: number | null;
+  cron: string;
+  timezone: string;
+  inputs: Record<string, unknown>;
+  catchUp: CatchUp;
+  overlap: Overlap;
+  paused: boolean;
+  nextFireAt: string | null;
+  queuedFireAt: string | null;
+  lastFireAt: string | null;
+  lastRunId: string | null;
+  createdBy: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface FireTimes {
+  cron: string;
+  timezone: string;
+  items: { utc: string; local: string }[];
+}
+
+export interface ScheduleFire {
+  fireTime: string;
+  runId: string | null;
+  outcome: 'created' | 'skipped' | 'queued' | 'cancelled-previous' | 'failed';
+  error: string | null;
+  firedAt: string;
+}
+
+export interface Bundle {
+  bundleHash: string;
+  name: string;
+  version: string;
+  owner: string;
+  created: string;
+  kid: string;
+  importedBy: string;
+  importedAt: string;
+  dags: { path: string; dagId: string; version: number }[];
+  scripts: string[];
+  files: { path: string; sha256: string; size: number }[];
+}
+
+export interface TrustKey {
+  kid: string;
+  owner: string;
+  publicJwk: { kty: string; crv: string; x: string };
+  createdBy: string;
+  createdAt: string;
+  expiresAt: string | null;
+  revokedAt: string | null;
+}
+
+export type TokenScope = Exclude<Scope, 'platform:admin'> | 'worker';
+
+export interface TokenRecord {
+  jti: string;
+  subject: string;
+  scopes: TokenScope[];
+  pool: string | null;
+  lastSeenAt: string | null;
+  description: string | null;
+  createdBy: string;
+  createdAt: string;
+  expiresAt: string;
+  revokedAt: string | null;
+}
+
+export interface MintedToken {
+  token: string;
+  jti: string;
+  tenantId: string;
+  subject: string;
+  scopes: TokenScope[];
+  pool: string | null;
+  expiresAt: string;
+}
+
+export interface MintTokenRequest {
+  subject?: string;
+  scopes: TokenScope[];
+  pool?: string;
+  ttlSeconds?: number;
+  description?: string;
+}
+
+export interface Usage {
+  plan: string | null;
+  limits: Record<string, number | null | undefined>;
+  usage: {
+    runsThisPeriod: number;
+    concurrentRuns: number;
+    queuedSteps: number;
+    stepsInFlight: number;
+    artifactBytes: number;
+  };
+  period: { start: string; resetsAt: string; timeZone: string };
+}
+
+export interface Tenant {
+  id: string;
+  name: string;
+  status: 'active' | 'disabled';
+  createdAt: string;
+  disabledAt: string | null;
+}
+
+export interface Plan {
+  id: string;
+  description: string;
+  limits: Record<string, number | undefined>;
+  tenants: number;
+}
+
+export interface TenantQueue {
+  tenantId: string;
+  plan: { id: string; limits: Record<string, number | null> } | null;
+  steps: { ready: number; waiting: number; inFlight: number };
+  inFlightCap: number;
+  sharedInFlightCap: number | null;
+  oldestReadySeconds: number | null;
+  claimsPerSecond: number;
+  limitHits: { limit: string; hits: number }[];
+}
+
+export interface TenantQueues {
+  at: string;
+  claimsWindowSeconds: number;
+  limitHitsSince: string;
+  items: TenantQueue[];
+  nextPageToken: string | null;
+}
+
+/** The session's tenant scopes imply one another: admin, then write, then read. */
+export function canAdmin(s: Session | null): boolean {
+  return !!s && s.scopes.includes('orchestrator:admin');
+}
+
+export function isOperator(s: Session | null): boolean {
+  return !!s && s.tenantId === null && s.scopes.includes('platform:admin');
+}
+
+export const consoleApi = {
+  setDagVersionStatus: (dagId: string, version: number, to: 'enable' | 'disable') =>
+    json<DagVersion>('POST', `/dags/${enc(dagId)}/versions/${String(version)}/${to}`),
+
+  listSchedules: (q: { dagId?: string; pageToken?: string; limit?: number }) =>
+    json<Page<Schedule>>('GET', `/schedules${query(q)}`),
+  getSchedule: (id: string) => json<Schedule>('GET', `/schedules/${enc(id)}`),
+  scheduleNext: (id: string, count: number) => json<FireTimes>('GET', `/schedules/${enc(id)}/next${query({ count })}`),
+  scheduleFires: (id: string, limit: number) =>
+    json<{ items: ScheduleFire[] }>('GET', `/schedules/${enc(id)}/fires${query({ limit })}`),
+  setSchedulePaused: (id: string, paused: boolean) =>
+    json<Schedule>('POST', `/schedules/${enc(id)}/${paused ? 'pause' : 'resume'}`),
+
+  listBundles: (q: { pageToken?: string; limit?: number }) => json<Page<Bundle>>('GET', `/bundles${query(q)}`),
+  getBundle: (hash: string) => json<Bundle>('GET', `/bundles/${enc(hash)}`),
+  listTrustKeys: (q: { pageToken?: string; limit?: number }) => json<Page<TrustKey>>('GET', `/trust/keys${query(q)}`),
+  revokeTrustKey: (kid: string) => json<TrustKey>('POST', `/trust/keys/${enc(kid)}/revoke`),
+  policy: () => json<{ requireSignedDags: boolean }>('GET', '/policy'),
+
+  listTokens: (q: { pageToken?: string; limit?: number }) => json<Page<TokenRecord>>('GET', `/tokens${query(q)}`),
+  mintToken: (body: MintTokenRequest) => json<MintedToken>('POST', '/tokens', body),
+  revokeToken: (jti: string) => json<{ jti: string; revokedAt: string }>('POST', `/tokens/${enc(jti)}/revoke`),
+
+  usage: () => json<Usage>('GET', '/usage'),
+
+  listTenants: (q: { pageToken?: string; limit?: number }) => json<Page<Tenant>>('GET', `/tenants${query(q)}`),
+  setTenantEnabled: (tenantId: string, enabled: boolean) =>
+    json<Tenant>('POST', `/tenants/${enc(tenantId)}/${enabled ? 'enable' : 'disable'}`),
+  tenantUsage: (tenantId: string) => json<Usage>('GET', `/tenants/${enc(tenantId)}/usage`),
+  listPlans: () => json<{ items: Plan[] }>('GET', '/plans'),
+  assignPlan: (tenantId: string, planId: string) => json<unknown>('PUT', `/tenants/${enc(tenantId)}/plan`, { planId }),
+  queues: (q: { tenantId?: string; pageToken?: string; limit?: number }) =>
+    json<TenantQueues>('GET', `/admin/queues${query(q)}`),
+};

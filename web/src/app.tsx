@@ -1,11 +1,38 @@
 import { useEffect, useState } from 'preact/hooks';
-import { api, onSignedOut, type Session } from './api';
+import { api, canAdmin, isOperator, onSignedOut, type Session } from './api';
 import { Link } from './components/Link';
 import { match, navigate, useLocation } from './router';
+import { BundlePage, BundlesPage, TrustPage } from './pages/Bundles';
+import { DagDiffPage } from './pages/DagDiff';
 import { DagPage, DagsPage, DagVersionPage } from './pages/Dags';
 import { RunPage } from './pages/Run';
 import { RunsPage } from './pages/Runs';
+import { SchedulePage, SchedulesPage } from './pages/Schedules';
 import { SignInPage } from './pages/SignIn';
+import { QueuesPage, TenantPage, TenantsPage } from './pages/Tenants';
+import { TokensPage } from './pages/Tokens';
+import { UsagePage } from './pages/Usage';
+
+/** The header's pages: a tenant session sees its tenant's, a platform session the operator's. */
+function navItems(session: Session): { href: string; label: string }[] {
+  if (isOperator(session)) {
+    return [
+      { href: '/tenants', label: 'Tenants' },
+      { href: '/queues', label: 'Queues' },
+    ];
+  }
+  return [
+    { href: '/runs', label: 'Runs' },
+    { href: '/dags', label: 'DAGs' },
+    { href: '/schedules', label: 'Schedules' },
+    { href: '/bundles', label: 'Bundles' },
+    { href: '/trust', label: 'Trust keys' },
+    ...(canAdmin(session) ? [{ href: '/tokens', label: 'Tokens' }] : []),
+    { href: '/usage', label: 'Usage' },
+  ];
+}
+
+const homeOf = (session: Session) => (isOperator(session) ? '/tenants' : '/runs');
 
 type Phase = { kind: 'loading' } | { kind: 'ready'; session: Session | null } | { kind: 'error'; message: string };
 
@@ -37,7 +64,7 @@ export function App() {
     return <SignInPage next={next} onSignedIn={(s) => setPhase({ kind: 'ready', session: s })} />;
   }
   if (loc.path === '/' || loc.path === '/sign-in') {
-    navigate(loc.query.get('next') ?? '/runs', { replace: true });
+    navigate(loc.query.get('next') ?? homeOf(session), { replace: true });
     return null;
   }
 
@@ -55,12 +82,15 @@ export function App() {
       <header class="top">
         <span class="brand">Ordo</span>
         <nav aria-label="Main">
-          <Link href="/runs" aria-current={loc.path.startsWith('/runs') ? 'page' : undefined}>
-            Runs
-          </Link>
-          <Link href="/dags" aria-current={loc.path.startsWith('/dags') ? 'page' : undefined}>
-            DAGs
-          </Link>
+          {navItems(session).map((n) => (
+            <Link
+              key={n.href}
+              href={n.href}
+              aria-current={loc.path === n.href || loc.path.startsWith(n.href + '/') ? 'page' : undefined}
+            >
+              {n.label}
+            </Link>
+          ))}
         </nav>
         <span class="who" data-testid="who">
           {session.subject} · {session.tenantId ?? 'platform'}
@@ -78,18 +108,54 @@ export function App() {
 
 function Page({ path, query, session }: { path: string; query: URLSearchParams; session: Session }) {
   let p: Record<string, string> | null;
+  if (isOperator(session)) return <OperatorPage path={path} query={query} />;
   if (match('/runs', path)) return <RunsPage query={query} />;
   if ((p = match('/runs/:runId', path))) return <RunPage key={p.runId} runId={p.runId} session={session} />;
   if (match('/dags', path)) return <DagsPage />;
   if ((p = match('/dags/:dagId', path))) return <DagPage key={p.dagId} dagId={p.dagId} />;
   if ((p = match('/dags/:dagId/versions/:version', path))) {
-    return <DagVersionPage key={path} dagId={p.dagId} version={Number(p.version)} />;
+    return <DagVersionPage key={path} dagId={p.dagId} version={Number(p.version)} session={session} />;
   }
+  if ((p = match('/dags/:dagId/diff', path))) {
+    return <DagDiffPage dagId={p.dagId} from={Number(query.get('from'))} to={Number(query.get('to'))} />;
+  }
+  if (match('/schedules', path)) return <SchedulesPage />;
+  if ((p = match('/schedules/:id', path))) return <SchedulePage key={p.id} id={p.id} session={session} />;
+  if (match('/bundles', path)) return <BundlesPage />;
+  if ((p = match('/bundles/:hash', path))) return <BundlePage key={p.hash} hash={p.hash} />;
+  if (match('/trust', path)) return <TrustPage session={session} />;
+  if (match('/tokens', path)) return <TokensPage />;
+  if (match('/usage', path)) return <UsagePage />;
+  if (match('/tenants', path) || match('/queues', path)) {
+    return <NotFound home="/runs" text="This page is the platform operator's: sign in with a platform token." />;
+  }
+  return <NotFound home="/runs" text="There is no page at this address." />;
+}
+
+function OperatorPage({ path, query }: { path: string; query: URLSearchParams }) {
+  let p: Record<string, string> | null;
+  if (match('/tenants', path)) return <TenantsPage />;
+  if ((p = match('/tenants/:tenantId', path))) return <TenantPage key={p.tenantId} tenantId={p.tenantId} />;
+  if (match('/queues', path)) return <QueuesPage query={query} />;
+  if (match('/runs', path)) {
+    // Where sign-in lands by default: the operator's first page instead.
+    navigate('/tenants', { replace: true });
+    return null;
+  }
+  return (
+    <NotFound
+      home="/tenants"
+      text="A platform session sees tenants and queues; a tenant's own pages need a token of that tenant."
+    />
+  );
+}
+
+function NotFound({ home, text }: { home: string; text: string }) {
   return (
     <>
       <h1>Not found</h1>
       <p>
-        There is no page at this address. <Link href="/runs">Runs</Link>
+        {text} <Link href={home}>{home === '/tenants' ? 'Tenants' : 'Runs'}</Link>
       </p>
     </>
   );

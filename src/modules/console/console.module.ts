@@ -11,7 +11,24 @@ import { ConsoleAssets } from './console-assets';
  * The console's paths: each answers index.html, and the page routes itself from the address. Only
  * these paths do; anything else (every /api/** path included) keeps the API's own 404.
  */
-export const CONSOLE_PATHS = ['/', '/sign-in', '/runs', '/runs/*', '/dags', '/dags/*'] as const;
+export const CONSOLE_PATHS = [
+  '/',
+  '/sign-in',
+  '/runs',
+  '/runs/*',
+  '/dags',
+  '/dags/*',
+  '/schedules',
+  '/schedules/*',
+  '/bundles',
+  '/bundles/*',
+  '/trust',
+  '/tokens',
+  '/usage',
+  '/tenants',
+  '/tenants/*',
+  '/queues',
+] as const;
 
 /**
  * Serves the web console (built into dist/web) at / on the api role's listener. The files are read

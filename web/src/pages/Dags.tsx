@@ -1,32 +1,23 @@
-import { useEffect, useState } from 'preact/hooks';
-import { api, ApiError, type DagGraph, type DagVersion, type DagVersionSummary, type Page } from '../api';
+import { useState } from 'preact/hooks';
+import {
+  api,
+  canAdmin,
+  consoleApi,
+  type DagGraph,
+  type DagVersion,
+  type DagVersionSummary,
+  type Page,
+  type Session,
+} from '../api';
+import { Action } from '../components/Action';
 import { Graph } from '../components/Graph';
 import { Link } from '../components/Link';
+import { useLoad } from '../components/load';
 import { Status, time } from '../components/Status';
+import { navigate } from '../router';
 
-function describe(e: unknown): string {
-  return e instanceof ApiError ? `${e.message} (${e.code})` : String(e);
-}
-
-function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data: T | null; error: string | null } {
-  const [state, setState] = useState<{ data: T | null; error: string | null }>({ data: null, error: null });
-  useEffect(() => {
-    let stale = false;
-    setState({ data: null, error: null });
-    load().then(
-      (data) => !stale && setState({ data, error: null }),
-      (e: unknown) => !stale && setState({ data: null, error: describe(e) }),
-    );
-    return () => {
-      stale = true;
-    };
-    // The caller names what the load depends on.
-  }, deps);
-  return state;
-}
-
-const dagHref = (dagId: string) => `/dags/${encodeURIComponent(dagId)}`;
-const versionHref = (dagId: string, v: number) => `${dagHref(dagId)}/versions/${String(v)}`;
+export const dagHref = (dagId: string) => `/dags/${encodeURIComponent(dagId)}`;
+export const versionHref = (dagId: string, v: number) => `${dagHref(dagId)}/versions/${String(v)}`;
 
 /** The tenant's DAGs: the API lists versions (dagId ascending, newest first), grouped here by DAG. */
 export function DagsPage() {
@@ -108,6 +99,7 @@ export function DagPage({ dagId }: { dagId: string }) {
         </p>
       )}
       {data && data.items.length === 0 && <p role="alert">No DAG {dagId} in this tenant.</p>}
+      {data && data.items.length > 1 && <CompareForm dagId={dagId} versions={data.items.map((v) => v.version)} />}
       {data && data.items.length > 0 && (
         <table>
           <caption class="sr-only">Versions of {dagId}</caption>
@@ -142,8 +134,8 @@ export function DagPage({ dagId }: { dagId: string }) {
 }
 
 /** One version: its graph and its normalized definition. */
-export function DagVersionPage({ dagId, version }: { dagId: string; version: number }) {
-  const { data, error } = useLoad<[DagVersion, DagGraph]>(
+export function DagVersionPage({ dagId, version, session }: { dagId: string; version: number; session: Session }) {
+  const { data, error, reload } = useLoad<[DagVersion, DagGraph]>(
     () => Promise.all([api.dagVersion(dagId, version), api.dagGraph(dagId, version)]),
     [dagId, version],
   );
@@ -171,6 +163,21 @@ export function DagVersionPage({ dagId, version }: { dagId: string; version: num
             <dt>Published</dt>
             <dd>{time(data[0].createdAt)}</dd>
           </dl>
+          <div class="actions">
+            {canAdmin(session) && (
+              <Action
+                key={data[0].status}
+                label={data[0].status === 'active' ? 'Disable version' : 'Enable version'}
+                danger={data[0].status === 'active'}
+                run={() =>
+                  consoleApi.setDagVersionStatus(dagId, version, data[0].status === 'active' ? 'disable' : 'enable')
+                }
+                onDone={reload}
+              />
+            )}
+            {version > 1 && <Link href={diffHref(dagId, version - 1, version)}>Compare with v{version - 1}</Link>}
+          </div>
+          {data[0].status === 'disabled' && <p class="notice">This version is disabled: new runs cannot use it.</p>}
           <section aria-labelledby="graph-h">
             <h2 id="graph-h">Graph</h2>
             <Graph
@@ -192,5 +199,38 @@ export function DagVersionPage({ dagId, version }: { dagId: string; version: num
         </>
       )}
     </>
+  );
+}
+
+const diffHref = (dagId: string, from: number, to: number) =>
+  `${dagHref(dagId)}/diff?from=${String(from)}&to=${String(to)}`;
+
+/** Picks two versions of a DAG to compare; the newest against the one before it by default. */
+function CompareForm({ dagId, versions }: { dagId: string; versions: number[] }) {
+  const sorted = [...versions].sort((a, b) => b - a);
+  const submit = (e: Event) => {
+    e.preventDefault();
+    const form = new FormData(e.currentTarget as HTMLFormElement);
+    navigate(diffHref(dagId, Number(form.get('from')), Number(form.get('to'))));
+  };
+  // Preact sets a select's initial value through its options, not defaultValue.
+  const options = (initial: number) =>
+    sorted.map((v) => (
+      <option key={v} value={v} selected={v === initial}>
+        v{v}
+      </option>
+    ));
+  return (
+    <form class="filters" onSubmit={submit} aria-label="Compare versions">
+      <label>
+        From
+        <select name="from">{options(sorted[1])}</select>
+      </label>
+      <label>
+        To
+        <select name="to">{options(sorted[0])}</select>
+      </label>
+      <button type="submit">Compare</button>
+    </form>
   );
 }
