@@ -338,6 +338,8 @@ async function main(): Promise<void> {
     ORDO_TENANT_SHARED_IN_FLIGHT: values['shared-cap'],
     // The in-process worker's phase profile, as for a worker process of its own.
     ORDO_ENGINE_PROFILE: process.env.ORDO_ENGINE_PROFILE,
+    // Named prepared statements on or off (ORDO_DB_PREPARED_STATEMENTS), to measure what they save.
+    ORDO_DB_PREPARED_STATEMENTS: process.env.ORDO_DB_PREPARED_STATEMENTS,
   });
   // The worker in this process (default), or in a process of its own (--worker-process): then this
   // process only creates runs and measures, as an api replica apart from the workers would.
