@@ -185,6 +185,7 @@ describe('web console: DAG diff, schedules, bundles, trust keys, tokens, usage, 
       (api.items[0].utc as string).replace('T', ' ').replace(/\.000Z$|Z$/, ' UTC'),
     );
     await expectAccessible();
+    await screenshot(page, 'schedule');
 
     // The firing schedule: its history, then paused from the page.
     await page.goto(`${app.url}/schedules/${beatScheduleId}`);
@@ -196,7 +197,6 @@ describe('web console: DAG diff, schedules, bundles, trust keys, tokens, usage, 
     await page.getByTestId('schedule-state').filter({ hasText: 'paused' }).waitFor();
     await page.getByRole('button', { name: 'Resume schedule' }).waitFor();
     expect((await ok('GET', `/api/v1/schedules/${beatScheduleId}`, as)).paused).toBe(true);
-    await screenshot(page, 'schedule');
   });
 
   it('mints a token whose secret is shown once and works, then revokes it', async () => {
