@@ -33,6 +33,8 @@ const RECOVERY_LIMIT_S = 15;
 /** The short form runs on a small shared machine: the throughput criterion is reported, not enforced. */
 const ENFORCE_THROUGHPUT = FULL && process.env.CHAOS_ENFORCE_THROUGHPUT !== '0';
 const CELLS = (process.env.CHAOS_CELLS ?? '').split(',').filter(Boolean);
+/** The Patroni cell: from the switchover's start to the hard failover (time to recover in between). */
+const SWITCHOVER_TO_FAILOVER_MS = 30_000;
 /** Full form: the load runs this long (then drains) before the first cell, so no baseline is taken cold. */
 const WARMUP_MS = FULL ? 15_000 : 0;
 
@@ -164,8 +166,11 @@ interface FaultContext {
   submitter: Submitter;
   notes: string[];
   violations: string[];
-  /** Faults within the fault (the Patroni cell's switchover and failover): each gets its own recovery time, from its start. */
-  events: { name: string; at: number }[];
+  /**
+   * Faults within the fault (the Patroni cell's switchover and failover), each with its start and
+   * when the database took writes again: each gets its own recovery time, counted from its start.
+   */
+  events: { name: string; at: number; resumedAt: number }[];
 }
 
 interface CellOptions {
@@ -299,15 +304,13 @@ async function runLoad(name: string, opts: CellOptions, ctx: FaultContext, load:
     return null;
   };
   const recoveryS = recovery(faultEnd, faultEnd + afterMs);
-  // An event (the Patroni cell's switchover, failover) may take effect a while after it began: its
-  // figure is the end of its last 3-second window below the share of the baseline, before the next event.
+  // An event's figure: from its start until the first 3-second window, once the database takes
+  // writes again, at the share of the baseline (before the next event).
   ctx.events.forEach((e, i) => {
     const until = ctx.events[i + 1]?.at ?? faultEnd + afterMs;
-    let back = sec(e.at);
-    for (let s = sec(e.at); s <= sec(until) - 3; s++) if (rate(s, s + 3) < RECOVERY_SHARE * baseline) back = s + 3;
-    const full = back <= sec(until) - 3;
+    const r = recovery(e.resumedAt, until);
     ctx.notes.push(
-      `${e.name}: throughput ≥ ${RECOVERY_SHARE * 100}% of baseline for good ${full ? `${back - sec(e.at)} s after it began` : `not within ${sec(until) - sec(e.at)} s`}`,
+      `${e.name}: throughput ≥ ${RECOVERY_SHARE * 100}% of baseline ${r === null ? `not within ${sec(until) - sec(e.at)} s` : `${sec(e.resumedAt) + r - sec(e.at)} s after it began`}`,
     );
   });
   const tpOk = recoveryS !== null && recoveryS <= RECOVERY_LIMIT_S;
@@ -801,16 +804,16 @@ describe('chaos cells', () => {
         const s = (ms: number) => (ms / 1000).toFixed(1);
 
         let t0 = Date.now();
-        ctx.events.push({ name: 'switchover', at: t0 });
         const sw = await patroni.switchover();
+        ctx.events.push({ name: 'switchover', at: t0, resumedAt: t0 + sw.writableMs });
         ctx.notes.push(`switchover ${sw.from} → ${sw.to}: writable through HAProxy after ${s(sw.writableMs)} s`);
         await reconnected(ctx, 'switchover', t0, want);
         ctx.notes.push(`${sw.from} synchronous standby again after ${s(await sw.synced)} s`);
-        await sleep(Math.max(0, t0 + 20_000 - Date.now()));
+        await sleep(Math.max(0, t0 + SWITCHOVER_TO_FAILOVER_MS - Date.now()));
 
         t0 = Date.now();
-        ctx.events.push({ name: 'hard failover', at: t0 });
         const k = await patroni.killPrimary();
+        ctx.events.push({ name: 'hard failover', at: t0, resumedAt: t0 + k.writableMs });
         ha!.failover = { at: t0, killed: k.killed };
         ctx.notes.push(
           `SIGKILL ${k.killed} (Patroni, postmaster, backends): ${k.to} writable after ${s(k.writableMs)} s`,

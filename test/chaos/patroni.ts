@@ -328,9 +328,9 @@ ${servers}
    * primary's synchronous standby.
    */
   async switchover(): Promise<{ from: NodeName; to: NodeName; writableMs: number; synced: Promise<number> }> {
+    const t0 = Date.now();
     const from = await this.leader();
     const to = this.other(from);
-    const t0 = Date.now();
     const r = await post(`http://127.0.0.1:${this.node(from).restPort}/switchover`, { leader: from, candidate: to });
     if (r?.status !== 200) throw new Error(`switchover ${from} → ${to}: ${r?.status} ${r?.body}`);
     await this.waitFor(`${to} leader`, 60_000, async () => (await this.member(to))?.role === 'leader');
@@ -347,12 +347,12 @@ ${servers}
    * writable primary again.
    */
   async killPrimary(): Promise<{ killed: NodeName; to: NodeName; writableMs: number }> {
+    const t0 = Date.now();
     const killed = await this.leader();
     const to = this.other(killed);
     const n = this.node(killed);
     const postmaster = Number(fs.readFileSync(path.join(n.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
     const backends = childrenOf(postmaster);
-    const t0 = Date.now();
     if (n.child?.pid) process.kill(-n.child.pid, 'SIGKILL');
     for (const pid of [postmaster, ...backends]) {
       try {
