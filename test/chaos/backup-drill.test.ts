@@ -7,6 +7,8 @@ import {
   baseBackup,
   dirBytes,
   drillDir,
+  dumpLogical,
+  restoreLogical,
   ownDir,
   Pg15,
   requirePostgres15,
@@ -28,6 +30,8 @@ import { Api, setupTenants, Submitter, type Kind, type Submitted, type Tenant } 
  * exactly as the original did, signed by the same key.
  */
 
+/** The short form (CI) runs the point-in-time drill; the full form adds the pg_dump variant. */
+const FULL = process.env.CHAOS_FORM !== 'short';
 const RATE = Number(process.env.DRILL_RATE ?? 15);
 const LEASE_MS = 3_000;
 const REAPER_MS = 1_000;
@@ -148,12 +152,17 @@ let primary: Pg15 | undefined;
 let restored: Pg15 | undefined;
 let original: Cluster | undefined;
 let revived: Cluster | undefined;
+let fromDump: Pg15 | undefined;
+let third: Cluster | undefined;
+/** What the pg_dump variant takes over from the drill. */
+let drilled: { dir: string; tenants: Tenant[]; keysBackup: string; pinnedKey: string; exports: string[] } | undefined;
 const figures: [string, string][] = [];
 
 afterAll(() => {
   original?.killAll();
   revived?.killAll();
-  for (const s of [restored, primary]) {
+  third?.killAll();
+  for (const s of [fromDump, restored, primary]) {
     try {
       if (s && fs.existsSync(path.join(s.dataDir, 'postmaster.pid'))) s.stop('immediate');
     } catch {
@@ -162,6 +171,7 @@ afterAll(() => {
   }
   original?.destroy();
   revived?.destroy();
+  third?.destroy();
   if (figures.length > 0)
     process.stdout.write(
       `\nbackup drill\n| measure | value |\n|---|---|\n${figures.map(([k, v]) => `| ${k} | ${v} |`).join('\n')}\n\n`,
@@ -379,9 +389,11 @@ describe(NAME, () => {
       // runs that had finished before the cut export exactly as they did on the original.
       const finishedAtCut = new Set([...cut.runs].filter(([, r]) => TERMINAL.includes(r.status)).map(([id]) => id));
       let compared = 0;
+      const restoredExports: string[] = [];
       for (const [i, t] of tenants.entries()) {
         const file = path.join(dir, `restored-${t.id}.ndjson`);
         await exportTenant(revived.live('api')[0], t, file);
+        restoredExports.push(file);
         for (const f of [originalExports[i], file]) {
           const v = await verifyExportFile(f, { keyFile: pinnedKey });
           if (!v.ok) violations.push(`${path.basename(f)} verifies: ${JSON.stringify(v.problem)}`);
@@ -400,6 +412,7 @@ describe(NAME, () => {
         }
       }
       await owner.end();
+      drilled = { dir, tenants, keysBackup, pinnedKey, exports: restoredExports };
 
       figures.push(
         [
@@ -426,5 +439,86 @@ describe(NAME, () => {
       expect(compared).toBe(finishedAtCut.size);
     },
     600_000,
+  );
+
+  (selected && FULL ? it : it.skip)(
+    'restores a pg_dump of the restored instance, taken while Ordo runs, into a new server: the same runs, the same exports, and Ordo runs on it',
+    async () => {
+      if (!drilled) throw new Error('the drill before this one did not get as far as its exports');
+      const { dir, tenants, keysBackup, pinnedKey, exports } = drilled;
+      const dumped = await record(restored!.ownerUrl);
+      const dumpDir = path.join(dir, 'dump');
+      const t0 = Date.now();
+      await dumpLogical(restored!, dumpDir);
+      const dumpMs = ms(t0);
+      const dumpBytes = fs.statSync(path.join(dumpDir, 'ordo.dump')).size;
+      // The second machine is lost too.
+      revived!.killAll();
+      restored!.kill();
+
+      fromDump = new Pg15(dir, 'from-dump');
+      const t1 = Date.now();
+      await restoreLogical(dumpDir, fromDump);
+      const restoreMs = ms(t1);
+      const loaded = await record(fromDump.ownerUrl);
+      expect(contains(loaded, dumped, { exactForEnded: true })).toEqual([]);
+      expect(loaded.runs.size).toBe(dumped.runs.size);
+
+      // Ordo on it, one process with every role, the same keys.
+      third = new Cluster(fromDump, { leaseMs: LEASE_MS, reaperMs: REAPER_MS });
+      fs.cpSync(keysBackup, path.join(third.home, 'keys'), { recursive: true });
+      const t2 = Date.now();
+      const p = await third.spawn('api', { ORDO_ROLES: 'api,scheduler,worker' });
+      await third.ready(p);
+      const readyMs = ms(t2);
+      const owner = new pg.Client({ connectionString: fromDump.ownerUrl, application_name: 'drill:owner' });
+      owner.on('error', () => undefined);
+      await owner.connect();
+      try {
+        const submitter = new Submitter(new Api(third), tenants, 'drill-dump', 1, ['chain']);
+        await submitter.submitCount('chain', 6, 3);
+        const drained = await drain(() => Promise.resolve(owner), submitter.runs, 120_000, 60_000);
+        const runMs = ms(t2);
+        const violations: string[] = [];
+        if (!drained) violations.push('the new runs finish on the server restored from the dump');
+        violations.push(
+          ...(await checkRuns(owner, submitter.runs, new Date(Date.now() + 3_600_000).toISOString())).violations,
+        );
+        // Every run the restored instance exported exports alike from the dump's server, under the same key.
+        let compared = 0;
+        for (const [i, t] of tenants.entries()) {
+          const file = path.join(dir, `from-dump-${t.id}.ndjson`);
+          await exportTenant(p, t, file);
+          const v = await verifyExportFile(file, { keyFile: pinnedKey });
+          if (!v.ok) violations.push(`${path.basename(file)} verifies: ${JSON.stringify(v.problem)}`);
+          const a = exportRecords(exports[i]).runs;
+          const b = exportRecords(file).runs;
+          for (const [runId, records] of a) {
+            if (b.get(runId)?.join('\n') !== records.join('\n')) {
+              violations.push(`run ${runId} exports alike from the dump`);
+              break;
+            }
+            compared++;
+          }
+        }
+        figures.push(
+          [
+            'pg_dumpall --roles-only + pg_dump -Fc (Ordo running)',
+            `${(dumpMs / 1000).toFixed(1)} s, ${(dumpBytes / 1048576).toFixed(1)} MiB`,
+          ],
+          ['restore of the dump (initdb, roles, pg_restore)', `${(restoreMs / 1000).toFixed(1)} s`],
+          [
+            'Ordo ready on it (1 process, every role) / 6 new runs finished',
+            `${(readyMs / 1000).toFixed(1)} s / ${(runMs / 1000).toFixed(1)} s`,
+          ],
+          ['runs exported alike (restored = from the dump)', String(compared)],
+        );
+        expect(violations).toEqual([]);
+        expect(compared).toBe(dumped.runs.size);
+      } finally {
+        await owner.end();
+      }
+    },
+    300_000,
   );
 });

@@ -23,6 +23,7 @@ const TOOLS = [
   'pg_dump',
   'pg_dumpall',
   'pg_restore',
+  'psql',
 ];
 
 /** Fails, naming what is missing, when the PostgreSQL 15 binaries are not there: the drill never skips. */
@@ -312,4 +313,26 @@ export async function restoreFromArchive(
 export function asPostgres(cmd: string, args: string[]): string {
   const [c, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', cmd, ...args]] : [cmd, args];
   return execFileSync(c, argv, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 300_000 });
+}
+
+/**
+ * The small-install form: Ordo's login roles (`pg_dumpall --roles-only`: they belong to the server,
+ * not to the database) and the database (`pg_dump -Fc`), written into `dir`.
+ */
+export async function dumpLogical(server: Pg15, dir: string): Promise<void> {
+  ownDir(dir);
+  const base = ['-h', '127.0.0.1', '-p', String(server.port), '-U', 'postgres'];
+  await pgToolAsync('pg_dumpall', [...base, '--roles-only', '-f', path.join(dir, 'roles.sql')]);
+  await pgToolAsync('pg_dump', [...base, '-Fc', '-f', path.join(dir, 'ordo.dump'), 'ordo']);
+}
+
+/**
+ * A dump restored into a new, empty server: the roles first (that `postgres` exists already is the
+ * one expected error), then the database and its contents, stopping at any error.
+ */
+export async function restoreLogical(dir: string, into: Pg15): Promise<void> {
+  await into.init();
+  const base = ['-h', '127.0.0.1', '-p', String(into.port), '-U', 'postgres'];
+  await pgToolAsync('psql', [...base, '-q', '-f', path.join(dir, 'roles.sql'), 'postgres']);
+  await pgToolAsync('pg_restore', [...base, '-d', 'ordo', '--exit-on-error', path.join(dir, 'ordo.dump')]);
 }
