@@ -19,6 +19,7 @@ import { RunsRepository } from '../src/modules/runs/runs.repository';
 import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.service';
 import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { conditionCost } from './conditions-bench';
+import { CONSOLE_HELP, runConsoleBench, wantsConsole } from './console-bench';
 import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 import { runWeights } from './weights-bench';
@@ -223,6 +224,7 @@ const cleanups: (() => Promise<unknown> | void)[] = [];
 async function main(): Promise<void> {
   if (wantsLoad(process.argv.slice(2))) return runLoadCli(process.argv.slice(2));
   if (wantsExternalWorkers(process.argv.slice(2))) return runExternalWorkersBench(process.argv.slice(2));
+  if (wantsConsole(process.argv.slice(2))) return runConsoleBench(process.argv.slice(2));
   const { values } = parseArgs({
     options: {
       db: { type: 'string' },
@@ -249,7 +251,7 @@ async function main(): Promise<void> {
     },
   });
   if (values.help) {
-    console.log(`${HELP}\n\n${LOAD_HELP}`);
+    console.log(`${HELP}\n\n${CONSOLE_HELP}\n\n${LOAD_HELP}`);
     return;
   }
   const only = new Set(values.only.split(','));
