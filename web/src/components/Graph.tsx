@@ -26,7 +26,56 @@ function loadElk() {
   return elk;
 }
 
+/**
+ * Past this many steps elk's layered layout takes seconds to minutes on the page's thread; such a
+ * graph is drawn in columns by depth instead (a step's column is its longest path from a root),
+ * which is linear in steps and edges.
+ */
+const ELK_MAX_NODES = 200;
+
+function columns(ids: string[], edges: { from: string; to: string }[]): Laid {
+  const into = new Map<string, string[]>(ids.map((id) => [id, []]));
+  for (const e of edges) into.get(e.to)?.push(e.from);
+  const depth = new Map<string, number>();
+  const depthOf = (id: string): number => {
+    const known = depth.get(id);
+    if (known !== undefined) return known;
+    depth.set(id, 0);
+    const d = Math.max(-1, ...(into.get(id) ?? []).map(depthOf)) + 1;
+    depth.set(id, d);
+    return d;
+  };
+  const width = (id: string) => Math.max(80, 24 + id.length * CHAR_W);
+  const cols: string[][] = [];
+  for (const id of ids) (cols[depthOf(id)] ??= []).push(id);
+  const colW = cols.map((c) => Math.max(...c.map(width)));
+  const pos = new Map<string, { x: number; y: number; w: number; h: number }>();
+  let x = 12;
+  cols.forEach((c, i) => {
+    c.forEach((id, k) => pos.set(id, { x, y: 12 + k * (NODE_H + 20), w: width(id), h: NODE_H }));
+    x += colW[i] + 48;
+  });
+  const nodes = ids.map((id) => ({ id, ...pos.get(id)! }));
+  return {
+    width: x - 36,
+    height: 12 + Math.max(...cols.map((c) => c.length)) * (NODE_H + 20),
+    nodes,
+    edges: edges.flatMap((e, i) => {
+      const a = pos.get(e.from);
+      const b = pos.get(e.to);
+      if (!a || !b) return [];
+      return [
+        {
+          id: `e${String(i)}`,
+          d: `M${String(a.x + a.w)},${String(a.y + a.h / 2)} L${String(b.x)},${String(b.y + b.h / 2)}`,
+        },
+      ];
+    }),
+  };
+}
+
 async function layout(ids: string[], edges: { from: string; to: string }[]): Promise<Laid> {
+  if (ids.length > ELK_MAX_NODES) return columns(ids, edges);
   const graph: ElkNode = {
     id: 'root',
     layoutOptions: {
