@@ -27,9 +27,9 @@ function loadElk() {
 }
 
 /**
- * Past this many steps elk's layered layout takes seconds to minutes on the page's thread; such a
- * graph is drawn in columns by depth instead (a step's column is its longest path from a root),
- * which is linear in steps and edges.
+ * elk's layered layout grows far faster than linearly and runs on the page's thread: past this
+ * many steps a graph is drawn in columns by depth instead (a step's column is its longest path
+ * from a root), linear in steps and edges, so a large run's page stays usable.
  */
 const ELK_MAX_NODES = 200;
 
