@@ -53,6 +53,13 @@ function layered(id: string, steps: number, width: number): DagDefinitionInput {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A node of EXPLAIN's JSON plan, the fields read here. */
+interface PlanNode {
+  'Node Type': string;
+  'Index Name'?: string;
+  Plans?: PlanNode[];
+}
+
 /** What shows a part of a page: at least `count` elements match `selector`, and the first holds `text`. */
 interface Shown {
   selector: string;
@@ -151,13 +158,19 @@ export async function runConsoleBench(args: string[]): Promise<void> {
     const first = ordo.firstStart;
     if (!first?.created) throw new Error('expected a first start on a fresh database');
     const as = { authorization: `Bearer ${first.adminToken}`, 'x-tenant-id': first.tenantId };
-    const call = async (method: string, p: string, body?: unknown) => {
+    /** The fields of the API's answers the bench reads. */
+    interface Answer {
+      runId: string;
+      status: string;
+      lastEventSeq: number;
+    }
+    const call = async (method: string, p: string, body?: unknown): Promise<Answer> => {
       const res = await fetch(`${ordo.url}/api/v1${p}`, {
         method,
         headers: { ...as, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
-      const json = (await res.json()) as any;
+      const json = (await res.json()) as Answer;
       if (!res.ok) throw new Error(`${method} ${p}: ${String(res.status)} ${JSON.stringify(json)}`);
       return json;
     };
@@ -192,9 +205,9 @@ export async function runConsoleBench(args: string[]): Promise<void> {
          order by created_at desc, run_id desc limit 51`,
         [first.tenantId],
       );
-      const top = (r.rows[0]['QUERY PLAN'] as any[])[0];
+      const top = (r.rows[0]['QUERY PLAN'] as { Plan: PlanNode; 'Execution Time': number }[])[0];
       const indexes: string[] = [];
-      const walk = (n: any) => {
+      const walk = (n: PlanNode) => {
         if (n['Index Name']) indexes.push(`${String(n['Node Type'])} ${String(n['Index Name'])}`);
         for (const c of n.Plans ?? []) walk(c);
       };
@@ -248,7 +261,7 @@ export async function runConsoleBench(args: string[]): Promise<void> {
       runsInDatabase: total,
       seedMs,
       runsListPlans: plans,
-      run: { steps, events: detail.lastEventSeq as number },
+      run: { steps, events: detail.lastEventSeq },
       firstRenderMs: {
         runsPage,
         runPageSteps: stepsTable,
