@@ -137,6 +137,11 @@ describe('web console', () => {
     expect(rerun.body).toMatchObject({ rerunOf: runId, rerunFromStep: 'load' });
     const reused = Object.fromEntries(rerun.body.steps.map((s: any) => [s.stepId, s.fromRerun]));
     expect(reused).toEqual({ extract: true, review: true, transform: true, load: false });
+
+    // The runs page filtered by status shows the filter it applies.
+    await page.goto(`${app.url}/runs?status=failed`);
+    await page.locator(`a[href="/runs/${rerunId}"]`).waitFor();
+    expect(await page.getByLabel('Status').inputValue()).toBe('failed');
   });
 
   it('says when it is offline, then resumes from its cursor and shows what it missed', async () => {

@@ -102,10 +102,12 @@ export function RunsPage({ query }: { query: URLSearchParams }) {
         </label>
         <label>
           Status
-          <select name="status" defaultValue={status}>
-            <option value="">any</option>
+          <select name="status">
+            <option value="" selected={!status}>
+              any
+            </option>
             {RUN_STATES.map((s) => (
-              <option value={s} key={s}>
+              <option value={s} key={s} selected={s === status}>
                 {s}
               </option>
             ))}
