@@ -1,110 +1,32 @@
 // Every call the console makes to the API goes through this module: same origin, the session cookie
 // (HttpOnly, never visible here) for authentication, the CSRF token held in memory on each
-// state-changing request, and the API's error envelope turned into an ApiError.
+// state-changing request, and the API's error envelope turned into an ApiError. Its types are the
+// API's schemas as generated from the OpenAPI document (sdk/client, checked in CI).
+import type { components } from '../../sdk/client/src/api.generated';
+
+type Schemas = components['schemas'];
 
 export type Scope = 'orchestrator:read' | 'orchestrator:write' | 'orchestrator:admin' | 'platform:admin';
 
-export interface Session {
-  tenantId: string | null;
-  subject: string;
-  scopes: string[];
-  expiresAt: string;
-  csrfToken: string;
-}
+export type Session = Schemas['ConsoleSession'];
 
 export const RUN_STATES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
 export type RunStatus = (typeof RUN_STATES)[number];
 
-export type StepStatus =
-  | 'pending'
-  | 'queued'
-  | 'running'
-  | 'retrying'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled'
-  | 'skipped'
-  | 'orphaned'
-  | 'waiting';
-
-export interface Run {
-  runId: string;
-  dagId: string;
-  version: number;
-  status: RunStatus;
-  reason: string | null;
-  inputs: unknown;
-  inputsHash: string;
-  outputsHash: string | null;
-  requestedBy: string;
-  replayOf: string | null;
-  rerunOf: string | null;
-  rerunFromStep: string | null;
-  startedUtc: string;
-  finishedUtc: string | null;
-  stepsTotal: number;
-  stepsRemaining: number;
-  lastEventSeq: number;
-}
-
-export interface Step {
-  stepId: string;
-  status: StepStatus;
-  reason: string | null;
-  plugin: string;
-  dependsOn: string[];
-  topoIndex: number;
-  attempts: number;
-  outputs: unknown;
-  outputsHash: string | null;
-  logsHash: string | null;
-  error: unknown;
-  fromRerun: boolean;
-  queuedUtc: string | null;
-  startedUtc: string | null;
-  finishedUtc: string | null;
-}
-
-export interface RunDetail extends Run {
-  steps: Step[];
-}
-
-export interface Attempt {
-  attempt: number;
-  status: string;
-  workerId: string;
-  queuedUtc: string | null;
-  claimedUtc: string;
-  startedUtc: string | null;
-  finishedUtc: string | null;
-  terminatedUtc: string | null;
-  outputsHash: string | null;
-  error: unknown;
-  logsHash: string | null;
-}
+export type StepStatus = Schemas['Step']['status'];
+export type Run = Schemas['Run'];
+export type Step = Schemas['Step'];
+export type RunDetail = Schemas['RunDetail'];
+export type Attempt = Schemas['Attempt'];
 
 export interface Page<T> {
   items: T[];
   nextPageToken: string | null;
 }
 
-export interface DagVersionSummary {
-  dagId: string;
-  version: number;
-  status: 'active' | 'disabled';
-  contentHash: string;
-  owner: string;
-  createdAt: string;
-}
-
-export interface DagVersion extends DagVersionSummary {
-  definition: Record<string, unknown>;
-}
-
-export interface DagGraph {
-  nodes: { id: string; plugin: string; disabled: boolean }[];
-  edges: { from: string; to: string }[];
-}
+export type DagVersionSummary = Schemas['DagVersionSummary'];
+export type DagVersion = Schemas['DagVersion'];
+export type DagGraph = Schemas['DagGraph'];
 
 /** A refusal from the API, with the envelope's stable code. */
 export class ApiError extends Error {
@@ -227,22 +149,8 @@ export const api = {
 
 // ---- A run's Gantt, ledger and flow actions ----
 
-export interface RunAttempt extends Attempt {
-  stepId: string;
-}
-
-/** An event of a run's hash-chained ledger, as GET /runs/{runId}/events answers it. */
-export interface RunEvent {
-  seq: number;
-  createdUtc: string;
-  type: string;
-  stepId: string | null;
-  attempt: number | null;
-  actor: string;
-  data: unknown;
-  prevHash: string;
-  hash: string;
-}
+export type RunAttempt = Schemas['RunAttempt'];
+export type RunEvent = Schemas['RunEvent'];
 
 /** Why an unfinished step is not running (GET /runs/{runId}/explain); a signal step names what it waits for. */
 export interface StepExplanation {
@@ -277,142 +185,25 @@ export const flowApi = {
 export type CatchUp = 'none' | 'latest' | 'all';
 export type Overlap = 'allow' | 'skip' | 'queue' | 'cancel-previous';
 
-export interface Schedule {
-  id: string;
-  dagId: string;
-  version: number | null;
-  cron: string;
-  timezone: string;
-  inputs: Record<string, unknown>;
-  catchUp: CatchUp;
-  overlap: Overlap;
-  paused: boolean;
-  nextFireAt: string | null;
-  queuedFireAt: string | null;
-  lastFireAt: string | null;
-  lastRunId: string | null;
-  createdBy: string;
-  createdAt: string;
-  updatedAt: string;
-}
+export type Schedule = Schemas['Schedule'];
 
-export interface FireTimes {
-  cron: string;
-  timezone: string;
-  items: { utc: string; local: string }[];
-}
+export type FireTimes = Schemas['ScheduleFireTimes'];
 
-export interface ScheduleFire {
-  fireTime: string;
-  runId: string | null;
-  outcome: 'created' | 'skipped' | 'queued' | 'cancelled-previous' | 'failed';
-  error: string | null;
-  firedAt: string;
-}
-
-export interface Bundle {
-  bundleHash: string;
-  name: string;
-  version: string;
-  owner: string;
-  created: string;
-  kid: string;
-  importedBy: string;
-  importedAt: string;
-  dags: { path: string; dagId: string; version: number }[];
-  scripts: string[];
-  files: { path: string; sha256: string; size: number }[];
-}
-
-export interface TrustKey {
-  kid: string;
-  owner: string;
-  publicJwk: { kty: string; crv: string; x: string };
-  createdBy: string;
-  createdAt: string;
-  expiresAt: string | null;
-  revokedAt: string | null;
-}
+export type ScheduleFire = Schemas['ScheduleFireList']['items'][number];
+export type Bundle = Schemas['Bundle'];
+export type TrustKey = Schemas['TrustKey'];
 
 export type TokenScope = Exclude<Scope, 'platform:admin'> | 'worker';
+export type TokenRecord = Schemas['TokenRecord'];
+export type MintedToken = Schemas['MintedToken'];
 
-export interface TokenRecord {
-  jti: string;
-  subject: string;
-  scopes: TokenScope[];
-  pool: string | null;
-  lastSeenAt: string | null;
-  description: string | null;
-  createdBy: string;
-  createdAt: string;
-  expiresAt: string;
-  revokedAt: string | null;
-}
+export type MintTokenRequest = Schemas['CreateTokenRequest'];
 
-export interface MintedToken {
-  token: string;
-  jti: string;
-  tenantId: string;
-  subject: string;
-  scopes: TokenScope[];
-  pool: string | null;
-  expiresAt: string;
-}
-
-export interface MintTokenRequest {
-  subject?: string;
-  scopes: TokenScope[];
-  pool?: string;
-  ttlSeconds?: number;
-  description?: string;
-}
-
-export interface Usage {
-  plan: string | null;
-  limits: Record<string, number | null | undefined>;
-  usage: {
-    runsThisPeriod: number;
-    concurrentRuns: number;
-    queuedSteps: number;
-    stepsInFlight: number;
-    artifactBytes: number;
-  };
-  period: { start: string; resetsAt: string; timeZone: string };
-}
-
-export interface Tenant {
-  id: string;
-  name: string;
-  status: 'active' | 'disabled';
-  createdAt: string;
-  disabledAt: string | null;
-}
-
-export interface Plan {
-  id: string;
-  description: string;
-  limits: Record<string, number | undefined>;
-  tenants: number;
-}
-
-export interface TenantQueue {
-  tenantId: string;
-  plan: { id: string; limits: Record<string, number | null> } | null;
-  steps: { ready: number; waiting: number; inFlight: number };
-  inFlightCap: number;
-  sharedInFlightCap: number | null;
-  oldestReadySeconds: number | null;
-  claimsPerSecond: number;
-  limitHits: { limit: string; hits: number }[];
-}
-
-export interface TenantQueues {
-  at: string;
-  claimsWindowSeconds: number;
-  limitHitsSince: string;
-  items: TenantQueue[];
-  nextPageToken: string | null;
-}
+export type Usage = Schemas['Usage'];
+export type Tenant = Schemas['Tenant'];
+export type Plan = Schemas['Plan'];
+export type TenantQueue = Schemas['TenantQueue'];
+export type TenantQueues = Schemas['TenantQueues'];
 
 /** The session's tenant scopes imply one another: admin, then write, then read. */
 export function canAdmin(s: Session | null): boolean {

@@ -7,6 +7,7 @@ import { useLoad } from '../components/load';
 import { Scroll } from '../components/Scroll';
 import { Status, time } from '../components/Status';
 import { versionHref } from './Dags';
+import { MorePager } from '../components/MorePager';
 
 const bundleHref = (hash: string) => `/bundles/${hash}`;
 
@@ -59,13 +60,7 @@ export function BundlesPage() {
           </table>
         </Scroll>
       )}
-      {data?.nextPageToken && (
-        <nav class="pager" aria-label="Pages">
-          <button type="button" onClick={() => setToken(data.nextPageToken ?? undefined)}>
-            More bundles
-          </button>
-        </nav>
-      )}
+      <MorePager next={data?.nextPageToken} label="More bundles" onMore={setToken} />
     </>
   );
 }
@@ -232,13 +227,7 @@ export function TrustPage({ session }: { session: Session }) {
               </table>
             </Scroll>
           )}
-          {data[0].nextPageToken && (
-            <nav class="pager" aria-label="Pages">
-              <button type="button" onClick={() => setToken(data[0].nextPageToken ?? undefined)}>
-                More keys
-              </button>
-            </nav>
-          )}
+          <MorePager next={data[0]?.nextPageToken} label="More keys" onMore={setToken} />
         </>
       )}
     </>

@@ -15,6 +15,7 @@ import { Link } from '../components/Link';
 import { useLoad } from '../components/load';
 import { Status, time } from '../components/Status';
 import { navigate } from '../router';
+import { MorePager } from '../components/MorePager';
 
 export const dagHref = (dagId: string) => `/dags/${encodeURIComponent(dagId)}`;
 export const versionHref = (dagId: string, v: number) => `${dagHref(dagId)}/versions/${String(v)}`;
@@ -71,13 +72,7 @@ export function DagsPage() {
         </table>
       )}
       {data && latest.size === 0 && <p>No DAGs published yet.</p>}
-      {data?.nextPageToken && (
-        <nav class="pager" aria-label="Pages">
-          <button type="button" onClick={() => setToken(data.nextPageToken ?? undefined)}>
-            More DAGs
-          </button>
-        </nav>
-      )}
+      <MorePager next={data?.nextPageToken} label="More DAGs" onMore={setToken} />
     </>
   );
 }

@@ -7,6 +7,7 @@ import { Scroll } from '../components/Scroll';
 import { Status, time } from '../components/Status';
 import { useState } from 'preact/hooks';
 import { dagHref, versionHref } from './Dags';
+import { MorePager } from '../components/MorePager';
 
 const scheduleHref = (id: string) => `/schedules/${encodeURIComponent(id)}`;
 const NEXT_COUNT = 10;
@@ -68,13 +69,7 @@ export function SchedulesPage() {
           </table>
         </Scroll>
       )}
-      {data?.nextPageToken && (
-        <nav class="pager" aria-label="Pages">
-          <button type="button" onClick={() => setToken(data.nextPageToken ?? undefined)}>
-            More schedules
-          </button>
-        </nav>
-      )}
+      <MorePager next={data?.nextPageToken} label="More schedules" onMore={setToken} />
     </>
   );
 }

@@ -7,6 +7,7 @@ import { describe, useLoad } from '../components/load';
 import { Scroll } from '../components/Scroll';
 import { Status } from '../components/Status';
 import { UsageView } from './Usage';
+import { MorePager } from '../components/MorePager';
 
 const tenantHref = (id: string) => `/tenants/${encodeURIComponent(id)}`;
 const PAGE = 100;
@@ -64,13 +65,7 @@ export function TenantsPage() {
           </table>
         </Scroll>
       )}
-      {data?.[0].nextPageToken && (
-        <nav class="pager" aria-label="Pages">
-          <button type="button" onClick={() => setToken(data[0].nextPageToken ?? undefined)}>
-            More tenants
-          </button>
-        </nav>
-      )}
+      <MorePager next={data?.[0]?.nextPageToken} label="More tenants" onMore={setToken} />
     </>
   );
 }
@@ -240,13 +235,7 @@ export function QueuesPage({ query }: { query: URLSearchParams }) {
               </tbody>
             </table>
           </Scroll>
-          {data.nextPageToken && (
-            <nav class="pager" aria-label="Pages">
-              <button type="button" onClick={() => setToken(data.nextPageToken ?? undefined)}>
-                More tenants
-              </button>
-            </nav>
-          )}
+          <MorePager next={data?.nextPageToken} label="More tenants" onMore={setToken} />
         </>
       )}
     </>

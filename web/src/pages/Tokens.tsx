@@ -4,6 +4,7 @@ import { Action } from '../components/Action';
 import { describe, useLoad } from '../components/load';
 import { Scroll } from '../components/Scroll';
 import { Status, time } from '../components/Status';
+import { MorePager } from '../components/MorePager';
 
 const TTLS: { label: string; seconds?: number }[] = [
   { label: 'the server default' },
@@ -103,13 +104,7 @@ export function TokensPage() {
           </table>
         </Scroll>
       )}
-      {data?.nextPageToken && (
-        <nav class="pager" aria-label="Pages">
-          <button type="button" onClick={() => setToken(data.nextPageToken ?? undefined)}>
-            More tokens
-          </button>
-        </nav>
-      )}
+      <MorePager next={data?.nextPageToken} label="More tokens" onMore={setToken} />
     </>
   );
 }

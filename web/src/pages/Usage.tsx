@@ -4,9 +4,10 @@ import { useLoad } from '../components/load';
 import { Scroll } from '../components/Scroll';
 
 type Counted = keyof Usage['usage'];
+type LimitName = keyof Usage['limits'];
 
 /** What the tenant uses now against the limit that bounds it (the plan's, with overrides applied). */
-const COUNTED: { use: Counted; limit: string; label: string; size?: boolean }[] = [
+const COUNTED: { use: Counted; limit: LimitName; label: string; size?: boolean }[] = [
   { use: 'runsThisPeriod', limit: 'monthlyRuns', label: 'Runs this period' },
   { use: 'concurrentRuns', limit: 'maxConcurrentRuns', label: 'Runs not yet ended' },
   { use: 'queuedSteps', limit: 'maxQueuedSteps', label: 'Steps queued' },
@@ -14,7 +15,7 @@ const COUNTED: { use: Counted; limit: string; label: string; size?: boolean }[] 
   { use: 'artifactBytes', limit: 'maxArtifactBytes', label: 'Artifacts stored', size: true },
 ];
 
-const RATES: { limit: string; label: string; size?: boolean }[] = [
+const RATES: { limit: LimitName; label: string; size?: boolean }[] = [
   { limit: 'runsPerMinute', label: 'Runs created per minute' },
   { limit: 'runsBurst', label: 'Runs created at once (burst)' },
   { limit: 'requestsPerSecondPerToken', label: 'API requests per second, per token' },
@@ -26,7 +27,7 @@ const RATES: { limit: string; label: string; size?: boolean }[] = [
 /** The tenant's usage, its limits, the period and when it resets; also the operator's view of a tenant. */
 export function UsageView({ usage, label }: { usage: Usage; label: string }) {
   const fmt = (n: number, size?: boolean) => (size ? bytes(n) : n.toLocaleString('en'));
-  const limitOf = (name: string) => {
+  const limitOf = (name: LimitName) => {
     const v = usage.limits[name];
     return typeof v === 'number' ? v : null;
   };
