@@ -29,13 +29,25 @@ describe('external workers', () => {
     expect(r.status).toBe(201);
     return { token: r.body.token as string, tenantId: who.tenantId };
   };
-  const register = async (w: As, body: Record<string, unknown>) => {
+  /** Heartbeats of the registered workers, stopped after each test. */
+  const beats: NodeJS.Timeout[] = [];
+  /**
+   * Registers a worker that heartbeats in the background like an SDK worker does, so a slow
+   * machine does not take it past its TTL; a `quiet` one is heard from only when it calls.
+   */
+  const register = async (w: As, body: Record<string, unknown>, opts: { quiet?: boolean } = {}) => {
     const r = await app.request('POST', '/api/v1/workers', {
       as: w,
       body: { name: `worker-${++seq}`, taskTypes: [{ name: 'resize', outputSchema: OUT }], ...body },
     });
     expect(r.status).toBe(201);
-    return r.body.workerId as string;
+    const id = r.body.workerId as string;
+    if (!opts.quiet) {
+      beats.push(
+        setInterval(() => void app.request('POST', `/api/v1/workers/${id}/heartbeat`, { as: w, body: {} }), 400),
+      );
+    }
+    return id;
   };
   const next = (w: As, id: string, waitMs = 3_000, max = 1) =>
     app.request('GET', `/api/v1/workers/${id}/tasks/next?waitMs=${waitMs}&max=${max}`, { as: w });
@@ -112,6 +124,9 @@ describe('external workers', () => {
   });
 
   beforeEach(retireAll);
+  afterEach(() => {
+    for (const b of beats.splice(0)) clearInterval(b);
+  });
 
   describe('worker tokens', () => {
     it('mints a worker token bound to a pool, listed with its pool and last-seen', async () => {
@@ -591,9 +606,14 @@ describe('external workers', () => {
         retry: { maxRetries: 2, initialDelay: '10ms' },
       });
       const w = await mint('default');
-      const quiet = await register(w, { name: 'quiet' });
+      const quiet = await register(w, { name: 'quiet' }, { quiet: true });
+      // It heartbeats until it holds the task, then falls silent.
+      const alive = setInterval(
+        () => void app.request('POST', `/api/v1/workers/${quiet}/heartbeat`, { as: w, body: {} }),
+        400,
+      );
       const runId = await start('lost');
-      const t = await take(w, quiet);
+      const t = await take(w, quiet).finally(() => clearInterval(alive));
       const live = await register(w, { name: 'live' });
       const beat = setInterval(
         () => void app.request('POST', `/api/v1/workers/${live}/heartbeat`, { as: w, body: {} }),
@@ -715,7 +735,7 @@ describe('external workers', () => {
     it('takes a worker whose channel stays open but answers no ping for offline, and orphans its task', async () => {
       await publish('chan-hung', { with: { taskType: 'resize' } });
       const w = await mint('default');
-      const id = await register(w, {});
+      const id = await register(w, {}, { quiet: true });
       // A hung worker: its socket stays open, it sends nothing and answers no ping.
       const { ws, inbox } = await channel(w, id, { autoPong: false });
       ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
