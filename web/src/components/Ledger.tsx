@@ -22,12 +22,19 @@ export async function verifyLedger(runId: string, events: RunEvent[]): Promise<C
   return checkChain(chained, computed);
 }
 
-/** All of a run's events, a page of 1,000 at a time. */
-async function readAll(runId: string): Promise<RunEvent[]> {
-  const out: RunEvent[] = [];
-  let after: number | null = 0;
+const PAGE = 1000;
+
+/**
+ * All of a run's events, in pages of 1,000: events are numbered 1..n without gaps, so the pages
+ * up to `known` (the newest seq the page has seen) are read at once, then any that came since.
+ */
+async function readAll(runId: string, known: number): Promise<RunEvent[]> {
+  const starts = Array.from({ length: Math.max(1, Math.ceil(known / PAGE)) }, (_, i) => i * PAGE);
+  const pages = await Promise.all(starts.map((after) => flowApi.events(runId, after, PAGE)));
+  const out = pages.flatMap((p) => p.items);
+  let after = pages[pages.length - 1].nextAfter;
   while (after !== null) {
-    const page = await flowApi.events(runId, after);
+    const page = await flowApi.events(runId, after, PAGE);
     out.push(...page.items);
     after = page.nextAfter;
   }
@@ -47,7 +54,7 @@ export function Ledger(props: { runId: string; seq: number }) {
 
   useEffect(() => {
     let stale = false;
-    readAll(runId)
+    readAll(runId, seq)
       .then(async (ev) => {
         const c = await verifyLedger(runId, ev);
         if (stale) return;

@@ -39,12 +39,27 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
   const [notice, setNotice] = useState<string | null>(null);
   const applied = useRef(0);
 
+  // Every attempt of the run, for the Gantt: read beside the run, each time the run is read.
+  const [attempts, setAttempts] = useState<RunAttempt[] | null>(null);
+
   // Reads the run; a newer read replaces older state, events then apply on top.
   const refresh = useRef<() => void>(() => undefined);
   useEffect(() => {
     let stale = false;
     let pending: ReturnType<typeof setTimeout> | undefined;
+    // Attempts of a read answered after those of a later read are older: they are dropped.
+    let reads = 0;
+    let shownRead = 0;
     const read = () => {
+      const n = ++reads;
+      flowApi.runAttempts(runId).then(
+        (a) => {
+          if (stale || n < shownRead) return;
+          shownRead = n;
+          setAttempts(a.items);
+        },
+        (e: unknown) => !stale && setNotice(describe(e)),
+      );
       api.getRun(runId).then(
         (r) => {
           if (stale || r.lastEventSeq < applied.current) return;
@@ -72,21 +87,6 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
       clearTimeout(pending);
     };
   }, [runId]);
-
-  // Every attempt of the run for the Gantt, read again when a read of the run shows newer events.
-  const seq = run?.lastEventSeq ?? -1;
-  const [attempts, setAttempts] = useState<RunAttempt[] | null>(null);
-  useEffect(() => {
-    if (seq < 0) return;
-    let stale = false;
-    flowApi.runAttempts(runId).then(
-      (a) => !stale && setAttempts(a.items),
-      (e: unknown) => !stale && setNotice(describe(e)),
-    );
-    return () => {
-      stale = true;
-    };
-  }, [runId, seq]);
 
   const loaded = run !== null;
   useEffect(() => {
