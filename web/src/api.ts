@@ -2,7 +2,8 @@
 // (HttpOnly, never visible here) for authentication, the CSRF token held in memory on each
 // state-changing request, and the API's error envelope turned into an ApiError. Its types are the
 // API's schemas as generated from the OpenAPI document (sdk/client, checked in CI).
-import type { components } from '../../sdk/client/src/api.generated';
+import type { components, operations } from '../../sdk/client/src/api.generated';
+import { createOrdoClient } from '../../sdk/client/src/index';
 
 type Schemas = components['schemas'];
 
@@ -12,6 +13,8 @@ export type Session = Schemas['ConsoleSession'];
 
 export const RUN_STATES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'] as const;
 export type RunStatus = (typeof RUN_STATES)[number];
+/** The statuses the runs list filters by. */
+export type RunStatusFilter = NonNullable<NonNullable<operations['listRuns']['parameters']['query']>['status']>;
 
 export type StepStatus = Schemas['Step']['status'];
 export type Run = Schemas['Run'];
@@ -58,62 +61,65 @@ export function canWrite(s: Session | null): boolean {
   return !!s && (s.scopes.includes('orchestrator:write') || s.scopes.includes('orchestrator:admin'));
 }
 
-type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+/**
+ * The typed client (sdk/client, openapi-fetch over the generated paths) on the console's origin:
+ * the session cookie rides along (same origin), and each request carries the session's tenant and,
+ * when it changes state, the CSRF token held in memory.
+ */
+const client = createOrdoClient({
+  baseUrl: location.origin,
+  fetch: (r) => fetch(r, { credentials: 'same-origin', cache: 'no-store' }),
+});
+client.api.use({
+  onRequest({ request }) {
+    request.headers.set('accept', 'application/json');
+    if (current?.tenantId) request.headers.set('x-tenant-id', current.tenantId);
+    if (request.method !== 'GET' && current) request.headers.set('x-csrf-token', current.csrfToken);
+    return request;
+  },
+});
+const http = client.api;
 
-async function request(method: Method, path: string, body?: unknown): Promise<Response> {
-  const headers: Record<string, string> = { accept: 'application/json' };
-  if (body !== undefined) headers['content-type'] = 'application/json';
-  if (current?.tenantId) headers['x-tenant-id'] = current.tenantId;
-  if (method !== 'GET' && current) headers['x-csrf-token'] = current.csrfToken;
-  const res = await fetch(`/api/v1${path}`, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: 'same-origin',
-    cache: 'no-store',
-  });
-  if (res.ok) return res;
-  let code = 'HTTP_' + String(res.status);
-  let message = res.statusText;
-  let traceId: string | undefined;
-  try {
-    const env = (await res.json()) as { error?: { code?: string; message?: string; traceId?: string } };
-    code = env.error?.code ?? code;
-    message = env.error?.message ?? message;
-    traceId = env.error?.traceId;
-  } catch {
-    // Not the envelope (a proxy's page): the status says enough.
-  }
-  if (res.status === 401 && current && path !== '/session') {
+interface Answer<D> {
+  data?: D;
+  error?: unknown;
+  response: Response;
+}
+
+/** The data of a call, or its refusal as an ApiError (the envelope's code); a 401 ends the session here. */
+async function call<D>(pending: Promise<Answer<D>>): Promise<D> {
+  const { data, error, response } = await pending;
+  if (response.ok) return data as D;
+  const env = (typeof error === 'object' && error !== null ? error : {}) as {
+    error?: { code?: string; message?: string; traceId?: string };
+  };
+  if (response.status === 401 && current && !response.url.endsWith('/api/v1/session')) {
     current = null;
     for (const fn of signedOutListeners) fn();
   }
-  throw new ApiError(res.status, code, message, traceId);
+  throw new ApiError(
+    response.status,
+    env.error?.code ?? `HTTP_${String(response.status)}`,
+    env.error?.message ?? response.statusText,
+    env.error?.traceId,
+  );
 }
 
-async function json<T>(method: Method, path: string, body?: unknown): Promise<T> {
-  return (await (await request(method, path, body)).json()) as T;
+/** Query parameters without the empty ones (an unset filter is not sent). */
+function q<T extends Record<string, unknown>>(params: T): T {
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== '')) as T;
 }
-
-function query(params: Record<string, string | number | undefined | null>): string {
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
-  const s = q.toString();
-  return s ? `?${s}` : '';
-}
-
-const enc = encodeURIComponent;
 
 export const api = {
   /** Exchanges a pasted token for the session cookie; the token itself is not kept. */
   async signIn(token: string): Promise<Session> {
-    current = await json<Session>('POST', '/session', { token });
+    current = await call(http.POST('/api/v1/session', { body: { token } }));
     return current;
   },
   /** The session behind the cookie, if any (on load: the CSRF token lives only in memory). */
   async resume(): Promise<Session | null> {
     try {
-      current = await json<Session>('GET', '/session');
+      current = await call(http.GET('/api/v1/session'));
     } catch (e) {
       if (e instanceof ApiError && e.status === 401) current = null;
       else throw e;
@@ -122,29 +128,31 @@ export const api = {
   },
   async signOut(): Promise<void> {
     try {
-      await request('DELETE', '/session');
+      await call(http.DELETE('/api/v1/session'));
     } finally {
       current = null;
     }
   },
 
-  listRuns: (q: { dagId?: string; status?: string; pageToken?: string; limit?: number }) =>
-    json<Page<Run>>('GET', `/runs${query(q)}`),
-  getRun: (runId: string) => json<RunDetail>('GET', `/runs/${enc(runId)}`),
+  // The runs list also answers NDJSON; the console asks for JSON, a page.
+  listRuns: (query: { dagId?: string; status?: RunStatusFilter; pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/runs', { params: { query: q(query) } })) as Promise<Schemas['RunList']>,
+  getRun: (runId: string) => call(http.GET('/api/v1/runs/{runId}', { params: { path: { runId } } })),
   attempts: (runId: string, stepId: string) =>
-    json<{ items: Attempt[] }>('GET', `/runs/${enc(runId)}/steps/${enc(stepId)}/attempts`),
-  cancelRun: (runId: string) => json<unknown>('POST', `/runs/${enc(runId)}/cancel`),
+    call(http.GET('/api/v1/runs/{runId}/steps/{stepId}/attempts', { params: { path: { runId, stepId } } })),
+  cancelRun: (runId: string) => call(http.POST('/api/v1/runs/{runId}/cancel', { params: { path: { runId } } })),
   rerunRun: (runId: string, fromStep: string) =>
-    json<{ runId: string }>('POST', `/runs/${enc(runId)}/rerun`, { fromStep }),
+    call(http.POST('/api/v1/runs/{runId}/rerun', { params: { path: { runId } }, body: { fromStep } })),
   /** A content-addressed artifact (logs, outputs) as text. */
-  artifactText: async (sha256: string) => (await request('GET', `/artifacts/${enc(sha256)}`)).text(),
+  artifactText: (sha256: string) =>
+    call(http.GET('/api/v1/artifacts/{sha256}', { params: { path: { sha256 } }, parseAs: 'text' })),
 
-  listDags: (q: { dagId?: string; pageToken?: string; limit?: number }) =>
-    json<Page<DagVersionSummary>>('GET', `/dags${query(q)}`),
+  listDags: (query: { dagId?: string; pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/dags', { params: { query: q(query) } })),
   dagVersion: (dagId: string, version: number) =>
-    json<DagVersion>('GET', `/dags/${enc(dagId)}/versions/${String(version)}`),
+    call(http.GET('/api/v1/dags/{dagId}/versions/{version}', { params: { path: { dagId, version } } })),
   dagGraph: (dagId: string, version: number) =>
-    json<DagGraph>('GET', `/dags/${enc(dagId)}/versions/${String(version)}/graph`),
+    call(http.GET('/api/v1/dags/{dagId}/versions/{version}/graph', { params: { path: { dagId, version } } })),
 };
 
 // ---- A run's Gantt, ledger and flow actions ----
@@ -153,30 +161,23 @@ export type RunAttempt = Schemas['RunAttempt'];
 export type RunEvent = Schemas['RunEvent'];
 
 /** Why an unfinished step is not running (GET /runs/{runId}/explain); a signal step names what it waits for. */
-export interface StepExplanation {
-  stepId: string;
-  status: StepStatus;
-  reason: string;
-  name?: string;
-  correlationKey?: string;
-}
+export type StepExplanation = Schemas['RunExplanation']['steps'][number];
 
 export const flowApi = {
-  runAttempts: (runId: string) => json<{ items: RunAttempt[] }>('GET', `/runs/${enc(runId)}/attempts`),
+  runAttempts: (runId: string) => call(http.GET('/api/v1/runs/{runId}/attempts', { params: { path: { runId } } })),
   events: (runId: string, after: number, limit = 1000) =>
-    json<{ items: RunEvent[]; nextAfter: number | null }>(
-      'GET',
-      `/runs/${enc(runId)}/events${query({ after, limit })}`,
-    ),
-  explain: (runId: string) => json<{ steps: StepExplanation[] }>('GET', `/runs/${enc(runId)}/explain`),
-  replay: (runId: string) => json<{ runId: string }>('POST', `/runs/${enc(runId)}/replay`),
+    call(http.GET('/api/v1/runs/{runId}/events', { params: { path: { runId }, query: { after, limit } } })),
+  explain: (runId: string) => call(http.GET('/api/v1/runs/{runId}/explain', { params: { path: { runId } } })),
+  replay: (runId: string) => call(http.POST('/api/v1/runs/{runId}/replay', { params: { path: { runId } } })),
   decide: (runId: string, stepId: string, decision: 'approved' | 'rejected', comment?: string) =>
-    json<unknown>('POST', `/runs/${enc(runId)}/steps/${enc(stepId)}/decision`, {
-      decision,
-      ...(comment ? { comment } : {}),
-    }),
+    call(
+      http.POST('/api/v1/runs/{runId}/steps/{stepId}/decision', {
+        params: { path: { runId, stepId } },
+        body: { decision, ...(comment ? { comment } : {}) },
+      }),
+    ),
   signal: (body: { name: string; correlationKey: string; payload?: unknown }) =>
-    json<{ signalId: string; status: 'pending' | 'delivered' }>('POST', '/signals', body),
+    call(http.POST('/api/v1/signals', { body })),
 };
 
 // Schedules, DAG versions' status, bundles and trust keys, tokens, usage, and the operator's tenants
@@ -216,35 +217,55 @@ export function isOperator(s: Session | null): boolean {
 
 export const consoleApi = {
   setDagVersionStatus: (dagId: string, version: number, to: 'enable' | 'disable') =>
-    json<DagVersion>('POST', `/dags/${enc(dagId)}/versions/${String(version)}/${to}`),
+    call(
+      to === 'enable'
+        ? http.POST('/api/v1/dags/{dagId}/versions/{version}/enable', { params: { path: { dagId, version } } })
+        : http.POST('/api/v1/dags/{dagId}/versions/{version}/disable', { params: { path: { dagId, version } } }),
+    ),
 
-  listSchedules: (q: { dagId?: string; pageToken?: string; limit?: number }) =>
-    json<Page<Schedule>>('GET', `/schedules${query(q)}`),
-  getSchedule: (id: string) => json<Schedule>('GET', `/schedules/${enc(id)}`),
-  scheduleNext: (id: string, count: number) => json<FireTimes>('GET', `/schedules/${enc(id)}/next${query({ count })}`),
+  listSchedules: (query: { dagId?: string; pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/schedules', { params: { query: q(query) } })),
+  getSchedule: (id: string) => call(http.GET('/api/v1/schedules/{id}', { params: { path: { id } } })),
+  scheduleNext: (id: string, count: number) =>
+    call(http.GET('/api/v1/schedules/{id}/next', { params: { path: { id }, query: { count } } })),
   scheduleFires: (id: string, limit: number) =>
-    json<{ items: ScheduleFire[] }>('GET', `/schedules/${enc(id)}/fires${query({ limit })}`),
+    call(http.GET('/api/v1/schedules/{id}/fires', { params: { path: { id }, query: { limit } } })),
   setSchedulePaused: (id: string, paused: boolean) =>
-    json<Schedule>('POST', `/schedules/${enc(id)}/${paused ? 'pause' : 'resume'}`),
+    call(
+      paused
+        ? http.POST('/api/v1/schedules/{id}/pause', { params: { path: { id } } })
+        : http.POST('/api/v1/schedules/{id}/resume', { params: { path: { id } } }),
+    ),
 
-  listBundles: (q: { pageToken?: string; limit?: number }) => json<Page<Bundle>>('GET', `/bundles${query(q)}`),
-  getBundle: (hash: string) => json<Bundle>('GET', `/bundles/${enc(hash)}`),
-  listTrustKeys: (q: { pageToken?: string; limit?: number }) => json<Page<TrustKey>>('GET', `/trust/keys${query(q)}`),
-  revokeTrustKey: (kid: string) => json<TrustKey>('POST', `/trust/keys/${enc(kid)}/revoke`),
-  policy: () => json<{ requireSignedDags: boolean }>('GET', '/policy'),
+  listBundles: (query: { pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/bundles', { params: { query: q(query) } })),
+  getBundle: (bundleHash: string) =>
+    call(http.GET('/api/v1/bundles/{bundleHash}', { params: { path: { bundleHash } } })),
+  listTrustKeys: (query: { pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/trust/keys', { params: { query: q(query) } })),
+  revokeTrustKey: (kid: string) => call(http.POST('/api/v1/trust/keys/{kid}/revoke', { params: { path: { kid } } })),
+  policy: () => call(http.GET('/api/v1/policy')),
 
-  listTokens: (q: { pageToken?: string; limit?: number }) => json<Page<TokenRecord>>('GET', `/tokens${query(q)}`),
-  mintToken: (body: MintTokenRequest) => json<MintedToken>('POST', '/tokens', body),
-  revokeToken: (jti: string) => json<{ jti: string; revokedAt: string }>('POST', `/tokens/${enc(jti)}/revoke`),
+  listTokens: (query: { pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/tokens', { params: { query: q(query) } })),
+  mintToken: (body: MintTokenRequest) => call(http.POST('/api/v1/tokens', { body })),
+  revokeToken: (jti: string) => call(http.POST('/api/v1/tokens/{jti}/revoke', { params: { path: { jti } } })),
 
-  usage: () => json<Usage>('GET', '/usage'),
+  usage: () => call(http.GET('/api/v1/usage')),
 
-  listTenants: (q: { pageToken?: string; limit?: number }) => json<Page<Tenant>>('GET', `/tenants${query(q)}`),
+  listTenants: (query: { pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/tenants', { params: { query: q(query) } })),
   setTenantEnabled: (tenantId: string, enabled: boolean) =>
-    json<Tenant>('POST', `/tenants/${enc(tenantId)}/${enabled ? 'enable' : 'disable'}`),
-  tenantUsage: (tenantId: string) => json<Usage>('GET', `/tenants/${enc(tenantId)}/usage`),
-  listPlans: () => json<{ items: Plan[] }>('GET', '/plans'),
-  assignPlan: (tenantId: string, planId: string) => json<unknown>('PUT', `/tenants/${enc(tenantId)}/plan`, { planId }),
-  queues: (q: { tenantId?: string; pageToken?: string; limit?: number }) =>
-    json<TenantQueues>('GET', `/admin/queues${query(q)}`),
+    call(
+      enabled
+        ? http.POST('/api/v1/tenants/{tenantId}/enable', { params: { path: { tenantId } } })
+        : http.POST('/api/v1/tenants/{tenantId}/disable', { params: { path: { tenantId } } }),
+    ),
+  tenantUsage: (tenantId: string) =>
+    call(http.GET('/api/v1/tenants/{tenantId}/usage', { params: { path: { tenantId } } })),
+  listPlans: () => call(http.GET('/api/v1/plans')),
+  assignPlan: (tenantId: string, planId: string) =>
+    call(http.PUT('/api/v1/tenants/{tenantId}/plan', { params: { path: { tenantId } }, body: { planId } })),
+  queues: (query: { tenantId?: string; pageToken?: string; limit?: number }) =>
+    call(http.GET('/api/v1/admin/queues', { params: { query: q(query) } })),
 };

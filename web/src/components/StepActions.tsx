@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
-import { ApiError, flowApi, type Step } from '../api';
+import { ApiError, flowApi, type Step, type StepExplanation } from '../api';
 
 function describe(e: unknown): string {
   return e instanceof ApiError ? `${e.message} (${e.code})` : e instanceof Error ? e.message : String(e);
@@ -65,7 +65,10 @@ function Signal(props: { runId: string; stepId: string; onActed: (message: strin
     let stale = false;
     flowApi.explain(props.runId).then(
       (x) => {
-        const s = x.steps.find((e) => e.stepId === props.stepId && e.reason === 'signal');
+        const s = x.steps.find(
+          (e): e is Extract<StepExplanation, { reason: 'signal' }> =>
+            e.stepId === props.stepId && e.reason === 'signal',
+        );
         if (!stale && s?.name && s.correlationKey !== undefined)
           setWait({ name: s.name, correlationKey: s.correlationKey });
       },
