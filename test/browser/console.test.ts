@@ -144,6 +144,35 @@ describe('web console', () => {
     expect(await page.getByLabel('Status').inputValue()).toBe('failed');
   });
 
+  it("shows a step's logs and error with its secrets redacted; the page never holds the value", async () => {
+    const value = 'wh-s3cr3t-9f2c';
+    expect((await app.request('PUT', '/api/v1/secrets/WAREHOUSE_KEY', { as, body: { value } })).status).toBeLessThan(
+      300,
+    );
+    const leaky = {
+      id: 'leaky',
+      steps: [
+        {
+          id: 'connect',
+          plugin: 'script',
+          with: {
+            code: 'console.log("connecting with ${{ secrets.WAREHOUSE_KEY }}"); throw new Error("refused key ${{ secrets.WAREHOUSE_KEY }}");',
+          },
+        },
+      ],
+    };
+    expect((await app.request('POST', '/api/v1/dags', { as, body: leaky })).status).toBe(201);
+    const runId = await startRun(as, 'leaky');
+    await page.goto(`${app.url}/runs/${runId}`);
+    await page.getByTestId('run-status').filter({ hasText: 'failed' }).waitFor();
+    await page.locator(stepState('connect', 'failed')).click();
+    const detail = page.getByTestId('step-detail');
+    await detail.getByTestId('step-logs').filter({ hasText: 'connecting with [redacted]' }).waitFor();
+    expect(await detail.getByTestId('step-error').textContent()).toContain('refused key [redacted]');
+    await page.getByTestId('chain-state').filter({ hasText: 'verified' }).waitFor();
+    expect(await page.content()).not.toContain(value);
+  });
+
   it('says when it is offline, then resumes from its cursor and shows what it missed', async () => {
     // The page's stream goes through a relay the test can cut: while cut, every connection is closed
     // at once; the server's messages to the page are recorded.
