@@ -141,6 +141,11 @@ describe('web console: a run page', () => {
     expect(await gantt.locator('rect.wait').count()).toBe(
       attempts.filter((a: any) => a.queuedUtc && a.queuedUtc < (a.startedUtc ?? a.claimedUtc)).length,
     );
+    // The approval and signal steps waited for a decision and a signal, and are drawn as such.
+    expect(await gantt.locator('rect.exec.awaiting').count()).toBe(2);
+    for (const step of ['review', 'paid'])
+      expect(await gantt.locator(`[data-gantt-step="${step}"] rect.exec.awaiting`).count()).toBe(1);
+    await gantt.getByText('waiting for a decision or signal').waitFor();
 
     await gantt.getByText('Timings as a table').click();
     const table = gantt.getByTestId('gantt-table');

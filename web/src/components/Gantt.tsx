@@ -54,10 +54,19 @@ function ticks(total: number): number[] {
 
 /**
  * The run's attempts on a time axis from the run's start: one row per step (its attempts as bars
- * side by side), queue wait hatched and execution solid in the attempt's state colour. The same
+ * side by side), queue wait hatched and execution solid in the attempt's state colour. A step in
+ * `awaiting` (an approval or signal step) does nothing but wait for a decision or a signal once it
+ * starts: its started-to-end span is drawn outlined and named so, not as execution. The same
  * timings are offered as a table for screen readers and for reading exact values.
  */
-export function Gantt(props: { startedUtc: string; steps: string[]; attempts: RunAttempt[]; now: number }) {
+export function Gantt(props: {
+  startedUtc: string;
+  steps: string[];
+  attempts: RunAttempt[];
+  now: number;
+  awaiting?: ReadonlySet<string>;
+}) {
+  const awaiting = props.awaiting ?? new Set<string>();
   const [asTable, setAsTable] = useState(false);
   const origin = Date.parse(props.startedUtc);
   const byStep = new Map<string, Phases[]>();
@@ -79,7 +88,14 @@ export function Gantt(props: { startedUtc: string; steps: string[]; attempts: Ru
     <div class="gantt" data-testid="gantt">
       <p class="muted legend">
         <span class="swatch wait" aria-hidden="true" /> queue wait (ready → started){' '}
-        <span class="swatch exec" aria-hidden="true" /> execution; {all.length} attempts over {span(total)}
+        <span class="swatch exec" aria-hidden="true" /> execution
+        {rows.some((id) => awaiting.has(id)) && (
+          <>
+            {' '}
+            <span class="swatch awaiting" aria-hidden="true" /> waiting for a decision or signal
+          </>
+        )}
+        ; {all.length} attempts over {span(total)}
       </p>
       <div class="gantt-scroll" tabIndex={0} role="region" aria-label="Timeline of the attempts">
         <svg
@@ -122,7 +138,7 @@ export function Gantt(props: { startedUtc: string; steps: string[]; attempts: Ru
                       />
                     )}
                     <rect
-                      class={`exec s-${p.status}`}
+                      class={`exec s-${p.status}${awaiting.has(stepId) ? ' awaiting' : ''}`}
                       x={x(p.run[0])}
                       y={y + (ROW_H - BAR_H) / 2}
                       width={Math.max(2, (p.run[1] - p.run[0]) * scale)}
@@ -147,7 +163,7 @@ export function Gantt(props: { startedUtc: string; steps: string[]; attempts: Ru
                 <th scope="col">Ready at</th>
                 <th scope="col">Queue wait</th>
                 <th scope="col">Started at</th>
-                <th scope="col">Execution</th>
+                <th scope="col">Execution (or waiting for a decision or signal)</th>
               </tr>
             </thead>
             <tbody>
@@ -160,7 +176,10 @@ export function Gantt(props: { startedUtc: string; steps: string[]; attempts: Ru
                     <td>{p.wait ? `+${span(p.wait[0])}` : ''}</td>
                     <td>{p.wait ? span(p.wait[1] - p.wait[0]) : '—'}</td>
                     <td>+{span(p.run[0])}</td>
-                    <td>{span(p.run[1] - p.run[0])}</td>
+                    <td>
+                      {span(p.run[1] - p.run[0])}
+                      {awaiting.has(stepId) ? ' waiting' : ''}
+                    </td>
                   </tr>
                 )),
               )}

@@ -21,6 +21,8 @@ import { navigate } from '../router';
 import { LiveStream, type StreamEvent, type StreamState } from '../stream';
 
 const FINAL = new Set(['succeeded', 'failed', 'cancelled']);
+/** Plugins whose steps, once started, wait for a decision or a signal from outside the engine. */
+const WAITS = new Set(['approval', 'signal']);
 
 function describe(e: unknown): string {
   return e instanceof ApiError ? `${e.message} (${e.code})` : e instanceof Error ? e.message : String(e);
@@ -240,7 +242,13 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
       <section aria-labelledby="gantt-h">
         <h2 id="gantt-h">Timeline</h2>
         {attempts ? (
-          <Gantt startedUtc={run.startedUtc} steps={steps.map((s) => s.stepId)} attempts={attempts} now={Date.now()} />
+          <Gantt
+            startedUtc={run.startedUtc}
+            steps={steps.map((s) => s.stepId)}
+            attempts={attempts}
+            now={Date.now()}
+            awaiting={new Set(steps.filter((s) => WAITS.has(s.plugin)).map((s) => s.stepId))}
+          />
         ) : (
           <p class="muted">Reading the attempts…</p>
         )}
