@@ -2,7 +2,7 @@ import { Controller, Get, Header, Res } from '@nestjs/common';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { Database } from '../database/database';
-import { pendingMigrations } from '../database/migrator';
+import { checkReadiness } from '../database/readiness';
 import { buildOpenApi, RouteTable } from './openapi';
 import { Route } from './route-spec';
 
@@ -39,17 +39,9 @@ export class SystemController {
     responses: { 200: { description: 'Ready', schema: health }, 503: { description: 'Not ready', schema: health } },
   })
   async readyz(@Res({ passthrough: true }) reply: FastifyReply) {
-    const checks: Record<string, string> = {};
-    try {
-      const pending = await pendingMigrations((q) => this.db.systemPool.query(q));
-      checks.database = 'ok';
-      checks.migrations = pending.length === 0 ? 'ok' : `pending: ${pending.join(', ')}`;
-    } catch (e) {
-      checks.database = `unreachable: ${(e as Error).message}`;
-    }
-    const ok = Object.values(checks).every((v) => v === 'ok') && checks.migrations !== undefined;
-    void reply.status(ok ? 200 : 503);
-    return { status: ok ? 'ok' : 'unavailable', checks };
+    const { ready, checks } = await checkReadiness(this.db);
+    void reply.status(ready ? 200 : 503);
+    return { status: ready ? 'ok' : 'unavailable', checks };
   }
 
   @Get('api/v1/openapi.json')

@@ -71,12 +71,44 @@ export const metrics = {
     labelNames: ['code'] as const,
     registers: [registry],
   }),
+  stepsOrphanedTotal: new Counter({
+    name: 'orchestrator_steps_orphaned_total',
+    help: 'Step attempts the lease reaper marked orphaned because their lease expired.',
+    registers: [registry],
+  }),
+  reaperLastSuccess: new Gauge({
+    name: 'orchestrator_reaper_last_success_timestamp_seconds',
+    help: 'Unix time of the last lease reaper pass that completed on this process (0: none, or not a scheduler).',
+    registers: [registry],
+  }),
+  leaseRenewalFailuresTotal: new Counter({
+    name: 'orchestrator_lease_renewal_failures_total',
+    help: 'Step leases a worker heartbeat did not extend: error (the heartbeat failed) or lost (the lease was no longer held).',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+  }),
+  exportFailuresTotal: new Counter({
+    name: 'orchestrator_export_failures_total',
+    help: 'Exports that failed on the server side after they began (not refused requests), by export: runs or audit.',
+    labelNames: ['export'] as const,
+    registers: [registry],
+  }),
+  databaseReady: new Gauge({
+    name: 'orchestrator_database_ready',
+    help: 'Whether the last readiness check (at scrape time and on /readyz) found the database reachable and its schema current: 1 or 0.',
+    registers: [registry],
+  }),
   spansDroppedTotal: new Counter({
     name: 'orchestrator_spans_dropped_total',
     help: 'Spans not stored because the span store buffer was full or the insert failed.',
     registers: [registry],
   }),
 };
+
+// Every label value of the rarely moving counters is exported from the start at 0, so the first
+// event after a process starts shows as an increase (a series that appears at 1 does not).
+for (const reason of ['error', 'lost'] as const) metrics.leaseRenewalFailuresTotal.inc({ reason }, 0);
+for (const kind of ['runs', 'audit'] as const) metrics.exportFailuresTotal.inc({ export: kind }, 0);
 
 const seconds = (ms: number) => Math.max(0, ms) / 1000;
 
@@ -104,4 +136,27 @@ export function recordStepRetry(tenant: string): void {
 export function setQueueDepths(rows: { tenant: string; depth: number }[]): void {
   metrics.queueDepth.reset();
   for (const r of rows) metrics.queueDepth.set({ tenant: r.tenant }, r.depth);
+}
+
+/** Records attempts the lease reaper marked orphaned. */
+export function recordStepsOrphaned(attempts: number): void {
+  if (attempts > 0) metrics.stepsOrphanedTotal.inc(attempts);
+}
+
+/** Records that a lease reaper pass completed (reaped every expired lease it found) at `at`. */
+export function recordReaperPassCompleted(at = new Date()): void {
+  metrics.reaperLastSuccess.set(at.getTime() / 1000);
+}
+
+/** Records leases a heartbeat did not extend, by why. */
+export function recordLeaseRenewalFailures(reason: 'error' | 'lost', leases: number): void {
+  if (leases > 0) metrics.leaseRenewalFailuresTotal.inc({ reason }, leases);
+}
+
+export function recordExportFailure(kind: 'runs' | 'audit'): void {
+  metrics.exportFailuresTotal.inc({ export: kind });
+}
+
+export function setDatabaseReady(ready: boolean): void {
+  metrics.databaseReady.set(ready ? 1 : 0);
 }

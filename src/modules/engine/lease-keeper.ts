@@ -1,3 +1,4 @@
+import { recordLeaseRenewalFailures } from '../../core/telemetry/metrics';
 import type { StepKey } from './engine.repository';
 import { stepKey } from './running-step';
 
@@ -12,7 +13,11 @@ export interface LeaseKeeperOptions {
   log: { warn(obj: object, msg: string): void };
 }
 
-/** Extends the worker's leases in one statement every interval, and reports the ones it lost. */
+/**
+ * Extends the worker's leases in one statement every interval, and reports the ones it lost. Leases
+ * a beat did not extend are counted in orchestrator_lease_renewal_failures_total: all of them when
+ * the statement failed (reason error), the ones no longer held otherwise (reason lost).
+ */
 export class LeaseKeeper {
   private timer: NodeJS.Timeout | null = null;
 
@@ -38,8 +43,12 @@ export class LeaseKeeper {
     try {
       const held = new Set((await this.o.heartbeat(items)).map(stepKey));
       const lost = new Set(items.map(stepKey).filter((k) => !held.has(k)));
-      if (lost.size > 0) this.o.lost(lost);
+      if (lost.size > 0) {
+        recordLeaseRenewalFailures('lost', lost.size);
+        this.o.lost(lost);
+      }
     } catch (e) {
+      recordLeaseRenewalFailures('error', items.length);
       this.o.log.warn({ err: e }, 'heartbeat failed');
     }
   }

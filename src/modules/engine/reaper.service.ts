@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
+import { recordReaperPassCompleted, recordStepsOrphaned } from '../../core/telemetry/metrics';
 import { EngineStore } from './engine.store';
 
 /**
@@ -33,11 +34,18 @@ export class ReaperService implements OnApplicationBootstrap, OnApplicationShutd
     await this.busy;
   }
 
-  /** Reaps until no expired lease is left; returns how many attempts were orphaned. */
+  /**
+   * Reaps until no expired lease is left. Orphaned attempts are counted as each batch commits; the
+   * pass is recorded as completed (orchestrator_reaper_last_success_timestamp_seconds) only when it
+   * found no expired lease left, so a failing or never-ending pass shows as reaper lag.
+   */
   async sweep(): Promise<void> {
     try {
-      for (let n = await this.store.reap(); n > 0; n = await this.store.reap())
+      for (let n = await this.store.reap(); n > 0; n = await this.store.reap()) {
+        recordStepsOrphaned(n);
         this.log.log({ orphaned: n }, 'orphaned expired attempts');
+      }
+      recordReaperPassCompleted();
     } catch (e) {
       this.log.error({ err: e }, 'reaper sweep failed');
     }

@@ -3,6 +3,7 @@ import { Database } from '../../core/database/database';
 import { badRequest } from '../../core/errors/domain-error';
 import { AuditExportWriter, type AuditManifest } from './audit-export-format';
 import { AuditLogRepository } from './audit-log.repository';
+import { countingFailures } from './export-failures';
 import { ExportService, type SignedManifest } from './export.service';
 
 const PAGE = 1000;
@@ -33,7 +34,11 @@ export class AuditExportService {
   }
 
   /** Yields NDJSON lines (each ending in a newline); returns the signed manifest once they are all out. */
-  async *lines(req: AuditExportRequest): AsyncGenerator<string, SignedManifest<AuditManifest>> {
+  lines(req: AuditExportRequest): AsyncGenerator<string, SignedManifest<AuditManifest>> {
+    return countingFailures('audit', this.make(req));
+  }
+
+  private async *make(req: AuditExportRequest): AsyncGenerator<string, SignedManifest<AuditManifest>> {
     this.check(req);
     const head = await this.repo.headSeq(this.db.system);
     const toSeq = Math.min(req.toSeq ?? head, head);

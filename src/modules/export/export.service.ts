@@ -6,6 +6,7 @@ import { canonicalJson } from '../../core/json/canonical-json';
 import { DERIVED_SPANS } from '../../core/telemetry/tracing';
 import { SigningKeys } from '../auth/signing-keys';
 import { ExportWriter, JWS_TYPE, iso, redactSecrets, seconds, type ExportRecord, type Manifest } from './export-format';
+import { countingFailures } from './export-failures';
 import { ExportRepository, type ExportRange, type RunKey } from './export.repository';
 import { runSpan, stepSpan } from './step-spans';
 import { DEFAULT_PRIORITY } from '../runs/run-plan';
@@ -95,7 +96,11 @@ export class ExportService {
   }
 
   /** Yields NDJSON lines (each ending in a newline); returns the signed manifest once they are all out. */
-  async *lines(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {
+  lines(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {
+    return countingFailures('runs', this.make(tenantId, range));
+  }
+
+  private async *make(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {
     const w = new ExportWriter(tenantId, {
       from: iso(range.from),
       to: iso(range.to),

@@ -2,6 +2,7 @@ import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@ne
 import type { OrdoConfig } from '../../core/config/config';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import { Database } from '../../core/database/database';
+import { checkReadiness } from '../../core/database/readiness';
 import { rootLogger } from '../../core/logging/logger';
 import { registry } from '../../core/telemetry/metrics';
 import { attachSpanProcessor } from '../../core/telemetry/tracing';
@@ -16,6 +17,7 @@ export class ObservabilityService implements OnModuleInit, OnModuleDestroy {
   private detach?: () => void;
   private readonly hits = new LimitHitsTally(new Date());
   private scraping: Promise<unknown> = Promise.resolve();
+  private readonly log = rootLogger().child({ component: 'metrics' });
 
   constructor(
     private readonly db: Database,
@@ -39,9 +41,11 @@ export class ObservabilityService implements OnModuleInit, OnModuleDestroy {
   }
 
   /**
-   * Prometheus text. The queue gauges and the limit hits are read from the database at scrape time
-   * (one grouped scan of the hot queue, one range of limit_hit); scrapes run one at a time, so a
-   * reading of the hits is added once.
+   * Prometheus text. The readiness check, the queue gauges and the limit hits are read from the
+   * database at scrape time (the migration records, one grouped scan of the hot queue, one range of
+   * limit_hit); scrapes run one at a time, so a reading of the hits is added once. When the database
+   * cannot be read the process's own metrics are still served, with orchestrator_database_ready 0
+   * and no queue gauges (an unknown depth is not reported as a stale one).
    */
   scrape(): Promise<{ contentType: string; body: string }> {
     const next = this.scraping.then(() => this.render());
@@ -51,9 +55,16 @@ export class ObservabilityService implements OnModuleInit, OnModuleDestroy {
 
   private async render(): Promise<{ contentType: string; body: string }> {
     const n = this.config.ORDO_METRICS_TOP_TENANTS;
-    setQueueGauges(await this.repo.readyQueues(this.db.system), n);
-    const { rows, now } = await this.repo.limitHitsSince(this.db.system, this.hits.readFrom());
-    this.hits.apply(rows, now, n);
+    const { checks } = await checkReadiness(this.db);
+    try {
+      if (checks.database !== 'ok') throw new Error(checks.database);
+      setQueueGauges(await this.repo.readyQueues(this.db.system), n);
+      const { rows, now } = await this.repo.limitHitsSince(this.db.system, this.hits.readFrom());
+      this.hits.apply(rows, now, n);
+    } catch (e) {
+      setQueueGauges([], n);
+      this.log.warn({ err: e }, 'metrics: database readings skipped');
+    }
     return { contentType: registry.contentType, body: await registry.metrics() };
   }
 }
