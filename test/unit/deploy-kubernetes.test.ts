@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
+import { PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
 import { Job } from 'kubernetes-models/batch/v1/Job';
@@ -39,6 +40,7 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
   'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
   'monitoring.coreos.com/v1/PodMonitor': PodMonitor,
+  'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
 };
 
 function validate(doc: Doc): void {
