@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { ArtifactsRepository } from '../../src/modules/artifacts/artifacts.repository';
 import { EngineRepository } from '../../src/modules/engine/engine.repository';
@@ -162,5 +163,31 @@ describe('/metrics: the series behind the alerts', () => {
     }
     expect((await scrape()).get(ready)).toBe(1);
     expect((await app.request('GET', '/readyz')).status).toBe(200);
+  });
+
+  it('still serves the process metrics, without the queue gauges, when the database readings fail', async () => {
+    const t = await app.tenant('alerts-readings');
+    await app.ordo.database.system
+      .insertInto('queue_item')
+      .values({ tenant_id: t.tenantId, run_id: randomUUID(), step_id: 'a' })
+      .execute();
+    const depth = `orchestrator_queue_depth{tenant="${t.tenantId}"}`;
+    expect((await scrape()).get(depth)).toBe(1);
+    const role = new URL(app.testDb.systemUrl).username;
+    await owner.query(`revoke select on queue_item from ${role}`);
+    try {
+      const { rows } = await owner.query<{ can: boolean }>(
+        `select has_table_privilege($1, 'queue_item', 'select') as can`,
+        [role],
+      );
+      expect(rows[0].can).toBe(false);
+      const s = await scrape();
+      expect([...s.keys()].filter((k) => k.startsWith('orchestrator_queue_depth'))).toEqual([]);
+      expect(s.get('orchestrator_database_ready')).toBe(1);
+      expect(s.get('ordo_process_resident_memory_bytes')).toBeGreaterThan(0);
+    } finally {
+      await owner.query(`grant select on queue_item to ${role}`);
+    }
+    expect((await scrape()).get(depth)).toBe(1);
   });
 });
