@@ -2991,8 +2991,9 @@ export interface operations {
   getArtifact: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         sha256: string;
@@ -3028,8 +3029,9 @@ export interface operations {
         name?: string;
         pageToken?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -3059,9 +3061,10 @@ export interface operations {
   importBundle: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -3104,8 +3107,9 @@ export interface operations {
   getBundle: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         bundleHash: string;
@@ -3142,8 +3146,9 @@ export interface operations {
         pageToken?: string;
         status?: 'active' | 'disabled';
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -3173,9 +3178,10 @@ export interface operations {
   publishDag: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -3471,8 +3477,9 @@ export interface operations {
   getDag: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         dagId: string;
@@ -3504,8 +3511,9 @@ export interface operations {
   getDagVersion: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         dagId: string;
@@ -3538,9 +3546,10 @@ export interface operations {
   disableDagVersion: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         dagId: string;
@@ -3573,9 +3582,10 @@ export interface operations {
   enableDagVersion: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         dagId: string;
@@ -3610,8 +3620,9 @@ export interface operations {
       query?: {
         format?: 'json' | 'dot';
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         dagId: string;
@@ -3649,8 +3660,9 @@ export interface operations {
         /** @description entries in this state (open: not yet acted on) */
         state?: 'open' | 'requeued' | 'discarded';
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -3680,8 +3692,9 @@ export interface operations {
   getDeadLetter: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -3713,9 +3726,10 @@ export interface operations {
   discardDeadLetter: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -3747,9 +3761,10 @@ export interface operations {
   requeueDeadLetter: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -3791,8 +3806,9 @@ export interface operations {
         /** @description Runs started before this instant (ISO 8601) */
         to?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4010,8 +4026,9 @@ export interface operations {
   getTenantPolicy: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4041,8 +4058,9 @@ export interface operations {
   updateTenantPolicy: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4083,8 +4101,9 @@ export interface operations {
         status?: 'scheduled' | 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
         to?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4115,9 +4134,10 @@ export interface operations {
   createRun: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4160,8 +4180,9 @@ export interface operations {
   getRun: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4193,8 +4214,9 @@ export interface operations {
   listRunAttempts: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4226,9 +4248,10 @@ export interface operations {
   cancelRun: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4263,8 +4286,9 @@ export interface operations {
         after?: number;
         limit?: number;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4296,8 +4320,9 @@ export interface operations {
   explainRun: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4329,9 +4354,10 @@ export interface operations {
   replayRun: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4363,9 +4389,10 @@ export interface operations {
   rerunRun: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4401,8 +4428,9 @@ export interface operations {
   listStepAttempts: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4435,9 +4463,10 @@ export interface operations {
   decideStep: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         runId: string;
@@ -4478,8 +4507,9 @@ export interface operations {
         limit?: number;
         pageToken?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4509,9 +4539,10 @@ export interface operations {
   createSchedule: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4545,8 +4576,9 @@ export interface operations {
   getSchedule: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4578,8 +4610,9 @@ export interface operations {
   deleteSchedule: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4609,8 +4642,9 @@ export interface operations {
   updateSchedule: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4648,8 +4682,9 @@ export interface operations {
       query?: {
         limit?: number;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4683,8 +4718,9 @@ export interface operations {
       query?: {
         count?: number;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4716,9 +4752,10 @@ export interface operations {
   pauseSchedule: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4750,9 +4787,10 @@ export interface operations {
   resumeSchedule: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         id: string;
@@ -4790,8 +4828,9 @@ export interface operations {
         /** @description IANA time zone, e.g. Europe/Berlin or UTC */
         timezone: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4821,8 +4860,9 @@ export interface operations {
   listSecrets: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -4852,8 +4892,9 @@ export interface operations {
   putSecret: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         name: string;
@@ -4896,8 +4937,9 @@ export interface operations {
   deleteSecret: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         name: string;
@@ -5016,9 +5058,10 @@ export interface operations {
   sendSignal: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5061,8 +5104,9 @@ export interface operations {
   getSignal: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         signalId: string;
@@ -5395,8 +5439,9 @@ export interface operations {
         limit?: number;
         pageToken?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5426,8 +5471,9 @@ export interface operations {
   createToken: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5461,9 +5507,10 @@ export interface operations {
   revokeToken: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         jti: string;
@@ -5503,8 +5550,9 @@ export interface operations {
         limit?: number;
         pageToken?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5534,9 +5582,10 @@ export interface operations {
   addTrustKey: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5570,8 +5619,9 @@ export interface operations {
   getTrustKey: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         kid: string;
@@ -5603,9 +5653,10 @@ export interface operations {
   revokeTrustKey: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         kid: string;
@@ -5637,8 +5688,9 @@ export interface operations {
   getUsage: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5668,8 +5720,9 @@ export interface operations {
   getWorkerPool: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         pool: string;
@@ -5701,8 +5754,9 @@ export interface operations {
   putWorkerPool: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         pool: string;
@@ -5743,8 +5797,9 @@ export interface operations {
         pageToken?: string;
         pool?: string;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5774,8 +5829,9 @@ export interface operations {
   registerWorker: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path?: never;
       cookie?: never;
@@ -5809,8 +5865,9 @@ export interface operations {
   getWorker: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         workerId: string;
@@ -5842,8 +5899,9 @@ export interface operations {
   leaveWorker: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         workerId: string;
@@ -5873,8 +5931,9 @@ export interface operations {
   drainWorker: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         workerId: string;
@@ -5906,8 +5965,9 @@ export interface operations {
   workerHeartbeat: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         workerId: string;
@@ -5943,9 +6003,10 @@ export interface operations {
   resetWorkerReputation: {
     parameters: {
       query?: never;
-      header: {
+      header?: {
         'Idempotency-Key'?: string;
-        'X-Tenant-Id': string;
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         workerId: string;
@@ -5981,8 +6042,9 @@ export interface operations {
   postWorkerTaskProgress: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         attemptId: string;
@@ -6017,8 +6079,9 @@ export interface operations {
   postWorkerTaskResult: {
     parameters: {
       query?: never;
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         attemptId: string;
@@ -6058,8 +6121,9 @@ export interface operations {
         max?: number;
         waitMs?: number;
       };
-      header: {
-        'X-Tenant-Id': string;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
       };
       path: {
         workerId: string;

@@ -109,7 +109,15 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
       }
     }
     if (s.access !== 'public' && s.access !== 'platform:admin') {
-      parameters.push({ name: 'X-Tenant-Id', in: 'header', required: true, schema: { type: 'string' } });
+      // A console session carries its tenant: only a bearer token needs the header.
+      parameters.push({
+        name: 'X-Tenant-Id',
+        in: 'header',
+        required: false,
+        schema: { type: 'string' },
+        description:
+          "the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant)",
+      });
     }
     if (r.method === 'post' && s.idempotent !== false && s.access !== 'public' && s.access !== 'platform:admin') {
       parameters.push({
@@ -141,7 +149,10 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
       summary: s.summary,
       tags: s.tags,
       'x-ordo-access': s.access,
-      security: s.access === 'public' ? [] : [{ bearer: [] }],
+      // Worker routes take only a worker's bearer token; the others also the console's session
+      // cookie (with its CSRF token on state-changing requests, docs/security.md).
+      security:
+        s.access === 'public' ? [] : s.access === 'worker' ? [{ bearer: [] }] : [{ bearer: [] }, { session: [] }],
       parameters,
       responses,
     };
@@ -159,7 +170,15 @@ export function buildOpenApi(routes: RouteEntry[], info: { title: string; versio
     paths,
     components: {
       schemas: components,
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
+        session: {
+          type: 'apiKey',
+          in: 'cookie',
+          name: 'ordo_session',
+          description: 'the console session (POST /api/v1/session); state-changing requests also send X-CSRF-Token',
+        },
+      },
     },
   };
 }
