@@ -2171,6 +2171,79 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.ordo_partitions_default_months(p_table text, p_col text) RETURNS SETOF timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'public'
+    AS $$
+begin
+  return query execute format(
+    'select distinct date_trunc(''month'', %I at time zone ''UTC'') at time zone ''UTC'' from public.%I',
+    p_col, p_table || '_default');
+end
+$$;
+
+CREATE FUNCTION public.ordo_partitions_ensure(p_months_ahead integer DEFAULT 3) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public'
+    AS $_$
+declare
+  v_tab record;
+  v_month timestamptz;
+  v_name text;
+  v_made text[] := '{}';
+  v_moving boolean;
+  v_att record;
+  v_now_month timestamptz := date_trunc('month', now() at time zone 'UTC') at time zone 'UTC';
+begin
+  if p_months_ahead is null or p_months_ahead < 0 or p_months_ahead > 120 then
+    raise exception 'months ahead must be 0 to 120' using errcode = 'invalid_parameter_value';
+  end if;
+  perform set_config('lock_timeout', '2s', true);
+  for v_tab in
+    select * from (values ('run_event', 'created_at', ''), ('attempt', 'created_at', ' with (fillfactor = 70)'),
+      ('span', 'started_at', '')) as t(tbl, col, opts)
+  loop
+    for v_month in
+      select m from generate_series(v_now_month, v_now_month + make_interval(months => p_months_ahead),
+        interval '1 month') as g(m)
+      union
+      select m from ordo_partitions_default_months(v_tab.tbl, v_tab.col) as d(m)
+      order by 1
+    loop
+      v_name := v_tab.tbl || '_p' || to_char(v_month at time zone 'UTC', 'YYYY_MM');
+      continue when to_regclass('public.' || v_name) is not null;
+      execute format('select exists (select 1 from public.%I where %I >= $1 and %I < $2)',
+        v_tab.tbl || '_default', v_tab.col, v_tab.col)
+        into v_moving using v_month, v_month + interval '1 month';
+      if v_moving then
+        -- The month's rows leave the default partition for the new one, which is attached after
+        -- (a partition cannot be made for a range the default partition holds rows of).
+        execute format('create table public.%I (like public.%I including defaults including constraints)%s',
+          v_name, v_tab.tbl, v_tab.opts);
+        execute format('with moved as (delete from public.%I where %I >= $1 and %I < $2 returning *)
+          insert into public.%I select * from moved', v_tab.tbl || '_default', v_tab.col, v_tab.col, v_name)
+          using v_month, v_month + interval '1 month';
+        execute format('alter table public.%I attach partition public.%I for values from (%L) to (%L)',
+          v_tab.tbl, v_name, v_month, v_month + interval '1 month');
+      else
+        execute format('create table public.%I partition of public.%I for values from (%L) to (%L)%s',
+          v_name, v_tab.tbl, v_month, v_month + interval '1 month', v_tab.opts);
+      end if;
+      for v_att in
+        select a.attname, a.attstattarget from pg_attribute a
+        where a.attrelid = ('public.' || v_tab.tbl)::regclass and a.attnum > 0 and not a.attisdropped
+          and a.attstattarget >= 0
+      loop
+        execute format('alter table public.%I alter column %I set statistics %s', v_name, v_att.attname,
+          v_att.attstattarget);
+      end loop;
+      v_made := v_made || v_name;
+    end loop;
+  end loop;
+  return v_made;
+end
+$_$;
+
 CREATE FUNCTION public.ordo_plan_sync(p_tenants text[]) RETURNS void
     LANGUAGE sql
     AS $$
@@ -2188,6 +2261,198 @@ CREATE FUNCTION public.ordo_refuse_transition() RETURNS trigger
 begin
   raise exception 'illegal % transition % -> %', tg_argv[0], old.status, new.status
     using errcode = 'check_violation', hint = 'illegal_transition';
+end
+$$;
+
+CREATE FUNCTION public.ordo_retention_drop_month(p_month timestamp with time zone, p_policies jsonb) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public'
+    AS $_$
+declare
+  v_hi timestamptz := p_month + interval '1 month';
+  v_tab record;
+  v_name text;
+  v_parts text[] := '{}';
+  v_tenants text[] := '{}';
+  v_some text[];
+  v_t text;
+  v_p jsonb;
+  v_locked timestamptz;
+begin
+  if p_month <> date_trunc('month', p_month at time zone 'UTC') at time zone 'UTC' then
+    raise exception 'not the first instant of a month in UTC: %', p_month using errcode = 'invalid_parameter_value';
+  end if;
+  if v_hi > date_trunc('month', now() at time zone 'UTC') at time zone 'UTC' then
+    return jsonb_build_object('dropped', false, 'partitions', '[]'::jsonb, 'tenants', '[]'::jsonb, 'reason', 'not ended');
+  end if;
+  for v_tab in select * from (values ('run_event'), ('attempt'), ('span')) as t(tbl) loop
+    v_name := v_tab.tbl || '_p' || to_char(p_month at time zone 'UTC', 'YYYY_MM');
+    continue when to_regclass('public.' || v_name) is null;
+    v_parts := v_parts || v_name;
+    -- The partition's tenants, one index probe each (a loose scan of its primary key).
+    execute format($q$
+      with recursive t(tenant_id) as (
+        (select tenant_id from public.%1$I order by tenant_id limit 1)
+        union all
+        select (select p.tenant_id from public.%1$I p where p.tenant_id > t.tenant_id order by p.tenant_id limit 1)
+        from t where t.tenant_id is not null)
+      select coalesce(array_agg(tenant_id), '{}') from t where tenant_id is not null$q$, v_name)
+      into v_some;
+    v_tenants := array(select distinct u from unnest(v_tenants || v_some) as u order by u);
+  end loop;
+  if cardinality(v_parts) = 0 then
+    return jsonb_build_object('dropped', false, 'partitions', '[]'::jsonb, 'tenants', '[]'::jsonb, 'reason', 'no partitions');
+  end if;
+
+  foreach v_t in array v_tenants loop
+    select e into v_p from jsonb_array_elements(p_policies) e where e->>'tenantId' = v_t;
+    if v_p is null or (v_p->>'cutoff')::timestamptz < v_hi or exists (
+      select 1 from run r
+      where r.tenant_id = v_t and r.created_at < v_hi + interval '1 day'
+        and ordo_retention_keeps(r, (v_p->>'cutoff')::timestamptz, coalesce((v_p->>'requiresExport')::boolean, false))
+    ) then
+      return jsonb_build_object('dropped', false, 'partitions', to_jsonb(v_parts), 'tenants', to_jsonb(v_tenants),
+        'heldBy', v_t);
+    end if;
+  end loop;
+
+  perform set_config('lock_timeout', '2s', true);
+  v_locked := clock_timestamp();
+  foreach v_name in array v_parts loop
+    execute format('alter table public.%I detach partition public.%I', substring(v_name from '^(.*)_p\d{4}_\d{2}$'), v_name);
+    execute format('drop table public.%I', v_name);
+  end loop;
+  insert into retention_log (tenant_id, action, detail)
+  select u, 'partition_dropped', jsonb_build_object('month', p_month, 'partitions', to_jsonb(v_parts))
+  from unnest(v_tenants) as u;
+  return jsonb_build_object('dropped', true, 'partitions', to_jsonb(v_parts), 'tenants', to_jsonb(v_tenants),
+    'lockedMs', extract(epoch from clock_timestamp() - v_locked) * 1000);
+end
+$_$;
+
+CREATE TABLE public.run (
+    tenant_id text NOT NULL,
+    run_id uuid NOT NULL,
+    dag_id text NOT NULL,
+    dag_version integer NOT NULL,
+    content_hash text NOT NULL,
+    run_token text NOT NULL,
+    inputs jsonb NOT NULL,
+    inputs_hash text NOT NULL,
+    status text DEFAULT 'queued'::text NOT NULL,
+    reason text,
+    trace_id text NOT NULL,
+    requested_by text NOT NULL,
+    replay_of uuid,
+    rerun_of uuid,
+    rerun_from_step text,
+    admitted boolean DEFAULT true NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    steps_total integer NOT NULL,
+    steps_remaining integer NOT NULL,
+    steps_failed integer DEFAULT 0 NOT NULL,
+    dispatch_count integer DEFAULT 0 NOT NULL,
+    event_seq integer DEFAULT 0 NOT NULL,
+    event_hash text DEFAULT ''::text NOT NULL,
+    outputs_hash text,
+    priority smallint DEFAULT 5 NOT NULL,
+    not_before timestamp with time zone,
+    parent_run_id uuid,
+    parent_step_id text,
+    depth smallint DEFAULT 0 NOT NULL,
+    CONSTRAINT run_inputs_hash_format CHECK (((octet_length(inputs_hash) = 64) AND (inputs_hash !~ '[^0-9a-f]'::text))),
+    CONSTRAINT run_parent_check CHECK (((parent_run_id IS NULL) = (parent_step_id IS NULL))),
+    CONSTRAINT run_priority_range CHECK (((priority >= 0) AND (priority <= 9))),
+    CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT run_trace_id_check CHECK (((octet_length(trace_id) = 32) AND (trace_id !~ '[^0-9a-f]'::text)))
+)
+WITH (fillfactor='70');
+
+ALTER TABLE ONLY public.run FORCE ROW LEVEL SECURITY;
+
+CREATE FUNCTION public.ordo_retention_keeps(p_run public.run, p_cutoff timestamp with time zone, p_requires_export boolean) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  select p_run.status not in ('succeeded', 'failed', 'cancelled')
+    or p_run.finished_at is null
+    or p_run.finished_at >= p_cutoff
+    or (p_requires_export and not exists (
+      select 1 from run_export x
+      where x.tenant_id = p_run.tenant_id
+        and x.started_at > p_run.finished_at
+        and (x.range_from is null
+          or date_trunc('milliseconds', coalesce(p_run.started_at, p_run.created_at)) >= x.range_from)
+        and (x.range_to is null
+          or date_trunc('milliseconds', coalesce(p_run.started_at, p_run.created_at)) < x.range_to)
+        and (x.dag_id is null or x.dag_id = p_run.dag_id)))
+$$;
+
+CREATE FUNCTION public.ordo_retention_purge(p_tenant text, p_cutoff timestamp with time zone, p_requires_export boolean, p_limit integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public'
+    AS $$
+declare
+  v_ids uuid[];
+  v_from timestamptz;
+  v_hashes text[];
+  v_events bigint;
+  v_attempts bigint;
+  v_spans bigint;
+  v_steps bigint;
+  v_artifacts bigint;
+begin
+  select array_agg(r.run_id), min(r.created_at) - interval '1 day' into v_ids, v_from
+  from (
+    select r.run_id, r.created_at from run r
+    where r.tenant_id = p_tenant and r.created_at < p_cutoff and not ordo_retention_keeps(r, p_cutoff, p_requires_export)
+    order by r.created_at
+    limit p_limit
+    for update skip locked
+  ) r;
+  if v_ids is null then
+    return 0;
+  end if;
+
+  select array_agg(distinct h) into v_hashes
+  from (
+    select unnest(array[s.outputs_hash, s.logs_hash]) as h from step s
+    where s.tenant_id = p_tenant and s.run_id = any (v_ids)
+    union all
+    select unnest(array[a.outputs_hash, a.logs_hash]) from attempt a
+    where a.tenant_id = p_tenant and a.run_id = any (v_ids) and a.created_at >= v_from
+  ) x
+  where h is not null;
+
+  perform set_config('ordo.retention_purge', 'on', true);
+  delete from run_event e where e.tenant_id = p_tenant and e.run_id = any (v_ids) and e.created_at >= v_from;
+  get diagnostics v_events = row_count;
+  perform set_config('ordo.retention_purge', '', true);
+  delete from attempt a where a.tenant_id = p_tenant and a.run_id = any (v_ids) and a.created_at >= v_from;
+  get diagnostics v_attempts = row_count;
+  delete from span s where s.tenant_id = p_tenant and s.run_id = any (v_ids) and s.started_at >= v_from;
+  get diagnostics v_spans = row_count;
+  delete from queue_item q where q.tenant_id = p_tenant and q.run_id = any (v_ids);
+  delete from signal_wait w where w.tenant_id = p_tenant and w.run_id = any (v_ids);
+  delete from signal g where g.tenant_id = p_tenant and g.run_id = any (v_ids);
+  delete from worker_task t where t.tenant_id = p_tenant and t.run_id = any (v_ids);
+  delete from dead_letter d where d.tenant_id = p_tenant and d.run_id = any (v_ids);
+  delete from step s where s.tenant_id = p_tenant and s.run_id = any (v_ids);
+  get diagnostics v_steps = row_count;
+  delete from run r where r.tenant_id = p_tenant and r.run_id = any (v_ids);
+
+  delete from artifact f
+  where f.tenant_id = p_tenant and f.sha256 = any (coalesce(v_hashes, '{}'))
+    and not exists (select 1 from step s where s.tenant_id = p_tenant and f.sha256 in (s.outputs_hash, s.logs_hash))
+    and not exists (select 1 from attempt a where a.tenant_id = p_tenant and f.sha256 in (a.outputs_hash, a.logs_hash));
+  get diagnostics v_artifacts = row_count;
+
+  insert into retention_log (tenant_id, action, detail)
+  values (p_tenant, 'runs_deleted', jsonb_build_object('cutoff', p_cutoff, 'requiresExport', p_requires_export,
+    'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans,
+    'artifacts', v_artifacts));
+  return cardinality(v_ids);
 end
 $$;
 
@@ -2710,6 +2975,9 @@ CREATE FUNCTION public.run_event_append_only() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 begin
+  if tg_op = 'DELETE' and current_setting('ordo.retention_purge', true) = 'on' then
+    return null;
+  end if;
   raise exception 'run_event is append-only' using errcode = 'insufficient_privilege';
 end
 $$;
@@ -2806,7 +3074,7 @@ CREATE TABLE public.attempt (
     condition_pending_at timestamp with time zone,
     CONSTRAINT attempt_status_check CHECK ((status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text, 'orphaned'::text, 'cancelled'::text, 'skipped'::text])))
 )
-WITH (fillfactor='70');
+PARTITION BY RANGE (created_at);
 ALTER TABLE ONLY public.attempt ALTER COLUMN tenant_id SET STATISTICS 10;
 ALTER TABLE ONLY public.attempt ALTER COLUMN run_id SET STATISTICS 10;
 ALTER TABLE ONLY public.attempt ALTER COLUMN step_id SET STATISTICS 10;
@@ -2829,6 +3097,51 @@ ALTER TABLE ONLY public.attempt ALTER COLUMN logs_hash SET STATISTICS 0;
 ALTER TABLE ONLY public.attempt ALTER COLUMN condition_pending_at SET STATISTICS 0;
 
 ALTER TABLE ONLY public.attempt FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.attempt_default (
+    tenant_id text NOT NULL,
+    run_id uuid NOT NULL,
+    step_id text NOT NULL,
+    attempt integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    epoch integer NOT NULL,
+    worker_id text NOT NULL,
+    status text DEFAULT 'running'::text NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL,
+    traceparent text NOT NULL,
+    queued_at timestamp with time zone,
+    claimed_at timestamp with time zone NOT NULL,
+    constraint_checked_at timestamp with time zone,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    terminated_at timestamp with time zone,
+    error jsonb,
+    outputs_hash text,
+    logs_hash text,
+    condition_pending_at timestamp with time zone,
+    CONSTRAINT attempt_status_check CHECK ((status = ANY (ARRAY['running'::text, 'succeeded'::text, 'failed'::text, 'orphaned'::text, 'cancelled'::text, 'skipped'::text])))
+)
+WITH (fillfactor='70');
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN tenant_id SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN run_id SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN step_id SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN attempt SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN created_at SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN epoch SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN worker_id SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN status SET STATISTICS 10;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN lease_expires_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN traceparent SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN queued_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN claimed_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN constraint_checked_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN started_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN finished_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN terminated_at SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN error SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN outputs_hash SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN logs_hash SET STATISTICS 0;
+ALTER TABLE ONLY public.attempt_default ALTER COLUMN condition_pending_at SET STATISTICS 0;
 
 CREATE TABLE public.bundle (
     tenant_id text NOT NULL,
@@ -3045,47 +3358,25 @@ CREATE TABLE public.rate_limit (
     expire bigint
 );
 
-CREATE TABLE public.run (
+CREATE TABLE public.retention_log (
     tenant_id text NOT NULL,
-    run_id uuid NOT NULL,
-    dag_id text NOT NULL,
-    dag_version integer NOT NULL,
-    content_hash text NOT NULL,
-    run_token text NOT NULL,
-    inputs jsonb NOT NULL,
-    inputs_hash text NOT NULL,
-    status text DEFAULT 'queued'::text NOT NULL,
-    reason text,
-    trace_id text NOT NULL,
-    requested_by text NOT NULL,
-    replay_of uuid,
-    rerun_of uuid,
-    rerun_from_step text,
-    admitted boolean DEFAULT true NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    steps_total integer NOT NULL,
-    steps_remaining integer NOT NULL,
-    steps_failed integer DEFAULT 0 NOT NULL,
-    dispatch_count integer DEFAULT 0 NOT NULL,
-    event_seq integer DEFAULT 0 NOT NULL,
-    event_hash text DEFAULT ''::text NOT NULL,
-    outputs_hash text,
-    priority smallint DEFAULT 5 NOT NULL,
-    not_before timestamp with time zone,
-    parent_run_id uuid,
-    parent_step_id text,
-    depth smallint DEFAULT 0 NOT NULL,
-    CONSTRAINT run_inputs_hash_format CHECK (((octet_length(inputs_hash) = 64) AND (inputs_hash !~ '[^0-9a-f]'::text))),
-    CONSTRAINT run_parent_check CHECK (((parent_run_id IS NULL) = (parent_step_id IS NULL))),
-    CONSTRAINT run_priority_range CHECK (((priority >= 0) AND (priority <= 9))),
-    CONSTRAINT run_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text]))),
-    CONSTRAINT run_trace_id_check CHECK (((octet_length(trace_id) = 32) AND (trace_id !~ '[^0-9a-f]'::text)))
-)
-WITH (fillfactor='70');
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    action text NOT NULL,
+    detail jsonb NOT NULL,
+    CONSTRAINT retention_log_action_check CHECK ((action = ANY (ARRAY['runs_deleted'::text, 'partition_dropped'::text])))
+);
 
-ALTER TABLE ONLY public.run FORCE ROW LEVEL SECURITY;
+ALTER TABLE ONLY public.retention_log FORCE ROW LEVEL SECURITY;
+
+ALTER TABLE public.retention_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.retention_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
 
 CREATE TABLE public.run_event (
     tenant_id text NOT NULL,
@@ -3103,7 +3394,8 @@ CREATE TABLE public.run_event (
     stream_xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     CONSTRAINT run_event_hash_check CHECK (((octet_length(hash) = 64) AND (hash !~ '[^0-9a-f]'::text))),
     CONSTRAINT run_event_seq_positive CHECK ((seq >= 1))
-);
+)
+PARTITION BY RANGE (created_at);
 ALTER TABLE ONLY public.run_event ALTER COLUMN tenant_id SET STATISTICS 10;
 ALTER TABLE ONLY public.run_event ALTER COLUMN run_id SET STATISTICS 10;
 ALTER TABLE ONLY public.run_event ALTER COLUMN seq SET STATISTICS 10;
@@ -3128,6 +3420,50 @@ CREATE SEQUENCE public.run_event_stream_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.run_event_stream_id_seq OWNED BY public.run_event.stream_id;
+
+CREATE TABLE public.run_event_default (
+    tenant_id text NOT NULL,
+    run_id uuid NOT NULL,
+    seq integer NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    type text NOT NULL,
+    step_id text,
+    attempt integer,
+    actor text NOT NULL,
+    data jsonb NOT NULL,
+    prev_hash text NOT NULL,
+    hash text NOT NULL,
+    stream_id bigint DEFAULT nextval('public.run_event_stream_id_seq'::regclass) NOT NULL,
+    stream_xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    CONSTRAINT run_event_hash_check CHECK (((octet_length(hash) = 64) AND (hash !~ '[^0-9a-f]'::text))),
+    CONSTRAINT run_event_seq_positive CHECK ((seq >= 1))
+);
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN tenant_id SET STATISTICS 10;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN run_id SET STATISTICS 10;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN seq SET STATISTICS 10;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN created_at SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN type SET STATISTICS 10;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN step_id SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN attempt SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN actor SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN data SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN prev_hash SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN hash SET STATISTICS 0;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN stream_id SET STATISTICS 10;
+ALTER TABLE ONLY public.run_event_default ALTER COLUMN stream_xid SET STATISTICS 0;
+
+CREATE TABLE public.run_export (
+    tenant_id text NOT NULL,
+    export_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone DEFAULT now() NOT NULL,
+    range_from timestamp with time zone,
+    range_to timestamp with time zone,
+    dag_id text,
+    runs integer NOT NULL
+);
+
+ALTER TABLE ONLY public.run_export FORCE ROW LEVEL SECURITY;
 
 CREATE TABLE public.schedule (
     tenant_id text NOT NULL,
@@ -3227,7 +3563,8 @@ CREATE TABLE public.span (
     attributes jsonb NOT NULL,
     CONSTRAINT span_span_id_check CHECK (((octet_length(span_id) = 16) AND (span_id !~ '[^0-9a-f]'::text))),
     CONSTRAINT span_trace_id_check CHECK (((octet_length(trace_id) = 32) AND (trace_id !~ '[^0-9a-f]'::text)))
-);
+)
+PARTITION BY RANGE (started_at);
 ALTER TABLE ONLY public.span ALTER COLUMN tenant_id SET STATISTICS 10;
 ALTER TABLE ONLY public.span ALTER COLUMN trace_id SET STATISTICS 10;
 ALTER TABLE ONLY public.span ALTER COLUMN span_id SET STATISTICS 10;
@@ -3243,6 +3580,37 @@ ALTER TABLE ONLY public.span ALTER COLUMN status_message SET STATISTICS 0;
 ALTER TABLE ONLY public.span ALTER COLUMN attributes SET STATISTICS 0;
 
 ALTER TABLE ONLY public.span FORCE ROW LEVEL SECURITY;
+
+CREATE TABLE public.span_default (
+    tenant_id text NOT NULL,
+    trace_id text NOT NULL,
+    span_id text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    parent_span_id text,
+    name text NOT NULL,
+    kind smallint NOT NULL,
+    run_id uuid,
+    step_id text,
+    ended_at timestamp with time zone NOT NULL,
+    status_code smallint NOT NULL,
+    status_message text,
+    attributes jsonb NOT NULL,
+    CONSTRAINT span_span_id_check CHECK (((octet_length(span_id) = 16) AND (span_id !~ '[^0-9a-f]'::text))),
+    CONSTRAINT span_trace_id_check CHECK (((octet_length(trace_id) = 32) AND (trace_id !~ '[^0-9a-f]'::text)))
+);
+ALTER TABLE ONLY public.span_default ALTER COLUMN tenant_id SET STATISTICS 10;
+ALTER TABLE ONLY public.span_default ALTER COLUMN trace_id SET STATISTICS 10;
+ALTER TABLE ONLY public.span_default ALTER COLUMN span_id SET STATISTICS 10;
+ALTER TABLE ONLY public.span_default ALTER COLUMN started_at SET STATISTICS 10;
+ALTER TABLE ONLY public.span_default ALTER COLUMN parent_span_id SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN name SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN kind SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN run_id SET STATISTICS 10;
+ALTER TABLE ONLY public.span_default ALTER COLUMN step_id SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN ended_at SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN status_code SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN status_message SET STATISTICS 0;
+ALTER TABLE ONLY public.span_default ALTER COLUMN attributes SET STATISTICS 0;
 
 CREATE TABLE public.state_transition (
     entity text NOT NULL,
@@ -3478,6 +3846,12 @@ CREATE TABLE public.worker_task (
 
 ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
 
+ALTER TABLE ONLY public.attempt ATTACH PARTITION public.attempt_default DEFAULT;
+
+ALTER TABLE ONLY public.run_event ATTACH PARTITION public.run_event_default DEFAULT;
+
+ALTER TABLE ONLY public.span ATTACH PARTITION public.span_default DEFAULT;
+
 ALTER TABLE ONLY public.run_event ALTER COLUMN stream_id SET DEFAULT nextval('public.run_event_stream_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_token
@@ -3488,6 +3862,9 @@ ALTER TABLE ONLY public.artifact
 
 ALTER TABLE ONLY public.attempt
     ADD CONSTRAINT attempt_pk PRIMARY KEY (tenant_id, run_id, step_id, attempt, created_at);
+
+ALTER TABLE ONLY public.attempt_default
+    ADD CONSTRAINT attempt_default_pkey PRIMARY KEY (tenant_id, run_id, step_id, attempt, created_at);
 
 ALTER TABLE ONLY public.bundle_blob
     ADD CONSTRAINT bundle_blob_pk PRIMARY KEY (tenant_id, sha256);
@@ -3543,8 +3920,17 @@ ALTER TABLE ONLY public.queue_item
 ALTER TABLE ONLY public.rate_limit
     ADD CONSTRAINT rate_limit_pk PRIMARY KEY (key);
 
+ALTER TABLE ONLY public.retention_log
+    ADD CONSTRAINT retention_log_pk PRIMARY KEY (tenant_id, id);
+
 ALTER TABLE ONLY public.run_event
     ADD CONSTRAINT run_event_pk PRIMARY KEY (tenant_id, run_id, seq, created_at);
+
+ALTER TABLE ONLY public.run_event_default
+    ADD CONSTRAINT run_event_default_pkey PRIMARY KEY (tenant_id, run_id, seq, created_at);
+
+ALTER TABLE ONLY public.run_export
+    ADD CONSTRAINT run_export_pk PRIMARY KEY (tenant_id, export_id);
 
 ALTER TABLE ONLY public.run
     ADD CONSTRAINT run_pk PRIMARY KEY (tenant_id, run_id);
@@ -3569,6 +3955,9 @@ ALTER TABLE ONLY public.signal_wait
 
 ALTER TABLE ONLY public.span
     ADD CONSTRAINT span_pk PRIMARY KEY (tenant_id, trace_id, span_id, started_at);
+
+ALTER TABLE ONLY public.span_default
+    ADD CONSTRAINT span_default_pkey PRIMARY KEY (tenant_id, trace_id, span_id, started_at);
 
 ALTER TABLE ONLY public.state_transition
     ADD CONSTRAINT state_transition_pk PRIMARY KEY (entity, from_state, to_state);
@@ -3611,7 +4000,9 @@ ALTER TABLE ONLY public.worker_task
 
 CREATE INDEX api_token_tenant_created_idx ON public.api_token USING btree (tenant_id, created_at DESC, jti);
 
-CREATE INDEX attempt_created_brin_idx ON public.attempt USING brin (created_at) WITH (autosummarize='on');
+CREATE INDEX attempt_created_brin_idx ON ONLY public.attempt USING brin (created_at) WITH (autosummarize='on');
+
+CREATE INDEX attempt_default_created_at_idx ON public.attempt_default USING brin (created_at) WITH (autosummarize='on');
 
 CREATE INDEX bundle_tenant_imported_idx ON public.bundle USING btree (tenant_id, imported_at DESC, bundle_hash);
 
@@ -3639,13 +4030,19 @@ CREATE INDEX queue_item_ready_idx ON public.queue_item USING btree (tenant_id, i
 
 CREATE INDEX queue_item_ungated_ready_idx ON public.queue_item USING btree (tenant_id, priority DESC, id) WHERE ((state = 'ready'::text) AND (gate IS NULL));
 
+CREATE INDEX retention_log_at_idx ON public.retention_log USING btree (tenant_id, at);
+
 CREATE INDEX run_dag_active_idx ON public.run USING btree (tenant_id, dag_id, created_at) WHERE (status = ANY (ARRAY['queued'::text, 'running'::text]));
 
 CREATE INDEX run_dag_list_idx ON public.run USING btree (tenant_id, dag_id, created_at DESC, run_id DESC);
 
-CREATE UNIQUE INDEX run_event_stream_idx ON public.run_event USING btree (tenant_id, stream_id);
+CREATE INDEX run_event_stream_idx ON ONLY public.run_event USING btree (tenant_id, stream_id);
+
+CREATE INDEX run_event_default_tenant_id_stream_id_idx ON public.run_event_default USING btree (tenant_id, stream_id);
 
 CREATE INDEX run_export_ms_idx ON public.run USING btree (tenant_id, date_trunc('milliseconds'::text, (COALESCE(started_at, created_at) AT TIME ZONE 'UTC'::text)), dag_id COLLATE "C", run_id);
+
+CREATE INDEX run_export_started_idx ON public.run_export USING btree (tenant_id, started_at);
 
 CREATE INDEX run_list_idx ON public.run USING btree (tenant_id, created_at DESC, run_id DESC);
 
@@ -3665,7 +4062,9 @@ CREATE INDEX signal_pending_idx ON public.signal USING btree (tenant_id, name, c
 
 CREATE INDEX signal_wait_key_idx ON public.signal_wait USING btree (tenant_id, name, correlation_key, waiting_since, run_id, step_id);
 
-CREATE INDEX span_run_idx ON public.span USING btree (tenant_id, run_id, started_at, span_id);
+CREATE INDEX span_run_idx ON ONLY public.span USING btree (tenant_id, run_id, started_at, span_id);
+
+CREATE INDEX span_default_tenant_id_run_id_started_at_span_id_idx ON public.span_default USING btree (tenant_id, run_id, started_at, span_id);
 
 CREATE INDEX tenant_plan_plan_idx ON public.tenant_plan USING btree (plan_id);
 
@@ -3684,6 +4083,18 @@ CREATE INDEX worker_task_open_idx ON public.worker_task USING btree (deadline) W
 CREATE INDEX worker_task_pending_idx ON public.worker_task USING btree (tenant_id, pool, priority DESC, created_at, task_id) WHERE (status = 'pending'::text);
 
 CREATE INDEX worker_task_step_idx ON public.worker_task USING btree (tenant_id, run_id, step_id, attempt);
+
+ALTER INDEX public.attempt_created_brin_idx ATTACH PARTITION public.attempt_default_created_at_idx;
+
+ALTER INDEX public.attempt_pk ATTACH PARTITION public.attempt_default_pkey;
+
+ALTER INDEX public.run_event_pk ATTACH PARTITION public.run_event_default_pkey;
+
+ALTER INDEX public.run_event_stream_idx ATTACH PARTITION public.run_event_default_tenant_id_stream_id_idx;
+
+ALTER INDEX public.span_pk ATTACH PARTITION public.span_default_pkey;
+
+ALTER INDEX public.span_run_idx ATTACH PARTITION public.span_default_tenant_id_run_id_started_at_span_id_idx;
 
 CREATE TRIGGER api_token_revoked_notify AFTER UPDATE OF revoked_at ON public.api_token FOR EACH ROW EXECUTE FUNCTION public.api_token_revoked_notify();
 
@@ -3749,6 +4160,12 @@ ALTER TABLE ONLY public.limit_hit
 
 ALTER TABLE ONLY public.operator_audit
     ADD CONSTRAINT operator_audit_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.retention_log
+    ADD CONSTRAINT retention_log_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
+ALTER TABLE ONLY public.run_export
+    ADD CONSTRAINT run_export_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
 ALTER TABLE ONLY public.run
     ADD CONSTRAINT run_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
@@ -3840,9 +4257,13 @@ CREATE POLICY pool_isolation ON public.worker_task AS RESTRICTIVE USING (((COALE
 
 ALTER TABLE public.queue_item ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE public.retention_log ENABLE ROW LEVEL SECURITY;
+
 ALTER TABLE public.run ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.run_event ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE public.run_export ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.schedule ENABLE ROW LEVEL SECURITY;
 
@@ -3890,9 +4311,13 @@ CREATE POLICY tenant_isolation ON public.operator_audit USING ((tenant_id = publ
 
 CREATE POLICY tenant_isolation ON public.queue_item USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
+CREATE POLICY tenant_isolation ON public.retention_log USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
 CREATE POLICY tenant_isolation ON public.run USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.run_event USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.run_export USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.schedule USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
@@ -4013,6 +4438,20 @@ GRANT ALL ON FUNCTION public.ordo_map_join(p_c public.ordo_adv_result[]) TO ordo
 GRANT ALL ON FUNCTION public.ordo_notify(p_channel text, p_payload text) TO ordo_app;
 GRANT ALL ON FUNCTION public.ordo_notify(p_channel text, p_payload text) TO ordo_system;
 
+REVOKE ALL ON FUNCTION public.ordo_partitions_default_months(p_table text, p_col text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION public.ordo_partitions_ensure(p_months_ahead integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_partitions_ensure(p_months_ahead integer) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_retention_drop_month(p_month timestamp with time zone, p_policies jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_retention_drop_month(p_month timestamp with time zone, p_policies jsonb) TO ordo_system;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_app;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_retention_purge(p_tenant text, p_cutoff timestamp with time zone, p_requires_export boolean, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_retention_purge(p_tenant text, p_cutoff timestamp with time zone, p_requires_export boolean, p_limit integer) TO ordo_system;
+
 REVOKE ALL ON FUNCTION public.ordo_run_explain(p_tenant text, p_run uuid, p_cap integer, p_shared_cap integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_run_explain(p_tenant text, p_run uuid, p_cap integer, p_shared_cap integer) TO ordo_app;
 GRANT ALL ON FUNCTION public.ordo_run_explain(p_tenant text, p_run uuid, p_cap integer, p_shared_cap integer) TO ordo_system;
@@ -4111,14 +4550,17 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.queue_item TO ordo_system;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.rate_limit TO ordo_system;
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_app;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_system;
+GRANT SELECT ON TABLE public.retention_log TO ordo_app;
+GRANT SELECT ON TABLE public.retention_log TO ordo_system;
 
 GRANT SELECT,INSERT ON TABLE public.run_event TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.run_event TO ordo_system;
 
 GRANT USAGE ON SEQUENCE public.run_event_stream_id_seq TO ordo_app;
 GRANT USAGE ON SEQUENCE public.run_event_stream_id_seq TO ordo_system;
+
+GRANT SELECT,INSERT ON TABLE public.run_export TO ordo_app;
+GRANT SELECT ON TABLE public.run_export TO ordo_system;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.schedule TO ordo_app;
 GRANT SELECT,UPDATE ON TABLE public.schedule TO ordo_system;

@@ -299,6 +299,14 @@ export interface RateLimit {
   points: Generated<number>;
 }
 
+export interface RetentionLog {
+  action: string;
+  at: Generated<Timestamp>;
+  detail: Json;
+  id: Generated<number>;
+  tenant_id: string;
+}
+
 export interface Run {
   admitted: Generated<boolean>;
   content_hash: string;
@@ -347,6 +355,17 @@ export interface RunEvent {
   stream_xid: Generated<string>;
   tenant_id: string;
   type: string;
+}
+
+export interface RunExport {
+  dag_id: string | null;
+  export_id: Generated<string>;
+  finished_at: Generated<Timestamp>;
+  range_from: Timestamp | null;
+  range_to: Timestamp | null;
+  runs: number;
+  started_at: Timestamp;
+  tenant_id: string;
 }
 
 export interface Schedule {
@@ -623,8 +642,10 @@ export interface DB {
   platform_token: PlatformToken;
   queue_item: QueueItem;
   rate_limit: RateLimit;
+  retention_log: RetentionLog;
   run: Run;
   run_event: RunEvent;
+  run_export: RunExport;
   schedule: Schedule;
   schedule_fire: ScheduleFire;
   secret: Secret;
