@@ -2203,6 +2203,8 @@ begin
     select * from (values ('run_event', 'created_at', ''), ('attempt', 'created_at', ' with (fillfactor = 70)'),
       ('span', 'started_at', '')) as t(tbl, col, opts)
   loop
+    -- (A table not partitioned, as before db/migrations/022_partitions.sql, has no months to make.)
+    continue when (select c.relkind from pg_class c where c.oid = to_regclass('public.' || v_tab.tbl)) is distinct from 'p';
     for v_month in
       select m from generate_series(v_now_month, v_now_month + make_interval(months => p_months_ahead),
         interval '1 month') as g(m)
@@ -2304,7 +2306,9 @@ begin
     return jsonb_build_object('dropped', false, 'partitions', '[]'::jsonb, 'tenants', '[]'::jsonb, 'reason', 'no partitions');
   end if;
 
+  -- Row-level security is forced on run for its owner too: each tenant's runs are read bound to it.
   foreach v_t in array v_tenants loop
+    perform set_config('app.tenant_id', v_t, true);
     select e into v_p from jsonb_array_elements(p_policies) e where e->>'tenantId' = v_t;
     if v_p is null or (v_p->>'cutoff')::timestamptz < v_hi or exists (
       select 1 from run r
@@ -2322,9 +2326,12 @@ begin
     execute format('alter table public.%I detach partition public.%I', substring(v_name from '^(.*)_p\d{4}_\d{2}$'), v_name);
     execute format('drop table public.%I', v_name);
   end loop;
-  insert into retention_log (tenant_id, action, detail)
-  select u, 'partition_dropped', jsonb_build_object('month', p_month, 'partitions', to_jsonb(v_parts))
-  from unnest(v_tenants) as u;
+  foreach v_t in array v_tenants loop
+    perform set_config('app.tenant_id', v_t, true);
+    insert into retention_log (tenant_id, action, detail)
+    values (v_t, 'partition_dropped', jsonb_build_object('month', p_month, 'partitions', to_jsonb(v_parts)));
+  end loop;
+  perform set_config('app.tenant_id', '', true);
   return jsonb_build_object('dropped', true, 'partitions', to_jsonb(v_parts), 'tenants', to_jsonb(v_tenants),
     'lockedMs', extract(epoch from clock_timestamp() - v_locked) * 1000);
 end
@@ -2403,6 +2410,7 @@ declare
   v_steps bigint;
   v_artifacts bigint;
 begin
+  perform set_config('app.tenant_id', p_tenant, true);
   select array_agg(r.run_id), min(r.created_at) - interval '1 day' into v_ids, v_from
   from (
     select r.run_id, r.created_at from run r
@@ -2412,6 +2420,7 @@ begin
     for update skip locked
   ) r;
   if v_ids is null then
+    perform set_config('app.tenant_id', '', true);
     return 0;
   end if;
 
@@ -2452,6 +2461,7 @@ begin
   values (p_tenant, 'runs_deleted', jsonb_build_object('cutoff', p_cutoff, 'requiresExport', p_requires_export,
     'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans,
     'artifacts', v_artifacts));
+  perform set_config('app.tenant_id', '', true);
   return cardinality(v_ids);
 end
 $$;

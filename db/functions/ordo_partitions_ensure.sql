@@ -33,6 +33,8 @@ begin
     select * from (values ('run_event', 'created_at', ''), ('attempt', 'created_at', ' with (fillfactor = 70)'),
       ('span', 'started_at', '')) as t(tbl, col, opts)
   loop
+    -- (A table not partitioned, as before db/migrations/022_partitions.sql, has no months to make.)
+    continue when (select c.relkind from pg_class c where c.oid = to_regclass('public.' || v_tab.tbl)) is distinct from 'p';
     for v_month in
       select m from generate_series(v_now_month, v_now_month + make_interval(months => p_months_ahead),
         interval '1 month') as g(m)

@@ -56,7 +56,9 @@ begin
     return jsonb_build_object('dropped', false, 'partitions', '[]'::jsonb, 'tenants', '[]'::jsonb, 'reason', 'no partitions');
   end if;
 
+  -- Row-level security is forced on run for its owner too: each tenant's runs are read bound to it.
   foreach v_t in array v_tenants loop
+    perform set_config('app.tenant_id', v_t, true);
     select e into v_p from jsonb_array_elements(p_policies) e where e->>'tenantId' = v_t;
     if v_p is null or (v_p->>'cutoff')::timestamptz < v_hi or exists (
       select 1 from run r
@@ -74,9 +76,12 @@ begin
     execute format('alter table public.%I detach partition public.%I', substring(v_name from '^(.*)_p\d{4}_\d{2}$'), v_name);
     execute format('drop table public.%I', v_name);
   end loop;
-  insert into retention_log (tenant_id, action, detail)
-  select u, 'partition_dropped', jsonb_build_object('month', p_month, 'partitions', to_jsonb(v_parts))
-  from unnest(v_tenants) as u;
+  foreach v_t in array v_tenants loop
+    perform set_config('app.tenant_id', v_t, true);
+    insert into retention_log (tenant_id, action, detail)
+    values (v_t, 'partition_dropped', jsonb_build_object('month', p_month, 'partitions', to_jsonb(v_parts)));
+  end loop;
+  perform set_config('app.tenant_id', '', true);
   return jsonb_build_object('dropped', true, 'partitions', to_jsonb(v_parts), 'tenants', to_jsonb(v_tenants),
     'lockedMs', extract(epoch from clock_timestamp() - v_locked) * 1000);
 end

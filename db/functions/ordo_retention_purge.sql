@@ -7,7 +7,9 @@
 -- them, and says so to the trigger for the statement's transaction only. The rows of the
 -- partitioned tables are found from the batch's oldest run's creation (less a day: a span may start
 -- just before its run), so older month partitions are not read. Returns the runs deleted.
--- Security definer: the system role that calls it has no DELETE on these tables.
+-- Security definer: the system role that calls it has no DELETE on these tables. Row-level
+-- security is forced on them, for their owner too: the function binds the transaction to the
+-- tenant (app.tenant_id), so it reads and deletes that tenant's rows only.
 
 create or replace function ordo_retention_purge(p_tenant text, p_cutoff timestamptz, p_requires_export boolean,
   p_limit integer)
@@ -26,6 +28,7 @@ declare
   v_steps bigint;
   v_artifacts bigint;
 begin
+  perform set_config('app.tenant_id', p_tenant, true);
   select array_agg(r.run_id), min(r.created_at) - interval '1 day' into v_ids, v_from
   from (
     select r.run_id, r.created_at from run r
@@ -35,6 +38,7 @@ begin
     for update skip locked
   ) r;
   if v_ids is null then
+    perform set_config('app.tenant_id', '', true);
     return 0;
   end if;
 
@@ -75,6 +79,7 @@ begin
   values (p_tenant, 'runs_deleted', jsonb_build_object('cutoff', p_cutoff, 'requiresExport', p_requires_export,
     'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans,
     'artifacts', v_artifacts));
+  perform set_config('app.tenant_id', '', true);
   return cardinality(v_ids);
 end
 $$;

@@ -14,7 +14,8 @@
 -- The tables' triggers have their one home in function files (run_event_append_only,
 -- run_event_notify, ordo_refuse_transition); their recorded checksums are forgotten at the end of
 -- this migration, so the migrator applies those files again right after it and they make the
--- triggers on the new tables.
+-- triggers on the new tables; likewise ordo_partitions_ensure.sql, whose application makes the
+-- month partitions and moves the rows this migration put in the default partitions.
 --
 -- Partitions carry no grants: the application and system roles reach the rows through the parent
 -- tables only, where row-level security applies.
@@ -219,4 +220,5 @@ create policy tenant_isolation on retention_log using (tenant_id = ordo_current_
   with check (tenant_id = ordo_current_tenant());
 grant select on table retention_log to ordo_app, ordo_system;
 
-delete from ordo_function where name in ('run_event_append_only', 'run_event_notify', 'ordo_refuse_transition');
+delete from ordo_function
+where name in ('run_event_append_only', 'run_event_notify', 'ordo_refuse_transition', 'ordo_partitions_ensure');

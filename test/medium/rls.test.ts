@@ -14,7 +14,7 @@ async function tenantTables(c: pg.Client): Promise<{ table: string; column: stri
   const { rows } = await c.query<{ table: string; column: string }>(`
     select c.relname as table, case when c.relname = 'tenant' then 'id' else 'tenant_id' end as column
       from pg_class c join pg_namespace n on n.oid = c.relnamespace
-     where n.nspname = 'public' and c.relkind in ('r', 'p')
+     where n.nspname = 'public' and c.relkind in ('r', 'p') and not c.relispartition
        and (c.relname = 'tenant' or exists (
              select 1 from pg_attribute a where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped))
      order by 1`);
@@ -72,6 +72,20 @@ describe('row-level security on the application role', () => {
 
   it('finds the foundation tables among the tenant-owned ones', () => {
     expect(tables.map((t) => t.table)).toEqual(expect.arrayContaining(['tenant', 'api_token', 'idempotency_key']));
+  });
+
+  it('grants the application and system roles nothing on a partition: its rows are reached through its parent only', async () => {
+    const { rows } = await owner.query<{ table: string; app: boolean; sys: boolean }>(
+      `select c.relname as table,
+              has_table_privilege('ordo_app', c.oid, 'select,insert,update,delete') as app,
+              has_table_privilege('ordo_system', c.oid, 'select,insert,update,delete') as sys
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where n.nspname = 'public' and c.relispartition order by 1`,
+    );
+    expect(rows.map((r) => r.table)).toEqual(
+      expect.arrayContaining(['attempt_default', 'run_event_default', 'span_default']),
+    );
+    expect(rows.filter((r) => r.app || r.sys)).toEqual([]);
   });
 
   it('has row-level security enabled and forced, with a tenant policy, on every tenant-owned table', async () => {

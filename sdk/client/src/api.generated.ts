@@ -1299,6 +1299,7 @@ export interface components {
         monthlyRuns?: number;
         requestsPerSecondPerTenant?: number;
         requestsPerSecondPerToken?: number;
+        retentionDays?: number;
         runsBurst?: number;
         runsPerMinute?: number;
         weight?: number;
@@ -1616,6 +1617,7 @@ export interface components {
       monthlyRuns?: number;
       requestsPerSecondPerTenant?: number;
       requestsPerSecondPerToken?: number;
+      retentionDays?: number;
       runsBurst?: number;
       runsPerMinute?: number;
       weight?: number;
@@ -1985,6 +1987,7 @@ export interface components {
         monthlyRuns?: number | null;
         requestsPerSecondPerTenant?: number | null;
         requestsPerSecondPerToken?: number | null;
+        retentionDays?: number | null;
         runsBurst?: number | null;
         runsPerMinute?: number | null;
         weight?: number | null;
@@ -2668,6 +2671,7 @@ export interface components {
         monthlyRuns?: number;
         requestsPerSecondPerTenant?: number;
         requestsPerSecondPerToken?: number;
+        retentionDays?: number;
         runsBurst?: number;
         runsPerMinute?: number;
         weight?: number;

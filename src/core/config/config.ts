@@ -128,6 +128,13 @@ export const envSchema = z.object({
   ORDO_LEASE_TTL_MS: z.coerce.number().int().min(500).max(3_600_000).default(30_000),
   // How often the scheduler looks for expired leases.
   ORDO_REAPER_INTERVAL_MS: z.coerce.number().int().min(100).max(3_600_000).default(5_000),
+  // Retention of finished runs, in days, for tenants whose plan sets no retentionDays (unset: kept
+  // forever). docs/retention.md.
+  ORDO_RETENTION_DAYS: z.coerce.number().int().min(1).max(36_500).optional(),
+  // true: retention removes only runs an export read after they finished.
+  ORDO_RETENTION_REQUIRES_EXPORT: bool.default(false),
+  // How often the scheduler role makes partitions ahead and applies retention.
+  ORDO_RETENTION_INTERVAL_MS: z.coerce.number().int().min(1_000).max(86_400_000).default(3_600_000),
   // Per-tenant cap on steps in flight across workers.
   ORDO_TENANT_MAX_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(64),
   // The per-tenant cap while tenants share the engine (0: the full cap always).

@@ -65,7 +65,11 @@ export class PlanRefresh {
     this.checking = true;
     try {
       const { rows } = await this.pool.query<{ live: string; planned: number }>(
-        `select coalesce(pg_stat_get_live_tuples(p.oid), 0) as live, coalesce(p.reltuples, -1)::float8 as planned
+        // A partitioned table's rows are its partitions' (the statistics collector counts leaves only).
+        `select coalesce(case when p.relkind = 'p'
+                  then (select sum(pg_stat_get_live_tuples(i.inhrelid)) from pg_inherits i where i.inhparent = p.oid)
+                  else pg_stat_get_live_tuples(p.oid) end, 0) as live,
+                coalesce(p.reltuples, -1)::float8 as planned
          from unnest($1::text[]) with ordinality as u(t, n) left join pg_class p on p.oid = to_regclass(u.t)
          order by u.n`,
         [WATCHED_TABLES],

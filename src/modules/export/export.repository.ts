@@ -26,6 +26,31 @@ const utc = (d: Date) => sql`(${d.toISOString()}::timestamptz at time zone 'UTC'
 
 @Injectable()
 export class ExportRepository {
+  /** The database's clock: when an export starts, in the same clock as the runs' times. */
+  async now(tx: TenantTx): Promise<Date> {
+    const { rows } = await sql<{ now: Date }>`select now() as now`.execute(tx);
+    return rows[0].now;
+  }
+
+  /**
+   * Records an export that reached its manifest, with its range: retention with
+   * ORDO_RETENTION_REQUIRES_EXPORT removes the runs it holds that had ended before it started
+   * (db/functions/ordo_retention_keeps.sql).
+   */
+  async recordExport(tx: TenantTx, startedAt: Date, range: ExportRange, runs: number): Promise<void> {
+    await tx
+      .insertInto('run_export')
+      .values({
+        tenant_id: tenantOf(tx),
+        started_at: startedAt,
+        range_from: range.from ?? null,
+        range_to: range.to ?? null,
+        dag_id: range.dagId ?? null,
+        runs,
+      })
+      .execute();
+  }
+
   /** The next page of runs in export order after `after`, within the range. */
   async runsPage(tx: TenantTx, range: ExportRange, after: RunKey | undefined, limit: number) {
     let q = tx

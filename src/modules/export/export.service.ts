@@ -84,7 +84,7 @@ export class ExportService {
         `the export is larger than the plan's maxExportBytes (${max} bytes; at least ${bytes}): export a shorter range (from, to, dagId)`,
       );
     let bytes = 0;
-    const lines = this.lines(tenantId, range);
+    const lines = this.lines(tenantId, range, { record: false });
     let r = await lines.next();
     while (!r.done) {
       bytes += Buffer.byteLength(r.value, 'utf8');
@@ -95,12 +95,22 @@ export class ExportService {
     if (bytes > max) throw refuse(bytes);
   }
 
-  /** Yields NDJSON lines (each ending in a newline); returns the signed manifest once they are all out. */
-  lines(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {
-    return countingFailures('runs', this.make(tenantId, range));
+  /**
+   * Yields NDJSON lines (each ending in a newline); returns the signed manifest once they are all
+   * out. With `record` (default), an export whose lines were all taken is recorded (run_export) for
+   * retention's requires-export rule.
+   */
+  lines(tenantId: string, range: ExportRange, opts: { record?: boolean } = {}): AsyncGenerator<string, SignedManifest> {
+    return countingFailures('runs', this.make(tenantId, range, opts));
   }
 
-  private async *make(tenantId: string, range: ExportRange): AsyncGenerator<string, SignedManifest> {
+  private async *make(
+    tenantId: string,
+    range: ExportRange,
+    opts: { record?: boolean },
+  ): AsyncGenerator<string, SignedManifest> {
+    const startedAt = await this.db.withTenant(tenantId, (tx) => this.repo.now(tx));
+    let runCount = 0;
     const w = new ExportWriter(tenantId, {
       from: iso(range.from),
       to: iso(range.to),
@@ -120,6 +130,7 @@ export class ExportService {
         return { runs, steps: group(steps), attempts: group(attempts), logs: group(logs), spans: group(spans) };
       });
       for (const run of page.runs) {
+        runCount++;
         yield w.line({
           type: 'run',
           tenant: tenantId,
@@ -286,6 +297,8 @@ export class ExportService {
       const last = page.runs[page.runs.length - 1];
       after = { startedAt: last.started_utc, dagId: last.dag_id, runId: last.run_id };
     }
+    if (opts.record !== false)
+      await this.db.withTenant(tenantId, (tx) => this.repo.recordExport(tx, startedAt, range, runCount));
     return this.sign(w.manifest());
   }
 

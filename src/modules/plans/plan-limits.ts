@@ -30,6 +30,8 @@ export const limitShape = {
   maxArtifactBytes: z.number().int().min(0).max(1_000_000_000_000_000),
   /** Bytes of one export. */
   maxExportBytes: z.number().int().min(1).max(1_000_000_000_000_000),
+  /** Days a finished run is kept before retention removes it (absent: ORDO_RETENTION_DAYS). */
+  retentionDays: count(36_500),
 } as const;
 
 export type LimitName = keyof typeof limitShape;

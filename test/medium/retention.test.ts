@@ -1,0 +1,314 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { sql } from 'kysely';
+import pg from 'pg';
+import type { OrdoConfig } from '../../src/core/config/config';
+import { canonicalJson } from '../../src/core/json/canonical-json';
+import { SigningKeys } from '../../src/modules/auth/signing-keys';
+import { ExportRepository } from '../../src/modules/export/export.repository';
+import { ExportService } from '../../src/modules/export/export.service';
+import { PlansRepository } from '../../src/modules/plans/plans.repository';
+import { QuotaChecks } from '../../src/modules/plans/quota-checks';
+import { TenantLimits } from '../../src/modules/plans/tenant-limits';
+import { RetentionRepository } from '../../src/modules/retention/retention.repository';
+import { RetentionService, type RetentionPass } from '../../src/modules/retention/retention.service';
+import { appendEvents, insertRun, insertStepWithAttempt, type FactoryRun } from '../factories/run-events';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+const DAY = 86_400_000;
+
+describe('retention by partition and by batches', () => {
+  let t: TestDatabase;
+  let tmp: string;
+  const repo = new RetentionRepository();
+  const service = (requiresExport = false, days?: number) =>
+    new RetentionService(
+      {
+        ORDO_ROLES: [],
+        ORDO_RETENTION_DAYS: days,
+        ORDO_RETENTION_REQUIRES_EXPORT: requiresExport,
+      } as unknown as OrdoConfig,
+      t.db,
+      repo,
+    );
+
+  /** A finished (or running) run with three chained events, a step, its attempt, its logs artifact and a span. */
+  async function run(
+    tenant: string,
+    at: Date,
+    opts: { status?: string; logs?: string; dag?: string } = {},
+  ): Promise<FactoryRun> {
+    const status = opts.status ?? 'succeeded';
+    const ended = status !== 'running';
+    const r = await insertRun(t.db.system, tenant, opts.dag ?? 'd', {
+      createdAt: at,
+      startedAt: at,
+      finishedAt: ended ? new Date(at.getTime() + 5000) : null,
+      status,
+    });
+    await appendEvents(t.db.system, r, [
+      { type: 'run.created', createdAt: at },
+      { type: 'run.running', createdAt: new Date(at.getTime() + 1000) },
+      ...(ended ? [{ type: `run.${status}`, createdAt: new Date(at.getTime() + 5000) }] : []),
+    ]);
+    await insertStepWithAttempt(t.db.system, r, 'one', {
+      logs: opts.logs ?? `logs of ${r.runId}`,
+      at: new Date(at.getTime() + 4000),
+      status: ended ? 'succeeded' : 'running',
+    });
+    return r;
+  }
+
+  /** Whether a run's events are numbered 1..n without gaps and hash-chained up to the head on its run row. */
+  async function chainHolds(r: FactoryRun): Promise<boolean> {
+    const { rows } = await sql<{
+      seq: number;
+      created_at: Date;
+      type: string;
+      step_id: string | null;
+      attempt: number | null;
+      actor: string;
+      data: unknown;
+      prev_hash: string;
+      hash: string;
+    }>`
+      select seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash from run_event
+      where tenant_id = ${r.tenantId} and run_id = ${r.runId} order by seq`.execute(t.db.system);
+    const head = await sql<{ event_seq: number; event_hash: string }>`
+      select event_seq, event_hash from run where tenant_id = ${r.tenantId} and run_id = ${r.runId}`.execute(
+      t.db.system,
+    );
+    let prev = '';
+    for (const [i, e] of rows.entries()) {
+      if (e.seq !== i + 1 || e.prev_hash !== prev) return false;
+      const body = {
+        runId: r.runId,
+        seq: e.seq,
+        createdAt: e.created_at.toISOString(),
+        type: e.type,
+        stepId: e.step_id,
+        attempt: e.attempt,
+        actor: e.actor,
+        data: e.data,
+      };
+      prev = createHash('sha256').update(prev, 'utf8').update(canonicalJson(body), 'utf8').digest('hex');
+      if (prev !== e.hash) return false;
+    }
+    return rows.length > 0 && head.rows[0]?.event_seq === rows.length && head.rows[0]?.event_hash === prev;
+  }
+
+  const count = async (table: string, tenant: string, runId: string) =>
+    Number(
+      (
+        await sql<{ n: string }>`select count(*) as n from ${sql.table(table)}
+          where tenant_id = ${tenant} and run_id = ${runId}::uuid`.execute(t.db.system)
+      ).rows[0].n,
+    );
+  const runExists = async (r: FactoryRun) => (await count('run', r.tenantId, r.runId)) === 1;
+  const artifactExists = async (tenant: string, body: string) =>
+    Number(
+      (
+        await sql<{ n: string }>`select count(*) as n from artifact where tenant_id = ${tenant}
+          and sha256 = ${createHash('sha256').update(body).digest('hex')}`.execute(t.db.system)
+      ).rows[0].n,
+    ) === 1;
+  const partitionOf = async (r: FactoryRun) =>
+    (
+      await sql<{ p: string }>`select distinct tableoid::regclass::text as p from run_event
+        where tenant_id = ${r.tenantId} and run_id = ${r.runId}`.execute(t.db.system)
+    ).rows.map((x) => x.p);
+  const tableExists = async (name: string) =>
+    (await sql<{ r: string | null }>`select to_regclass(${'public.' + name})::text as r`.execute(t.db.system)).rows[0]
+      .r !== null;
+
+  const now = new Date();
+  const jan = new Date(Date.UTC(2026, 0, 15, 12));
+  const june2025 = new Date(Date.UTC(2025, 5, 10, 12));
+  let expired: FactoryRun;
+  let longRunning: FactoryRun;
+  let recent: FactoryRun;
+  let otherTenant: FactoryRun;
+  let wholeMonth: FactoryRun;
+  let pass: RetentionPass;
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-retention-'));
+    const db = t.db.system;
+    await db
+      .insertInto('tenant')
+      .values([
+        { id: 'ret-a', name: 'a' },
+        { id: 'ret-b', name: 'b' },
+        { id: 'ret-c', name: 'c' },
+      ])
+      .execute();
+    await db
+      .insertInto('plan')
+      .values({ id: 'month', limits: JSON.stringify({ retentionDays: 30 }) })
+      .execute();
+    await db
+      .insertInto('tenant_plan')
+      .values([
+        { tenant_id: 'ret-a', plan_id: 'month' },
+        { tenant_id: 'ret-c', plan_id: 'month' },
+      ])
+      .execute();
+    // ret-a's plan keeps 30 days; ret-b has no plan and the instance sets no retention.
+    expired = await run('ret-a', jan, { logs: 'only the expired run logs this' });
+    longRunning = await run('ret-a', jan, { status: 'running' });
+    recent = await run('ret-a', new Date(now.getTime() - DAY), { logs: 'shared logs' });
+    await run('ret-a', new Date(jan.getTime() + 60_000), { logs: 'shared logs' }).then((r) => (expiredShared = r));
+    otherTenant = await run('ret-b', jan);
+    wholeMonth = await run('ret-a', june2025);
+  });
+  let expiredShared: FactoryRun;
+
+  afterAll(async () => {
+    fs.rmSync(tmp, { recursive: true, force: true });
+    await t.drop();
+  });
+
+  it('makes month partitions for past months found in the default partition, moving their rows, and months ahead', async () => {
+    // The test database was made this month: January's rows wait in the default partition.
+    expect(await partitionOf(expired)).toEqual(['run_event_default']);
+    const made = await repo.ensurePartitions(t.db.system, 3);
+    expect(made).toEqual(expect.arrayContaining(['run_event_p2026_01', 'attempt_p2026_01', 'span_p2025_06']));
+    expect(await partitionOf(expired)).toEqual(['run_event_p2026_01']);
+    expect(await partitionOf(wholeMonth)).toEqual(['run_event_p2025_06']);
+    // (Partitions grant nothing to the application roles: the owner reads them.)
+    const owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    try {
+      const { rows } = await owner.query<{ n: number }>(`
+        select ((select count(*) from run_event_default) + (select count(*) from attempt_default)
+          + (select count(*) from span_default))::int as n`);
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await owner.end();
+    }
+    const ahead = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 3, 1));
+    expect(
+      await tableExists(`span_p${ahead.getUTCFullYear()}_${String(ahead.getUTCMonth() + 1).padStart(2, '0')}`),
+    ).toBe(true);
+    // A second call makes nothing.
+    expect(await repo.ensurePartitions(t.db.system, 3)).toEqual([]);
+    // The moved month keeps its parent's statistics targets.
+    const stat = await sql<{ t: number }>`select attstattarget as t from pg_attribute
+      where attrelid = 'public.run_event_p2026_01'::regclass and attname = 'data'`.execute(t.db.system);
+    expect(stat.rows[0].t).toBe(0);
+  });
+
+  it('keeps a month a tenant still needs, drops a month only expired runs have rows in, and deletes the other expired runs in batches', async () => {
+    pass = await service().pass(now);
+    const june = pass.months.find((m) => m.month === '2025-06-01T00:00:00.000Z');
+    expect(june).toMatchObject({
+      dropped: true,
+      partitions: ['run_event_p2025_06', 'attempt_p2025_06', 'span_p2025_06'],
+      tenants: ['ret-a'],
+    });
+    expect(typeof june?.lockedMs).toBe('number');
+    expect(await tableExists('run_event_p2025_06')).toBe(false);
+    expect(await tableExists('attempt_p2025_06')).toBe(false);
+    // January holds ret-a's running run and ret-b's runs (no retention): kept.
+    const january = pass.months.find((m) => m.month === '2026-01-01T00:00:00.000Z');
+    expect(january).toMatchObject({ dropped: false, heldBy: 'ret-a' });
+    expect(await tableExists('run_event_p2026_01')).toBe(true);
+    expect(pass.runsDeleted).toEqual({ 'ret-a': 3 });
+  });
+
+  it('removes exactly the expired finished runs of the tenant whose plan says so, with their rows', async () => {
+    for (const r of [expired, expiredShared, wholeMonth]) {
+      expect(await runExists(r)).toBe(false);
+      for (const table of ['run_event', 'attempt', 'span', 'step'])
+        expect([table, await count(table, r.tenantId, r.runId)]).toEqual([table, 0]);
+    }
+    for (const r of [longRunning, recent, otherTenant]) {
+      expect(await runExists(r)).toBe(true);
+      expect(await count('attempt', r.tenantId, r.runId)).toBe(1);
+      expect(await chainHolds(r)).toBe(true);
+    }
+  });
+
+  it('removes the artifacts no kept step names and keeps those a kept run still names', async () => {
+    expect(await artifactExists('ret-a', 'only the expired run logs this')).toBe(false);
+    expect(await artifactExists('ret-a', `logs of ${wholeMonth.runId}`)).toBe(false);
+    expect(await artifactExists('ret-a', 'shared logs')).toBe(true);
+    expect(await artifactExists('ret-b', `logs of ${otherTenant.runId}`)).toBe(true);
+  });
+
+  it('records every removal in retention_log', async () => {
+    const { rows } = await sql<{ tenant_id: string; action: string; detail: Record<string, unknown> }>`
+      select tenant_id, action, detail from retention_log order by id`.execute(t.db.system);
+    expect(rows).toEqual([
+      expect.objectContaining({ tenant_id: 'ret-a', action: 'partition_dropped' }),
+      expect.objectContaining({
+        tenant_id: 'ret-a',
+        action: 'runs_deleted',
+        detail: expect.objectContaining({
+          runs: 3,
+          steps: 3,
+          events: 6,
+          attempts: 2,
+          spans: 2,
+          artifacts: 2,
+        }) as unknown,
+      }),
+    ]);
+  });
+
+  it('holds back a run no export read after it ended when retention requires an export, and removes it once one did', async () => {
+    const c = await run('ret-c', jan);
+    const policy = { tenantId: 'ret-c', cutoff: new Date(now.getTime() - 30 * DAY), requiresExport: true };
+    expect(await repo.purge(t.db.system, policy, 100)).toBe(0);
+    // An export that started before the run ended does not count.
+    await t.db.withTenant('ret-c', (tx) =>
+      new ExportRepository().recordExport(tx, new Date(jan.getTime() + 1000), {}, 1),
+    );
+    // Nor one of another DAG.
+    await t.db.withTenant('ret-c', (tx) => new ExportRepository().recordExport(tx, now, { dagId: 'other' }, 0));
+    expect(await repo.purge(t.db.system, policy, 100)).toBe(0);
+    expect(await runExists(c)).toBe(true);
+    // The export path records a complete export.
+    const keys = await SigningKeys.open(path.join(tmp, 'keys'), { create: true });
+    const exporter = new ExportService(
+      t.db,
+      new ExportRepository(),
+      keys,
+      new QuotaChecks(t.db, new PlansRepository(), new TenantLimits(t.db)),
+    );
+    const it = exporter.lines('ret-c', { to: new Date(Date.UTC(2026, 1, 1)) });
+    for (let r = await it.next(); !r.done; r = await it.next());
+    expect(await repo.purge(t.db.system, policy, 100)).toBe(1);
+    expect(await runExists(c)).toBe(false);
+  });
+
+  it('deletes nothing of a tenant with no retention, and falls back to ORDO_RETENTION_DAYS without a plan setting', async () => {
+    const before = await service().policies(now);
+    expect(before.map((p) => p.tenantId)).toEqual(['ret-a', 'ret-c']);
+    const withDefault = await service(false, 3650).policies(now);
+    expect(withDefault.map((p) => [p.tenantId, Math.round((now.getTime() - p.cutoff.getTime()) / DAY)])).toEqual([
+      ['ret-a', 30],
+      ['ret-b', 3650],
+      ['ret-c', 30],
+    ]);
+    await service(false, 3650).pass(now);
+    expect(await runExists(otherTenant)).toBe(true);
+  });
+
+  it('refuses DELETE of events outside retention: the system role has no grant, the owner meets the trigger', async () => {
+    await expect(sql`delete from run_event where tenant_id = 'ret-b'`.execute(t.db.system)).rejects.toThrow(
+      /permission denied/,
+    );
+    const owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    try {
+      await expect(owner.query(`delete from run_event where tenant_id = 'ret-b'`)).rejects.toThrow(/append-only/);
+    } finally {
+      await owner.end();
+    }
+    expect(await chainHolds(otherTenant)).toBe(true);
+  });
+});
