@@ -20,6 +20,7 @@ import { RunsService, type CreateRunRequest } from '../src/modules/runs/runs.ser
 import { startOrdo, type RunningOrdo } from '../src/ordo';
 import { conditionCost } from './conditions-bench';
 import { CONSOLE_HELP, runConsoleBench, wantsConsole } from './console-bench';
+import { runRetentionBench } from './retention-bench';
 import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 import { runWeights } from './weights-bench';
@@ -59,7 +60,8 @@ Options:
   --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
   --idle-seconds <s>       idle query-rate window (default 10)
   --only <list>            comma list of burst,map,light,fairness,weights,idle (default all), conditions (the cost of a step's
-                           condition, no database); load or load-<name>: the load figures below
+                           condition, no database); load or load-<name>: the load figures below; retention (10 million
+                           events over 10 months, one month's partition dropped under writes; bench/retention-bench.ts)
   --worker-process         run the worker in a process of its own (dist/src/main.js, ORDO_ROLES=worker) instead of this
                            one, which then only creates runs and measures, like an api apart from the workers
                            (queries per step and idle queries/s then count this process only: not reported)
@@ -283,6 +285,11 @@ async function main(): Promise<void> {
     serverUrl = embedded.ownerUrl;
     const e = embedded;
     cleanups.unshift(() => e.stop());
+  }
+  if (only.has('retention')) {
+    const r = await runRetentionBench({ serverUrl, events: 10_000_000, months: 10, perRun: 100, log });
+    console.log(`\n${JSON.stringify(r, null, 2)}`);
+    if (only.size === 1) return;
   }
   /** CPU time (ms) used so far by the embedded server's processes (null with --db: other clients share it). */
   const pgCpuMs = (): number | null => {
