@@ -543,15 +543,32 @@ describe('row-level security and grants in the catalog', () => {
   });
 
   it('has row-level security enabled and forced on every table with a tenant_id column, and on tenant', async () => {
+    // A partition's rows are reached through its parent, whose policies apply; the partitions
+    // themselves grant the application roles nothing (next test).
     const { rows } = await owner.query<{ table: string; enabled: boolean; forced: boolean }>(`
       select c.relname as table, c.relrowsecurity as enabled, c.relforcerowsecurity as forced
         from pg_class c join pg_namespace n on n.oid = c.relnamespace
-       where n.nspname = 'public' and c.relkind in ('r', 'p')
+       where n.nspname = 'public' and c.relkind in ('r', 'p') and not c.relispartition
          and (c.relname = 'tenant' or exists (select 1 from pg_attribute a
                where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped))
        order by 1`);
-    expect(rows.map((r) => r.table)).toEqual(expect.arrayContaining(['tenant', 'api_token', 'dag_version']));
+    expect(rows.map((r) => r.table)).toEqual(
+      expect.arrayContaining(['tenant', 'api_token', 'dag_version', 'run_event']),
+    );
     expect(rows.filter((r) => !r.enabled || !r.forced)).toEqual([]);
+  });
+
+  it('grants the application roles nothing on a partition, so no query reaches one past its parent', async () => {
+    const { rows } = await owner.query<{ partition: string; role: string; privilege: string }>(`
+      select c.relname as partition, r.role, p.privilege
+        from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        cross join (values ('ordo_app'), ('ordo_system')) r(role)
+        cross join (values ('SELECT'), ('INSERT'), ('UPDATE'), ('DELETE')) p(privilege)
+       where n.nspname = 'public' and c.relispartition
+         and has_table_privilege(r.role, c.oid, p.privilege)`);
+    const partitions = await owner.query(`select 1 from pg_class where relispartition and relname like 'run_event_%'`);
+    expect(partitions.rowCount).toBeGreaterThan(0);
+    expect(rows).toEqual([]);
   });
 
   it('grants neither ordo_app nor ordo_system UPDATE, DELETE or TRUNCATE on run_event', async () => {

@@ -38,9 +38,13 @@ export class RunExplainService {
 
   async explain(tenantId: string, runId: string): Promise<RunExplanation> {
     return this.db.withTenant(tenantId, async (tx) => {
+      // The steps are read before the run: each statement sees what had committed when it began,
+      // and a claim that commits between them starts the run and its step together, so a step
+      // seen running is never shown in a run still queued (the run read after is as new or newer).
+      const steps = await this.rows(tx, tenantId, runId);
       const run = await this.runs.findRun(tx, runId);
       if (!run) throw notFound('run', 'RUN_NOT_FOUND');
-      const rows = TERMINAL_RUN_STATES.includes(run.status as RunStatus) ? [] : await this.rows(tx, tenantId, runId);
+      const rows = TERMINAL_RUN_STATES.includes(run.status as RunStatus) ? [] : steps;
       return {
         runId,
         status: run.status as RunStatus,
