@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,26 +10,7 @@ import {
   migrate,
   pendingMigrations,
 } from '../../src/core/database/migrator';
-
-/** An empty database on the test server (no template), dropped by the returned function. */
-async function emptyDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
-  const server = process.env.ORDO_TEST_SERVER_URL!;
-  const name = `ordo_t_${process.env.ORDO_TEST_TEMPLATE!.replace('ordo_tpl_', '')}_m${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const u = new URL(server);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: server });
-      await c.connect();
-      await c.query(`drop database if exists ${name} with (force)`).finally(() => c.end());
-    },
-  };
-}
+import { createEmptyDatabase } from '../support/empty-database';
 
 async function query<T extends pg.QueryResultRow>(url: string, sql: string, params: unknown[] = []): Promise<T[]> {
   const c = new pg.Client({ connectionString: url });
@@ -54,7 +34,7 @@ describe('migrator', () => {
   afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
 
   it('applies every migration once, then nothing on the next run, and reports none pending', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       const first = await migrate(db.url);
       expect(first.applied).toEqual(all());
@@ -81,7 +61,7 @@ describe('migrator', () => {
   });
 
   it('lets concurrent processes migrate one database: each migration is applied exactly once', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       const results = await Promise.all([migrate(db.url), migrate(db.url), migrate(db.url)]);
       const applied = results.flatMap((r) => r.applied).sort();
@@ -94,7 +74,7 @@ describe('migrator', () => {
   });
 
   it('refuses a migration file changed after it was applied', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       const dir = migrationsDir({ '001_one.sql': 'create table one (id int);' });
       const functionsDir = migrationsDir({});
@@ -107,7 +87,7 @@ describe('migrator', () => {
   });
 
   it('rolls back a failing migration entirely and records only those before it', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       const dir = migrationsDir({
         '001_ok.sql': 'create table ok_table (id int);',
@@ -130,7 +110,7 @@ describe('migrator', () => {
   });
 
   it('applies a function file again when it changes, and drops the function of a file that is gone', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       const dir = migrationsDir({ '001_t.sql': 'create table t (n int);' });
       const fn = (body: string) =>
@@ -152,7 +132,7 @@ describe('migrator', () => {
   });
 
   it('applies a function file again when the data its checksum-with query reads changes', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       const dir = migrationsDir({ '001_t.sql': 'create table limits (n int); insert into limits values (1);' });
       const functionsDir = migrationsDir({
@@ -177,7 +157,7 @@ describe('migrator', () => {
       [before, true],
       [before.slice(0, 2), false],
     ] as const) {
-      const db = await emptyDatabase();
+      const db = await createEmptyDatabase();
       try {
         // A database as the earlier series left it: the baseline's schema under the older names.
         const baselineOnly = migrationsDir({ '001_baseline.sql': listMigrations()[0].sql });
@@ -208,7 +188,7 @@ describe('migrator', () => {
   });
 
   it('reports a function file that differs from the one applied as pending', async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       await migrate(db.url);
       await query(db.url, `update ordo_function set checksum = 'stale' where name = 'ordo_notify'`);
@@ -222,7 +202,7 @@ describe('migrator', () => {
   });
 
   it("keeps the roles' stored passwords (a pooler's SCRAM secrets stay valid) and sets their session timeouts in the database", async () => {
-    const db = await emptyDatabase();
+    const db = await createEmptyDatabase();
     try {
       await migrate(db.url, { timeouts: { statementMs: 120_000, idleInTransactionMs: 30_000 } });
       const secrets = () =>

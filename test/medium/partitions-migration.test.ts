@@ -1,29 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { applicationUrls, listMigrations, migrate } from '../../src/core/database/migrator';
-
-/** An empty database on the test server (no template), dropped by the returned function. */
-async function emptyDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
-  const server = process.env.ORDO_TEST_SERVER_URL!;
-  const name = `ordo_t_${process.env.ORDO_TEST_TEMPLATE!.replace('ordo_tpl_', '')}_p${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const u = new URL(server);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: server });
-      await c.connect();
-      await c.query(`drop database if exists ${name} with (force)`).finally(() => c.end());
-    },
-  };
-}
+import { createEmptyDatabase } from '../support/empty-database';
 
 const RUN = '22222222-2222-4222-8222-222222222222';
 
@@ -40,7 +20,7 @@ describe('migration 022: an install with data moves to month partitions', () => 
   const rows = async (q: string) => (await owner.query<Record<string, unknown>>(q)).rows;
 
   beforeAll(async () => {
-    db = await emptyDatabase();
+    db = await createEmptyDatabase();
     // The schema as it was before 022: every migration before it, with today's function files.
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-migrations-'));
     for (const m of listMigrations().filter((x) => x.name < '022_')) fs.writeFileSync(path.join(dir, m.name), m.sql);
