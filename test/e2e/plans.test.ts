@@ -201,6 +201,8 @@ describe('plans API', () => {
       ['POST', '/api/v1/plans', { id: 'neg', limits: { monthlyRuns: -1 } }, 400, 'VALIDATION_FAILED'],
       ['POST', '/api/v1/plans', { id: 'absurd', limits: { weight: 1e9 } }, 400, 'VALIDATION_FAILED'],
       ['POST', '/api/v1/plans', { id: 'frac', limits: { maxConcurrentRuns: 1.5 } }, 400, 'VALIDATION_FAILED'],
+      ['POST', '/api/v1/plans', { id: 'keep-neg', limits: { retentionDays: -1 } }, 400, 'VALIDATION_FAILED'],
+      ['POST', '/api/v1/plans', { id: 'keep-long', limits: { retentionDays: 100_000 } }, 400, 'VALIDATION_FAILED'],
       ['POST', '/api/v1/plans', { id: 'unknown', limits: { cpus: 4 } }, 400, 'VALIDATION_FAILED'],
       ['POST', '/api/v1/plans', { id: 'nolimits' }, 400, 'VALIDATION_FAILED'],
       ['PUT', '/api/v1/plans/team', { limits: { weight: 0 } }, 400, 'VALIDATION_FAILED'],
