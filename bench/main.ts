@@ -58,6 +58,9 @@ Options:
                            one core here: statements that hold a core, as the busy tenant's batches do); 0: short
                            write transactions that mostly wait for their WAL flush
   --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
+  --weights-control-clients <n>  weights: sessions of the control load (default 2: the machine about as busy as
+                           the weighted tenants keep it, both reported; 0: no control), with --control-work and
+                           --control-pause
   --idle-seconds <s>       idle query-rate window (default 10)
   --only <list>            comma list of burst,map,light,fairness,weights,idle (default all), conditions (the cost of a step's
                            condition, no database); load or load-<name>: the load figures below; retention (10 million
@@ -245,6 +248,7 @@ async function main(): Promise<void> {
       'control-clients': { type: 'string', default: '2' },
       'control-work': { type: 'string', default: '150000' },
       'control-pause': { type: 'string', default: '8' },
+      'weights-control-clients': { type: 'string', default: '2' },
       'idle-seconds': { type: 'string', default: '10' },
       only: { type: 'string', default: 'burst,map,light,fairness,weights,idle' },
       out: { type: 'string', default: 'bench/results' },
@@ -995,14 +999,56 @@ async function main(): Promise<void> {
       while (Date.now() < settleBy && (await vacuuming())) await sleep(250);
       await sleep(1000);
     };
+    const controlClients = Number(values['weights-control-clients']);
+    const control = async () => {
+      await owner.query(
+        `create table if not exists bench_control_counter (id integer primary key, n bigint not null default 0)`,
+      );
+      await owner.query(
+        `insert into bench_control_counter (id) select g from generate_series(0, 9999) g on conflict do nothing`,
+      );
+      await owner.query(`create table if not exists bench_control_row (id bigserial primary key, k integer not null,
+        pad text not null, at timestamptz not null default now())`);
+      await owner.query(`create index if not exists bench_control_row_k on bench_control_row (k, at)`);
+      const load = await forkReady('control-load.js', [
+        ownerUrl,
+        String(controlClients),
+        values['control-work'],
+        values['control-pause'],
+      ]);
+      const kill = () => void load.kill();
+      cleanups.unshift(kill);
+      return async () => {
+        await new Promise<void>((resolve) => {
+          load.once('message', () => resolve());
+          load.once('exit', () => resolve());
+          load.send('stop');
+        });
+        cleanups.splice(cleanups.indexOf(kill), 1);
+      };
+    };
+    const busy = () => {
+      const from = machineCpu();
+      return () => busySince(from);
+    };
     const w = await runWeights(
-      { owner, runs, waitAll, settle, log, nextToken: () => token++ },
+      {
+        owner,
+        runs,
+        waitAll,
+        settle,
+        log,
+        nextToken: () => token++,
+        busy,
+        control: controlClients > 0 ? control : null,
+      },
       Number(values['weights-backlog']),
       Number(values['quiet-runs']),
     );
     result.weights = w;
     log(
-      `weights: heavy share ${w.share} (expected ${w.expectedShare}, ${w.bothSaturated ? 'both saturated' : 'NOT both saturated'}); quiet claim p99 idle ${w.quietIdleClaimMs.p99} ms, loaded ${w.quietLoadedClaimMs.p99} ms`,
+      `weights: heavy share ${w.share} (expected ${w.expectedShare}, ${w.bothSaturated ? 'both saturated' : 'NOT both saturated'}); quiet claim p99 idle ${w.quietIdleClaimMs.p99} ms, loaded ${w.quietLoadedClaimMs.p99} ms (machine ${w.loadedBusyPct} % busy)` +
+        (w.control ? `, control ${w.control.quietClaimMs.p99} ms (machine ${w.control.busyPct} % busy)` : ''),
     );
   }
 
@@ -1103,6 +1149,12 @@ function printTable(r: Record<string, any>): void {
       `${r.weights.quietIdleClaimMs.p99} / ${r.weights.quietLoadedClaimMs.p99} (×${r.weights.p99Ratio})`,
       '≤ 2×',
     ]);
+    if (r.weights.control)
+      rows.push([
+        `weights 3:1: quiet claim p99 under the control load instead, ms (machine ${r.weights.control.busyPct} % busy; ${r.weights.loadedBusyPct} % under the weighted tenants)`,
+        `${r.weights.control.quietClaimMs.p99} (×${r.weights.control.p99Ratio})`,
+        '',
+      ]);
   }
   if (r.fairness) {
     rows.push([

@@ -7,7 +7,9 @@ import { round, stats, type Stats } from './support-load';
  * one-step runs queued, sized 3:1 so that both stay saturated for the whole window; the steps each
  * gets claimed in the window give the measured share. Meanwhile a quiet tenant without a plan
  * creates a run every 100 ms: its claim latency, against the same measurement with the engine idle
- * just before, shows what the weighted tenants cost it.
+ * just before, shows what the weighted tenants cost it. The control measures it a third time while
+ * a load that is not Ordo's (bench/control-load.ts) keeps the machine about as busy as the weighted
+ * tenants did: what the host alone does to it under such a load.
  */
 export interface WeightsContext {
   owner: pg.Client;
@@ -18,6 +20,10 @@ export interface WeightsContext {
   settle: () => Promise<void>;
   log: (m: string) => void;
   nextToken: () => number;
+  /** The machine's busy share (per cent of its cores) from now until the function it gives is called. */
+  busy: () => () => number;
+  /** Starts the control load; the function it gives stops it. Null: no control. */
+  control: (() => Promise<() => Promise<void>>) | null;
 }
 
 export interface WeightsResult {
@@ -35,6 +41,10 @@ export interface WeightsResult {
   quietIdleClaimMs: Stats;
   quietLoadedClaimMs: Stats;
   p99Ratio: number | null;
+  /** The machine's busy share (%) while the quiet tenant was measured under the weighted tenants. */
+  loadedBusyPct: number;
+  /** The quiet tenant under the control load instead, with the machine's busy share meanwhile. */
+  control: { quietClaimMs: Stats; busyPct: number; p99Ratio: number | null } | null;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -91,7 +101,9 @@ export async function runWeights(ctx: WeightsContext, heavyBacklog: number, quie
   // The window opens once both tenants are being served, and closes after the quiet measurement.
   await sleep(1000);
   const { rows: w0 } = await owner.query<{ at: Date }>(`select clock_timestamp() as at`);
+  const loadedBusy = ctx.busy();
   const loaded = await quiet('loaded');
+  const loadedBusyPct = loadedBusy();
   const { rows: w1 } = await owner.query<{ at: Date }>(`select clock_timestamp() as at`);
   const { rows: left } = await owner.query<{ tenant_id: string; n: number }>(
     `select tenant_id, count(*)::int as n from queue_item where tenant_id in ('heavy', 'light') and state = 'ready' group by 1`,
@@ -109,6 +121,17 @@ export async function runWeights(ctx: WeightsContext, heavyBacklog: number, quie
   const windowSeconds = (w1[0].at.getTime() - w0[0].at.getTime()) / 1000;
   log('weights: draining');
   await ctx.waitAll(ids, 600_000);
+  let control: WeightsResult['control'] = null;
+  if (ctx.control) {
+    await ctx.settle();
+    const stop = await ctx.control();
+    await sleep(1000);
+    const controlBusy = ctx.busy();
+    const c = stats(await quiet('control'));
+    const busyPct = controlBusy();
+    await stop();
+    control = { quietClaimMs: c, busyPct, p99Ratio: null };
+  }
   const expectedShare = weights[0] / (weights[0] + weights[1]);
   const share = claimed[0] / Math.max(1, claimed[0] + claimed[1]);
   const [i, l] = [stats(idle), stats(loaded)];
@@ -125,5 +148,10 @@ export async function runWeights(ctx: WeightsContext, heavyBacklog: number, quie
     quietIdleClaimMs: i,
     quietLoadedClaimMs: l,
     p99Ratio: i.p99 && l.p99 ? round(l.p99 / i.p99) : null,
+    loadedBusyPct,
+    control: control && {
+      ...control,
+      p99Ratio: i.p99 && control.quietClaimMs.p99 ? round(control.quietClaimMs.p99 / i.p99) : null,
+    },
   };
 }
