@@ -4092,8 +4092,6 @@ CREATE INDEX worker_task_open_idx ON public.worker_task USING btree (deadline) W
 
 CREATE INDEX worker_task_pending_idx ON public.worker_task USING btree (tenant_id, pool, priority DESC, created_at, task_id) WHERE (status = 'pending'::text);
 
-CREATE INDEX worker_task_step_idx ON public.worker_task USING btree (tenant_id, run_id, step_id, attempt);
-
 ALTER INDEX public.attempt_created_brin_idx ATTACH PARTITION public.attempt_default_created_at_idx;
 
 ALTER INDEX public.attempt_pk ATTACH PARTITION public.attempt_default_pkey;
