@@ -187,7 +187,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     console.log(EXT_WORKERS_HELP);
     return;
   }
-  // ORDO_BENCH_STATEMENTS=1 on the embedded server: the statements of each throughput phase (pg_stat_statements).
+  // ORDO_BENCH_STATEMENTS=1 on the embedded server: the statements of each throughput phase (pg_stat_statements,
+  // the statements inside Ordo's SQL functions included).
   const statements = process.env.ORDO_BENCH_STATEMENTS === '1';
   const db = await freshDatabase(values.db ?? process.env.DATABASE_URL, 'extw', { statements });
   const procs = new Processes(db);
@@ -198,6 +199,10 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
   try {
     await owner.connect();
     if (statements) await owner.query(`create extension if not exists pg_stat_statements`);
+    if (statements)
+      await owner.query(
+        `do $x$ begin execute format('alter database %I set pg_stat_statements.track = ''all''', current_database()); end $x$`,
+      );
     const ordo = await procs.start('api,worker,scheduler');
     const creds = procs.credentials();
     await publishDag(ordo.url, creds, {
@@ -306,8 +311,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       throughput.push(row);
       if (statements) {
         const top = await owner.query<{ calls: string; ms: string; q: string }>(
-          `select calls::text, round(total_exec_time::numeric, 1)::text ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 140) q
-           from pg_stat_statements order by total_exec_time desc limit 25`,
+          `select calls::text, round(total_exec_time::numeric, 1)::text ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) q
+           from pg_stat_statements order by total_exec_time desc limit 60`,
         );
         for (const r of top.rows) console.log(`  ${r.ms} ms  ${r.calls} calls  ${r.q}`);
       }
