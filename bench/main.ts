@@ -58,6 +58,8 @@ Options:
                            one core here: statements that hold a core, as the busy tenant's batches do); 0: short
                            write transactions that mostly wait for their WAL flush
   --control-pause <ms>     fairness control: pause of each session between transactions (default 8)
+  --months-ahead <n>       month partitions of run_event, attempt and span made ahead before measuring (default: the
+                           3 that migrations make), to see what an install that keeps many months pays for them
   --weights-control-clients <n>  weights: sessions of the control load (default 2: the machine about as busy as
                            the weighted tenants keep it, both reported; 0: no control), with --control-work and
                            --control-pause
@@ -249,6 +251,7 @@ async function main(): Promise<void> {
       'control-work': { type: 'string', default: '150000' },
       'control-pause': { type: 'string', default: '8' },
       'weights-control-clients': { type: 'string', default: '2' },
+      'months-ahead': { type: 'string' },
       'idle-seconds': { type: 'string', default: '10' },
       only: { type: 'string', default: 'burst,map,light,fairness,weights,idle' },
       out: { type: 'string', default: 'bench/results' },
@@ -339,6 +342,8 @@ async function main(): Promise<void> {
   const m = await migrate(ownerUrl);
   const owner = new pg.Client({ connectionString: ownerUrl });
   await owner.connect();
+  if (values['months-ahead'] !== undefined)
+    await owner.query(`select ordo_partitions_ensure($1::integer)`, [Number(values['months-ahead'])]);
 
   const config = loadConfig({
     ORDO_HOME: path.join(tmp, 'home'),
