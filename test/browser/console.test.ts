@@ -194,9 +194,17 @@ describe('web console', () => {
     });
     try {
       const runId = await startRun(as, 'pipeline');
+      // The page reads the run once when it opens and again once subscribed (a debounced read
+      // that catches what happened between the two): the cut comes after that second read, or
+      // the read would show what the cut is meant to hide.
+      let runReads = 0;
+      live.on('response', (r) => {
+        if (new URL(r.url()).pathname === `/api/v1/runs/${runId}`) runReads++;
+      });
       await live.goto(`${app.url}/runs/${runId}`);
       await live.locator(stepState('review', 'waiting')).waitFor();
       await live.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();
+      while (runReads < 2) await new Promise((res) => setTimeout(res, 20));
 
       cut = true;
       for (const r of relays.splice(0)) {
