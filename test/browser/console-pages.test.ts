@@ -121,6 +121,8 @@ describe('web console: DAG diff, schedules, bundles, trust keys, tokens, usage, 
     expect(await compare.getByLabel('To').inputValue()).toBe('2');
     await compare.getByRole('button', { name: 'Compare' }).click();
     await page.getByRole('heading', { name: 'report: v1 → v2' }).waitFor();
+    // The heading comes before the two versions are read; the lines come with the summary.
+    await page.getByTestId('diff-summary').waitFor();
     const diff = page.getByTestId('diff');
     expect(await diff.locator('[data-change="removed"]').allTextContents()).toEqual([
       expect.stringMatching(/^- +"rows": 3\n$/),
