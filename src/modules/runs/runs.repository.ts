@@ -399,10 +399,36 @@ export class RunsRepository {
       .execute();
   }
 
+  /** Whether the tenant has this run; its row is not read. */
+  async runExists(tx: TenantTx, runId: string): Promise<boolean> {
+    const row = await tx
+      .selectFrom('run')
+      .select(sql<number>`1`.as('found'))
+      .where('tenant_id', '=', tenantOf(tx))
+      .where('run_id', '=', runId)
+      .executeTakeFirst();
+    return row !== undefined;
+  }
+
+  /**
+   * A run's events after `afterSeq`, in order. `created_utc` is written by PostgreSQL in the form
+   * the chain hashes (ISO 8601 in UTC to the millisecond, as toISOString writes it), so a page of
+   * events is not parsed into dates and written back.
+   */
   async listEvents(tx: TenantTx, runId: string, afterSeq: number, limit: number) {
     return tx
       .selectFrom('run_event')
-      .select(['run_id', 'seq', 'created_at', 'type', 'step_id', 'attempt', 'actor', 'data', 'prev_hash', 'hash'])
+      .select([
+        'seq',
+        sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`.as('created_utc'),
+        'type',
+        'step_id',
+        'attempt',
+        'actor',
+        'data',
+        'prev_hash',
+        'hash',
+      ])
       .where('tenant_id', '=', tenantOf(tx))
       .where('run_id', '=', runId)
       .where('seq', '>', afterSeq)

@@ -569,12 +569,11 @@ export class RunsService {
 
   async events(tenantId: string, runId: string, after: number, limit: number) {
     return this.db.withTenant(tenantId, async (tx) => {
-      const run = await this.repo.findRun(tx, runId);
-      if (!run) throw notFound('run', 'RUN_NOT_FOUND');
+      if (!(await this.repo.runExists(tx, runId))) throw notFound('run', 'RUN_NOT_FOUND');
       const rows = await this.repo.listEvents(tx, runId, after, limit + 1);
       const items = rows.slice(0, limit).map((e) => ({
         seq: e.seq,
-        createdUtc: new Date(e.created_at).toISOString(),
+        createdUtc: e.created_utc,
         type: e.type,
         stepId: e.step_id,
         attempt: e.attempt,

@@ -8,15 +8,29 @@ export interface GraphNode {
   detail?: string;
 }
 
+export interface GraphEdge {
+  from: string;
+  to: string;
+}
+
+interface Point {
+  x: number;
+  y: number;
+}
+
 interface Laid {
   width: number;
   height: number;
   nodes: { id: string; x: number; y: number; w: number; h: number }[];
-  edges: { id: string; d: string }[];
+  /** Each edge as the points of its line, from its source's side to its target's. */
+  edges: Point[][];
 }
 
 const NODE_H = 36;
 const CHAR_W = 7.5;
+/** An arrowhead's length and half its width, in px. */
+const HEAD_L = 9;
+const HEAD_W = 4.5;
 
 // elkjs is about as large as the rest of the console together: it is loaded when a graph is first
 // shown, and its layout is computed once per shape (nodes and edges), never on a state change.
@@ -33,7 +47,9 @@ function loadElk() {
  */
 const ELK_MAX_NODES = 200;
 
-function columns(ids: string[], edges: { from: string; to: string }[]): Laid {
+const nodeWidth = (id: string) => Math.max(80, 24 + id.length * CHAR_W);
+
+function columns(ids: string[], edges: GraphEdge[]): Laid {
   const into = new Map<string, string[]>(ids.map((id) => [id, []]));
   for (const e of edges) into.get(e.to)?.push(e.from);
   const depth = new Map<string, number>();
@@ -45,14 +61,13 @@ function columns(ids: string[], edges: { from: string; to: string }[]): Laid {
     depth.set(id, d);
     return d;
   };
-  const width = (id: string) => Math.max(80, 24 + id.length * CHAR_W);
   const cols: string[][] = [];
   for (const id of ids) (cols[depthOf(id)] ??= []).push(id);
-  const colW = cols.map((c) => Math.max(...c.map(width)));
+  const colW = cols.map((c) => Math.max(...c.map(nodeWidth)));
   const pos = new Map<string, { x: number; y: number; w: number; h: number }>();
   let x = 12;
   cols.forEach((c, i) => {
-    c.forEach((id, k) => pos.set(id, { x, y: 12 + k * (NODE_H + 20), w: width(id), h: NODE_H }));
+    c.forEach((id, k) => pos.set(id, { x, y: 12 + k * (NODE_H + 20), w: nodeWidth(id), h: NODE_H }));
     x += colW[i] + 48;
   });
   const nodes = ids.map((id) => ({ id, ...pos.get(id)! }));
@@ -60,21 +75,21 @@ function columns(ids: string[], edges: { from: string; to: string }[]): Laid {
     width: x - 36,
     height: 12 + Math.max(...cols.map((c) => c.length)) * (NODE_H + 20),
     nodes,
-    edges: edges.flatMap((e, i) => {
+    edges: edges.flatMap((e) => {
       const a = pos.get(e.from);
       const b = pos.get(e.to);
       if (!a || !b) return [];
       return [
-        {
-          id: `e${String(i)}`,
-          d: `M${String(a.x + a.w)},${String(a.y + a.h / 2)} L${String(b.x)},${String(b.y + b.h / 2)}`,
-        },
+        [
+          { x: a.x + a.w, y: a.y + a.h / 2 },
+          { x: b.x, y: b.y + b.h / 2 },
+        ],
       ];
     }),
   };
 }
 
-async function layout(ids: string[], edges: { from: string; to: string }[]): Promise<Laid> {
+async function layout(ids: string[], edges: GraphEdge[]): Promise<Laid> {
   if (ids.length > ELK_MAX_NODES) return columns(ids, edges);
   const graph: ElkNode = {
     id: 'root',
@@ -85,7 +100,7 @@ async function layout(ids: string[], edges: { from: string; to: string }[]): Pro
       'elk.spacing.nodeNode': '20',
       'elk.edgeRouting': 'ORTHOGONAL',
     },
-    children: ids.map((id) => ({ id, width: Math.max(80, 24 + id.length * CHAR_W), height: NODE_H })),
+    children: ids.map((id) => ({ id, width: nodeWidth(id), height: NODE_H })),
     edges: edges.map((e, i) => ({ id: `e${String(i)}`, sources: [e.from], targets: [e.to] })),
   };
   const out = await (await loadElk()).layout(graph);
@@ -93,33 +108,57 @@ async function layout(ids: string[], edges: { from: string; to: string }[]): Pro
     width: out.width ?? 0,
     height: out.height ?? 0,
     nodes: (out.children ?? []).map((n) => ({ id: n.id, x: n.x ?? 0, y: n.y ?? 0, w: n.width ?? 0, h: n.height ?? 0 })),
-    edges: (out.edges ?? []).map((e) => ({
-      id: e.id,
-      d: (e.sections ?? [])
-        .map((s) =>
-          [s.startPoint, ...(s.bendPoints ?? []), s.endPoint]
-            .map((p, i) => `${i ? 'L' : 'M'}${String(p.x)},${String(p.y)}`)
-            .join(' '),
-        )
-        .join(' '),
-    })),
+    edges: (out.edges ?? []).flatMap((e) =>
+      (e.sections ?? []).map((s) => [s.startPoint, ...(s.bendPoints ?? []), s.endPoint]),
+    ),
   };
 }
 
+const num = (v: number) => String(Math.round(v * 10) / 10);
+// Preact writes a style's numbers as they are: lengths carry their unit.
+const px = (v: number) => `${num(v)}px`;
+
 /**
- * A DAG laid out left to right. Each step is a focusable button coloured by its state (the state is
- * also in its accessible name); choosing one calls onSelect.
+ * Every edge's line as one path, and every arrowhead (a triangle at the line's end, along its
+ * last segment) as another: two elements whatever the graph's size.
  */
-export function Graph(props: {
+function paths(edges: Point[][]): { lines: string; heads: string } {
+  const lines: string[] = [];
+  const heads: string[] = [];
+  for (const pts of edges) {
+    if (pts.length < 2) continue;
+    lines.push(pts.map((p, i) => `${i ? 'L' : 'M'}${num(p.x)},${num(p.y)}`).join(''));
+    const tip = pts[pts.length - 1];
+    const from = pts[pts.length - 2];
+    const len = Math.hypot(tip.x - from.x, tip.y - from.y) || 1;
+    const ux = (tip.x - from.x) / len;
+    const uy = (tip.y - from.y) / len;
+    const bx = tip.x - ux * HEAD_L;
+    const by = tip.y - uy * HEAD_L;
+    heads.push(
+      `M${num(tip.x)},${num(tip.y)}L${num(bx - uy * HEAD_W)},${num(by + ux * HEAD_W)}L${num(bx + uy * HEAD_W)},${num(by - ux * HEAD_W)}Z`,
+    );
+  }
+  return { lines: lines.join(''), heads: heads.join('') };
+}
+
+interface GraphProps {
   label: string;
   nodes: GraphNode[];
-  edges: { from: string; to: string }[];
+  edges: GraphEdge[];
   selected?: string | null;
   onSelect?: (id: string) => void;
-}) {
+}
+
+/**
+ * A DAG laid out left to right: the edges drawn as one SVG beneath, each step an element placed
+ * over it. A step is a button coloured by its state (the state is also in its accessible name);
+ * choosing one calls onSelect. Without onSelect, a step is an image named by its id and detail.
+ */
+export function Graph(props: GraphProps) {
   const { nodes, edges, selected, onSelect } = props;
   const shape = JSON.stringify([nodes.map((n) => n.id), edges]);
-  const [laid, setLaid] = useState<Laid | null>(null);
+  const [laid, setLaid] = useState<(Omit<Laid, 'edges'> & { lines: string; heads: string }) | null>(null);
   const [error, setError] = useState<string | null>(null);
 
   useEffect(() => {
@@ -128,7 +167,7 @@ export function Graph(props: {
       nodes.map((n) => n.id),
       edges,
     ).then(
-      (l) => !stale && setLaid(l),
+      (l) => !stale && setLaid({ nodes: l.nodes, width: l.width, height: l.height, ...paths(l.edges) }),
       (e: unknown) => !stale && setError(String(e)),
     );
     return () => {
@@ -142,56 +181,57 @@ export function Graph(props: {
   const byId = new Map(nodes.map((n) => [n.id, n]));
   return (
     <figure class="graph">
-      <svg
+      <div
+        class="graph-plane"
         role="group"
         aria-label={props.label}
-        width={laid.width}
-        height={laid.height}
-        viewBox={`0 0 ${String(laid.width)} ${String(laid.height)}`}
+        style={{ width: px(laid.width), height: px(laid.height) }}
       >
-        <defs>
-          <marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" orient="auto">
-            <path d="M0,0 L10,5 L0,10 z" class="arrowhead" />
-          </marker>
-        </defs>
-        {laid.edges.map((e) => (
-          <path key={e.id} d={e.d} class="edge" marker-end="url(#arrow)" />
-        ))}
+        <svg
+          aria-hidden="true"
+          width={laid.width}
+          height={laid.height}
+          viewBox={`0 0 ${String(laid.width)} ${String(laid.height)}`}
+        >
+          <path d={laid.lines} class="edge" />
+          <path d={laid.heads} class="arrowhead" />
+        </svg>
         {laid.nodes.map((n) => {
           const node = byId.get(n.id);
           const state = node?.state ?? 'pending';
-          const activate = () => onSelect?.(n.id);
+          const place = { left: px(n.x), top: px(n.y), width: px(n.w), height: px(n.h) };
+          if (!onSelect) {
+            return (
+              <div
+                key={n.id}
+                class={`node s-${state}`}
+                style={place}
+                data-step={n.id}
+                data-state={state}
+                role="img"
+                aria-label={`${n.id}${node?.detail ? `: ${node.detail}` : ''}`}
+              >
+                {n.id}
+              </div>
+            );
+          }
           return (
-            <g
+            <button
               key={n.id}
+              type="button"
               class={`node s-${state}${selected === n.id ? ' selected' : ''}`}
-              transform={`translate(${String(n.x)},${String(n.y)})`}
+              style={place}
               data-step={n.id}
               data-state={state}
-              {...(onSelect
-                ? {
-                    role: 'button',
-                    tabIndex: 0,
-                    'aria-label': `${n.id}: ${state}`,
-                    'aria-pressed': selected === n.id,
-                    onClick: activate,
-                    onKeyDown: (e: KeyboardEvent) => {
-                      if (e.key === 'Enter' || e.key === ' ') {
-                        e.preventDefault();
-                        activate();
-                      }
-                    },
-                  }
-                : { role: 'img', 'aria-label': `${n.id}${node?.detail ? `: ${node.detail}` : ''}` })}
+              aria-label={`${n.id}: ${state}`}
+              aria-pressed={selected === n.id}
+              onClick={() => onSelect(n.id)}
             >
-              <rect width={n.w} height={n.h} rx="6" />
-              <text x={n.w / 2} y={n.h / 2} dy="0.35em" text-anchor="middle">
-                {n.id}
-              </text>
-            </g>
+              {n.id}
+            </button>
           );
         })}
-      </svg>
+      </div>
     </figure>
   );
 }
