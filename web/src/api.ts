@@ -159,7 +159,6 @@ export const api = {
 
 export type RunAttempt = Schemas['RunAttempt'];
 export type RunEvent = Schemas['RunEvent'];
-export type RunEventList = Schemas['RunEventList'];
 
 /** Why an unfinished step is not running (GET /runs/{runId}/explain); a signal step names what it waits for. */
 export type StepExplanation = Schemas['RunExplanation']['steps'][number];
@@ -168,19 +167,6 @@ export const flowApi = {
   runAttempts: (runId: string) => call(http.GET('/api/v1/runs/{runId}/attempts', { params: { path: { runId } } })),
   events: (runId: string, after: number, limit = 1000) =>
     call(http.GET('/api/v1/runs/{runId}/events', { params: { path: { runId }, query: { after, limit } } })),
-  /**
-   * A page of a run's events asked for now and parsed only when `read` is called: the server
-   * answers while the page is busy drawing, and parsing the page waits until it is needed.
-   */
-  eventsLater: async (runId: string, after: number, limit = 1000) => {
-    const body = await call(
-      http.GET('/api/v1/runs/{runId}/events', {
-        params: { path: { runId }, query: { after, limit } },
-        parseAs: 'stream',
-      }),
-    );
-    return { read: async () => (await new Response(body).json()) as RunEventList };
-  },
   explain: (runId: string) => call(http.GET('/api/v1/runs/{runId}/explain', { params: { path: { runId } } })),
   replay: (runId: string) => call(http.POST('/api/v1/runs/{runId}/replay', { params: { path: { runId } } })),
   decide: (runId: string, stepId: string, decision: 'approved' | 'rejected', comment?: string) =>

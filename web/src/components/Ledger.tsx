@@ -1,75 +1,56 @@
 import { useEffect, useState } from 'preact/hooks';
-import type { ChainCheck } from '../../../src/modules/runs/run-event-chain';
-import type { RunEvent } from '../api';
-import type { LedgerAnswer, LedgerAsk } from './ledger-read';
+import { chainInputs, checkChain, type ChainCheck } from '../../../src/modules/runs/run-event-chain';
+import type { JsonObject } from '../../../src/core/json/json-value';
+import { flowApi, type RunEvent } from '../api';
 import { time } from './Status';
 
 const SHOWN = 200;
+const encoder = new TextEncoder();
 
-/**
- * A run page's reader of the run's ledger: a worker (ledger.worker.ts) reads the events and
- * checks their chain off the page's thread. Told early what the page knows of the run (before
- * the run is read, then its newest seq), it asks for the pages then, side by side with the run
- * and its attempts, and has them in hand when the ledger is drawn.
- */
-export class LedgerReader {
-  private worker?: Worker;
-  private readonly waiting = new Map<number, { resolve(a: LedgerRead): void; reject(e: Error): void }>();
-  private asks = 0;
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
 
-  constructor(readonly runId: string) {}
-
-  private post(ask: LedgerAsk): void {
-    if (!this.worker) {
-      const w = new Worker(new URL('./ledger.worker.ts', import.meta.url), { type: 'module' });
-      w.onmessage = (e: MessageEvent<LedgerAnswer>) => {
-        const a = e.data;
-        const waiting = this.waiting.get(a.id);
-        this.waiting.delete(a.id);
-        if ('error' in a) waiting?.reject(new Error(a.error));
-        else waiting?.resolve({ events: a.events, check: a.check });
-      };
-      w.onerror = (e) => {
-        for (const waiting of this.waiting.values()) waiting.reject(new Error(e.message || 'the ledger worker failed'));
-        this.waiting.clear();
-      };
-      this.worker = w;
-    }
-    this.worker.postMessage(ask);
-  }
-
-  /** Asks for the pages up to `known` now (0: the first page, before the run is read). */
-  early(known: number): void {
-    this.post({ kind: 'early', runId: this.runId, known });
-  }
-
-  /** Every event up to `known` and any that came since, with their chain checked. */
-  read(known: number): Promise<LedgerRead> {
-    const id = ++this.asks;
-    return new Promise((resolve, reject) => {
-      this.waiting.set(id, { resolve, reject });
-      this.post({ kind: 'read', id, runId: this.runId, known });
-    });
-  }
-
-  close(): void {
-    this.worker?.terminate();
-    this.worker = undefined;
-    this.waiting.clear();
-  }
+async function sha256Hex(text: string): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', encoder.encode(text)));
+  let hex = '';
+  for (const b of digest) hex += HEX[b];
+  return hex;
 }
 
-interface LedgerRead {
-  events: RunEvent[];
-  check: ChainCheck;
+/**
+ * Checks the run's chain with the API's own rule (run-event-chain.ts builds each hashed text) and
+ * WebCrypto's SHA-256: seq 1..n, each prev_hash the previous hash, each hash that of its event.
+ */
+export async function verifyLedger(runId: string, events: RunEvent[]): Promise<ChainCheck> {
+  const chained = events.map((e) => ({ ...e, runId, createdAt: e.createdUtc, data: e.data as JsonObject }));
+  const computed = await Promise.all(chainInputs(chained).map(sha256Hex));
+  return checkChain(chained, computed);
+}
+
+const PAGE = 1000;
+
+/**
+ * All of a run's events, in pages of 1,000: events are numbered 1..n without gaps, so the pages
+ * up to `known` (the newest seq the page has seen) are read at once, then any that came since.
+ */
+async function readAll(runId: string, known: number): Promise<RunEvent[]> {
+  const starts = Array.from({ length: Math.max(1, Math.ceil(known / PAGE)) }, (_, i) => i * PAGE);
+  const pages = await Promise.all(starts.map((after) => flowApi.events(runId, after, PAGE)));
+  const out = pages.flatMap((p) => p.items);
+  let after = pages[pages.length - 1].nextAfter;
+  while (after !== null) {
+    const page = await flowApi.events(runId, after, PAGE);
+    out.push(...page.items);
+    after = page.nextAfter;
+  }
+  return out;
 }
 
 /**
  * The run's event ledger with each event's hash; the whole chain is verified in the browser each
  * time it is read (again when `seq`, the newest event the page knows of, moves on).
  */
-export function Ledger(props: { reader: LedgerReader; seq: number }) {
-  const { reader, seq } = props;
+export function Ledger(props: { runId: string; seq: number }) {
+  const { runId, seq } = props;
   const [events, setEvents] = useState<RunEvent[] | null>(null);
   const [check, setCheck] = useState<ChainCheck | null>(null);
   const [error, setError] = useState<string | null>(null);
@@ -77,18 +58,18 @@ export function Ledger(props: { reader: LedgerReader; seq: number }) {
 
   useEffect(() => {
     let stale = false;
-    reader
-      .read(seq)
-      .then((r) => {
+    readAll(runId, seq)
+      .then(async (ev) => {
+        const c = await verifyLedger(runId, ev);
         if (stale) return;
-        setEvents(r.events);
-        setCheck(r.check);
+        setEvents(ev);
+        setCheck(c);
       })
       .catch((e: unknown) => !stale && setError(e instanceof Error ? e.message : String(e)));
     return () => {
       stale = true;
     };
-  }, [reader, seq]);
+  }, [runId, seq]);
 
   if (error) return <p class="error">The ledger could not be read: {error}</p>;
   if (!events || !check) return <p class="muted">Reading and verifying the ledger…</p>;

@@ -12,7 +12,7 @@ import {
 } from '../api';
 import { Gantt } from '../components/Gantt';
 import { Graph } from '../components/Graph';
-import { Ledger, LedgerReader } from '../components/Ledger';
+import { Ledger } from '../components/Ledger';
 import { StepActions } from '../components/StepActions';
 import { LiveBadge } from '../components/LiveBadge';
 import { Link } from '../components/Link';
@@ -43,9 +43,6 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
 
   // Every attempt of the run, for the Gantt: read beside the run, each time the run is read.
   const [attempts, setAttempts] = useState<RunAttempt[] | null>(null);
-  // The ledger is read off the page's thread, its pages asked for with the run's first read.
-  const [ledger] = useState(() => new LedgerReader(runId));
-  useEffect(() => () => ledger.close(), [ledger]);
 
   // Reads the run; a newer read replaces older state, events then apply on top.
   const refresh = useRef<() => void>(() => undefined);
@@ -55,7 +52,6 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
     // Attempts of a read answered after those of a later read are older: they are dropped.
     let reads = 0;
     let shownRead = 0;
-    let first = true;
     const read = () => {
       const n = ++reads;
       flowApi.runAttempts(runId).then(
@@ -69,8 +65,6 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
       api.getRun(runId).then(
         (r) => {
           if (stale || r.lastEventSeq < applied.current) return;
-          if (first) ledger.early(r.lastEventSeq);
-          first = false;
           applied.current = r.lastEventSeq;
           setRun(r);
           setSelected((s) => s ?? r.steps.find((x) => x.status === 'failed')?.stepId ?? null);
@@ -326,7 +320,7 @@ export function RunPage({ runId, session }: { runId: string; session: Session })
       </section>
       <section aria-labelledby="ledger-h">
         <h2 id="ledger-h">Ledger</h2>
-        <Ledger reader={ledger} seq={run.lastEventSeq} />
+        <Ledger runId={runId} seq={run.lastEventSeq} />
       </section>
     </>
   );
