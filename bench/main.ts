@@ -344,6 +344,38 @@ async function main(): Promise<void> {
   await owner.connect();
   if (values['months-ahead'] !== undefined)
     await owner.query(`select ordo_partitions_ensure($1::integer)`, [Number(values['months-ahead'])]);
+  /**
+   * Starts the control load (bench/control-load.ts) with `clients` sessions, its tables made the
+   * first time; the function it gives stops it and answers the transactions it committed.
+   */
+  const startControlLoad = async (clients: number): Promise<() => Promise<number>> => {
+    await owner.query(
+      `create table if not exists bench_control_counter (id integer primary key, n bigint not null default 0)`,
+    );
+    await owner.query(
+      `insert into bench_control_counter (id) select g from generate_series(0, 9999) g on conflict do nothing`,
+    );
+    await owner.query(`create table if not exists bench_control_row (id bigserial primary key, k integer not null,
+      pad text not null, at timestamptz not null default now())`);
+    await owner.query(`create index if not exists bench_control_row_k on bench_control_row (k, at)`);
+    const load = await forkReady('control-load.js', [
+      ownerUrl,
+      String(clients),
+      values['control-work'],
+      values['control-pause'],
+    ]);
+    const kill = () => void load.kill();
+    cleanups.unshift(kill);
+    return async () => {
+      const committed = await new Promise<number>((resolve, reject) => {
+        load.once('message', (x) => resolve(x as number));
+        load.once('exit', () => reject(new Error('the control load exited without its count')));
+        load.send('stop');
+      });
+      cleanups.splice(cleanups.indexOf(kill), 1);
+      return committed;
+    };
+  };
 
   const config = loadConfig({
     ORDO_HOME: path.join(tmp, 'home'),
@@ -886,33 +918,16 @@ async function main(): Promise<void> {
     const controlSum = noWindow();
     let controlCommitted = 0;
     if (controlClients > 0) {
-      await owner.query(`create table bench_control_counter (id integer primary key, n bigint not null default 0)`);
-      await owner.query(`insert into bench_control_counter (id) select g from generate_series(0, 9999) g`);
-      await owner.query(`create table bench_control_row (id bigserial primary key, k integer not null, pad text not null,
-        at timestamptz not null default now())`);
-      await owner.query(`create index bench_control_row_k on bench_control_row (k, at)`);
       for (let round = 1; round <= nRounds; round++) {
         await settle();
-        const load = await forkReady('control-load.js', [
-          ownerUrl,
-          String(controlClients),
-          values['control-work'],
-          values['control-pause'],
-        ]);
-        const stopLoad = () => void load.kill();
-        cleanups.unshift(stopLoad);
+        const stopLoad = await startControlLoad(controlClients);
         await sleep(1000);
         const secondsBefore = controlSum.seconds;
         const closeControl = await openWindow();
         const c = await quiet(`control${round}`);
         const busyPct = await closeControl(controlSum);
         const secs = controlSum.seconds - secondsBefore;
-        const committed = await new Promise<number>((resolve, reject) => {
-          load.once('message', (x) => resolve(x as number));
-          load.once('exit', () => reject(new Error('the control load exited without its count')));
-          load.send('stop');
-        });
-        cleanups.splice(cleanups.indexOf(stopLoad), 1);
+        const committed = await stopLoad();
         controlCommitted += committed;
         controls.push(...c);
         const cs = stats(c.map((x) => x.claim));
@@ -1005,33 +1020,7 @@ async function main(): Promise<void> {
       await sleep(1000);
     };
     const controlClients = Number(values['weights-control-clients']);
-    const control = async () => {
-      await owner.query(
-        `create table if not exists bench_control_counter (id integer primary key, n bigint not null default 0)`,
-      );
-      await owner.query(
-        `insert into bench_control_counter (id) select g from generate_series(0, 9999) g on conflict do nothing`,
-      );
-      await owner.query(`create table if not exists bench_control_row (id bigserial primary key, k integer not null,
-        pad text not null, at timestamptz not null default now())`);
-      await owner.query(`create index if not exists bench_control_row_k on bench_control_row (k, at)`);
-      const load = await forkReady('control-load.js', [
-        ownerUrl,
-        String(controlClients),
-        values['control-work'],
-        values['control-pause'],
-      ]);
-      const kill = () => void load.kill();
-      cleanups.unshift(kill);
-      return async () => {
-        await new Promise<void>((resolve) => {
-          load.once('message', () => resolve());
-          load.once('exit', () => resolve());
-          load.send('stop');
-        });
-        cleanups.splice(cleanups.indexOf(kill), 1);
-      };
-    };
+    const control = () => startControlLoad(controlClients);
     const busy = () => {
       const from = machineCpu();
       return () => busySince(from);

@@ -22,8 +22,8 @@ export interface WeightsContext {
   nextToken: () => number;
   /** The machine's busy share (per cent of its cores) from now until the function it gives is called. */
   busy: () => () => number;
-  /** Starts the control load; the function it gives stops it. Null: no control. */
-  control: (() => Promise<() => Promise<void>>) | null;
+  /** Starts the control load; the function it gives stops it (and answers its transactions). Null: no control. */
+  control: (() => Promise<() => Promise<number>>) | null;
 }
 
 export interface WeightsResult {
