@@ -13,6 +13,7 @@ import { StreamAuthenticator, toAuthError, type StreamIdentity, type StreamUpgra
 import { START, formatCursor, parseCursor, type Cursor } from './stream-cursor';
 import { CLOSE, clientMessage, type ClientMessage } from './stream.dto';
 import { StreamHub, type StreamClient } from './stream-hub';
+import { RunsRepository } from '../runs/runs.repository';
 import { StreamRepository } from './stream.repository';
 
 export const STREAM_PATH = '/api/v1/stream';
@@ -49,6 +50,7 @@ export class StreamGateway
     private readonly auth: StreamAuthenticator,
     private readonly db: Database,
     private readonly repo: StreamRepository,
+    private readonly runs: RunsRepository,
     private readonly hub: StreamHub,
   ) {}
 
@@ -217,7 +219,7 @@ export class StreamGateway
         }
         const runId = msg.filter.runId;
         // Another tenant's run is indistinguishable from a missing one.
-        if (runId && !(await this.db.withTenant(c.tenantId, (tx) => this.repo.runExists(tx, runId)))) {
+        if (runId && !(await this.db.withTenant(c.tenantId, (tx) => this.runs.runExists(tx, runId)))) {
           this.hub.send(c, { type: 'error', id: msg.id, code: 'RUN_NOT_FOUND', message: 'run not found' });
           return;
         }

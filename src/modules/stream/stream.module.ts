@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { ApplicationConfig, HttpAdapterHost } from '@nestjs/core';
 import type { Server } from 'node:http';
 import { AuthModule } from '../auth/auth.module';
+import { RunsCoreModule } from '../runs/runs.module';
 import { StreamAuthenticator } from './stream-auth';
 import { StreamGateway } from './stream.gateway';
 import { StreamHub } from './stream-hub';
@@ -10,7 +11,7 @@ import { StreamRepository } from './stream.repository';
 
 /** The live run-event stream (`/api/v1/stream`, WebSocket). */
 @Module({
-  imports: [AuthModule],
+  imports: [AuthModule, RunsCoreModule],
   providers: [StreamRepository, StreamHub, StreamAuthenticator, StreamGateway],
   exports: [StreamHub],
 })

@@ -60,16 +60,6 @@ export class StreamRepository {
     return r.rows[0];
   }
 
-  async runExists(tx: TenantTx, runId: string): Promise<boolean> {
-    const row = await tx
-      .selectFrom('run')
-      .select('run_id')
-      .where('tenant_id', '=', tenantOf(tx))
-      .where('run_id', '=', runId)
-      .executeTakeFirst();
-    return row !== undefined;
-  }
-
   /** Of the given tenant tokens, those no longer valid: revoked, unknown, or of a disabled tenant. */
   async invalidTokens(
     db: SystemDb,
