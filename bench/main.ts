@@ -25,7 +25,7 @@ import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 import { runWeights } from './weights-bench';
 import { runExternalWorkersBench, wantsExternalWorkers } from './workers-bench';
-import { cpuMs, Processes, rssMiB, untilAll, type OrdoProcess } from './support-load';
+import { chainDag, cpuMs, diamondDag, Processes, rssMiB, shapeOf, untilAll, type OrdoProcess } from './support-load';
 
 const HELP = `Usage: npm run bench -- [options]
 
@@ -201,29 +201,6 @@ async function startHeapSampling(): Promise<{ stop: () => Promise<void> } | null
     },
   };
 }
-
-function chain(id: string): DagDefinitionInput {
-  return {
-    id,
-    steps: Array.from({ length: 10 }, (_, i) => ({
-      id: `s${String(i + 1).padStart(2, '0')}`,
-      plugin: 'noop',
-      dependsOn: i === 0 ? [] : [`s${String(i).padStart(2, '0')}`],
-    })),
-  };
-}
-function diamond(id: string): DagDefinitionInput {
-  const branches = Array.from({ length: 8 }, (_, i) => `b${i + 1}`);
-  return {
-    id,
-    steps: [
-      { id: 'start', plugin: 'noop' },
-      ...branches.map((b) => ({ id: b, plugin: 'noop', dependsOn: ['start'] })),
-      { id: 'join', plugin: 'noop', dependsOn: branches },
-    ],
-  };
-}
-const shapeOf = (k: number) => (k % 7 < 5 ? 'chain' : 'diamond');
 
 /** What a failed run still has to undo (newest first): its database, embedded server, temporary directory. */
 const cleanups: (() => Promise<unknown> | void)[] = [];
@@ -446,8 +423,8 @@ async function main(): Promise<void> {
       });
     });
   };
-  await publish('bench', chain('chain'));
-  await publish('bench', diamond('diamond'));
+  await publish('bench', chainDag('chain'));
+  await publish('bench', diamondDag('diamond'));
   await publish('bench', fanOutDag('fanout'));
   await publish('busy', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });
   await publish('quiet', { id: 'one', steps: [{ id: 'x', plugin: 'noop' }] });

@@ -357,29 +357,35 @@ export function runsClient(db: LoadDatabase): { runs: RunsService; close(): Prom
   return { runs: new RunsService(database, new RunsRepository(), new DagsRepository()), close: () => database.close() };
 }
 
+/** What each step of a burst shape runs: its plugin and config (a no-op by default). */
+export type ShapeStep = Omit<DagDefinitionInput['steps'][number], 'id' | 'dependsOn'>;
+
 /** The engine benchmark's burst shapes: a 10-step chain and a diamond 1 → 8 → 1. */
-export function chainDag(id: string, length = 10): DagDefinitionInput {
+export function chainDag(id: string, length = 10, step: ShapeStep = { plugin: 'noop' }): DagDefinitionInput {
   return {
     id,
     steps: Array.from({ length }, (_, i) => ({
+      ...step,
       id: `s${String(i + 1).padStart(2, '0')}`,
-      plugin: 'noop',
       dependsOn: i === 0 ? [] : [`s${String(i).padStart(2, '0')}`],
     })),
   };
 }
 
-export function diamondDag(id: string): DagDefinitionInput {
+export function diamondDag(id: string, step: ShapeStep = { plugin: 'noop' }): DagDefinitionInput {
   const branches = Array.from({ length: 8 }, (_, i) => `b${i + 1}`);
   return {
     id,
     steps: [
-      { id: 'start', plugin: 'noop' },
-      ...branches.map((b) => ({ id: b, plugin: 'noop', dependsOn: ['start'] })),
-      { id: 'join', plugin: 'noop', dependsOn: branches },
+      { ...step, id: 'start' },
+      ...branches.map((b) => ({ ...step, id: b, dependsOn: ['start'] })),
+      { ...step, id: 'join', dependsOn: branches },
     ],
   };
 }
+
+/** The burst's mix: 5 chains to 2 diamonds, interleaved. */
+export const shapeOf = (k: number): 'chain' | 'diamond' => (k % 7 < 5 ? 'chain' : 'diamond');
 
 /** Writes a scenario's JSON result; returns the file. */
 export function writeResult(outDir: string, name: string, result: unknown): string {

@@ -3,8 +3,10 @@ import { parseArgs } from 'node:util';
 import { OrdoWorker, type TransportKind } from '../sdk/worker/src';
 import {
   authHeaders,
+  chainDag,
   cleanupOnSignals,
   cpuMs,
+  diamondDag,
   freshDatabase,
   load1,
   log,
@@ -15,6 +17,7 @@ import {
   publishDag,
   round,
   runsClient,
+  shapeOf,
   sleep,
   stats,
   writeResult,
@@ -22,8 +25,10 @@ import {
 } from './support-load';
 
 export const EXT_WORKERS_HELP = `External workers (--only ext-workers): SDK workers (sdk/worker) in child processes against one Ordo
-process (api, worker and scheduler roles, dist/src/main.js), each task a one-step DAG whose queue step runs a no-op handler:
-  throughput  tasks/s through 4 SDK workers, over the WebSocket channel and by long-poll
+process (api, worker and scheduler roles, dist/src/main.js); every step is a queue step whose handler does nothing:
+  throughput  tasks/s through 4 SDK workers, over the WebSocket channel and by long-poll, for each shape of run:
+              one (a one-step DAG per task: a run created and ended per task) and burst (the engine burst's
+              DAGs, 5 chains of 10 to 2 diamonds 1 → 8 → 1: ten tasks a run)
   latency     dispatch latency, task opened (worker_task.created_at) → handler start, and run created → handler start,
               p50/p99 of runs started one at a time, by long-poll and by WebSocket
   idle        transactions/s (pg_stat_database xact_commit delta) of 1,000 idle long-polling workers, beside the same
@@ -31,7 +36,8 @@ process (api, worker and scheduler roles, dist/src/main.js), each task a one-ste
 Options:
   --db <url>                 PostgreSQL server URL (default DATABASE_URL, else embedded)
   --out <dir>                results directory (default bench/results; writes ext-workers-<time>.json)
-  --ext-tasks <n>            throughput: tasks per transport (default 2000)
+  --ext-tasks <n>            throughput: tasks per transport and shape (default 2000)
+  --ext-shapes <list>        throughput: comma list of one,burst (default both)
   --ext-concurrency <n>      throughput: maxConcurrent of each of the 4 workers (default 16)
   --ext-latency-runs <n>     latency: runs per transport (default 200)
   --ext-idle-workers <n>     idle: workers (default 1000)
@@ -135,11 +141,15 @@ async function workerProcess(): Promise<void> {
   process.send!({ type: 'ready' });
 }
 
+type RunShape = 'one' | 'burst';
+
 interface ThroughputRow {
   transport: TransportKind;
+  shape: RunShape;
   tasks: number;
   seconds: number;
   tasksPerS: number;
+  /** Runs that succeeded (all of them, when nothing went wrong). */
   succeeded: number;
   /** Transactions committed in the database per task (pg_stat_database xact_commit). */
   xactPerTask: number;
@@ -176,6 +186,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       db: { type: 'string' },
       out: { type: 'string', default: 'bench/results' },
       'ext-tasks': { type: 'string', default: '2000' },
+      'ext-shapes': { type: 'string', default: 'one,burst' },
       'ext-concurrency': { type: 'string', default: '16' },
       'ext-latency-runs': { type: 'string', default: '200' },
       'ext-idle-workers': { type: 'string', default: '1000' },
@@ -205,10 +216,10 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       );
     const ordo = await procs.start('api,worker,scheduler');
     const creds = procs.credentials();
-    await publishDag(ordo.url, creds, {
-      id: DAG_ID,
-      steps: [{ id: 'work', plugin: 'queue', timeout: '10m', with: { taskType: 'noop', pool: POOL } }],
-    });
+    const queueStep = { plugin: 'queue', timeout: '10m', with: { taskType: 'noop', pool: POOL } };
+    await publishDag(ordo.url, creds, { id: DAG_ID, steps: [{ id: 'work', ...queueStep }] });
+    await publishDag(ordo.url, creds, chainDag('ext-chain', 10, queueStep));
+    await publishDag(ordo.url, creds, diamondDag('ext-diamond', queueStep));
     const minted = await fetch(`${ordo.url}/api/v1/tokens`, {
       method: 'POST',
       headers: authHeaders(creds),
@@ -226,11 +237,12 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       // Their registrations end offline (they left): the next phase starts with none.
     };
     let seq = 0;
-    const create = async (n: number) => {
+    /** Creates `n` runs, of the one-step DAG or of the burst's mix. */
+    const create = async (n: number, shape: RunShape = 'one') => {
       const made: string[] = [];
       for (let i = 0; i < n; i += 500) {
-        const batch = Array.from({ length: Math.min(500, n - i) }, () => ({
-          dagId: DAG_ID,
+        const batch = Array.from({ length: Math.min(500, n - i) }, (_, j) => ({
+          dagId: shape === 'one' ? DAG_ID : `ext-${shapeOf(i + j)}`,
           inputs: {},
           runToken: `ext-${++seq}`,
           requestedBy: 'bench',
@@ -258,7 +270,12 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
 
     // ---- throughput ----
     const throughput: ThroughputRow[] = [];
-    for (const transport of ['websocket', 'long-poll'] as const) {
+    const shapes = values['ext-shapes'].split(',');
+    const unknown = shapes.find((sh) => sh !== 'one' && sh !== 'burst');
+    if (unknown !== undefined) throw new Error(`--ext-shapes: unknown shape ${unknown} (one, burst)`);
+    for (const [shape, transport] of (shapes as RunShape[]).flatMap((sh) =>
+      (['websocket', 'long-poll'] as const).map((t) => [sh, t] as const),
+    )) {
       const gs = [0, 1, 2, 3].map((i) =>
         group({
           count: 1,
@@ -269,7 +286,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         }),
       );
       await Promise.all(gs.map((g) => g.ready));
-      const n = Number(values['ext-tasks']);
+      const runCount = shape === 'one' ? Number(values['ext-tasks']) : Math.round(Number(values['ext-tasks']) / 10);
+      const n = shape === 'one' ? runCount : runCount * 10;
       const cpu = () => ({
         ordo: cpuMs(ordo.pid),
         workers: gs.reduce((sum, g) => sum + cpuMs(g.child.pid!), 0),
@@ -279,7 +297,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       if (statements) await owner.query(`select pg_stat_statements_reset()`);
       const [xact0, cpu0] = [await xactCommitted(), cpu()];
       const t0 = Date.now();
-      const ids = await create(n);
+      const ids = await create(runCount, shape);
       while ((await remaining(ids)) > 0) await sleep(100);
       const end = (
         await owner.query<{ end: Date; ok: number }>(
@@ -294,6 +312,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       const seconds = (end.end.getTime() - t0) / 1000;
       const row: ThroughputRow = {
         transport,
+        shape,
         tasks: n,
         seconds: round(seconds),
         tasksPerS: Math.round(n / seconds),
@@ -304,7 +323,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         pgCpuMsPerTask: cpu1.pg === null || cpu0.pg === null ? null : round((cpu1.pg - cpu0.pg) / n, 3),
       };
       log(
-        `ext-workers throughput ${transport}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()}), ` +
+        `ext-workers throughput ${transport}, ${shape}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()}), ` +
           `${row.xactPerTask} transactions/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
           `PostgreSQL ${row.pgCpuMsPerTask ?? 'not measured (--db)'}`,
       );
@@ -401,11 +420,11 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     const result = { machine: machine(), database: db.embedded ? 'embedded' : 'server', throughput, latency, idle };
     const file = writeResult(values.out, 'ext-workers', result);
     console.log(
-      `\n| transport | tasks | tasks/s | transactions/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|`,
+      `\n| transport | shape | tasks | tasks/s | transactions/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|---|`,
     );
     for (const r of throughput)
       console.log(
-        `| ${r.transport} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
+        `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
       );
     console.log(
       `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|`,
