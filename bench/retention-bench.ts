@@ -13,6 +13,8 @@ export interface RetentionBenchOptions {
   months: number;
   /** Events per run. */
   perRun: number;
+  /** Steps per run, each with an attempt, a logs artifact of its own and the outputs artifact all share (default 10). */
+  stepsPerRun?: number;
   log?: (line: string) => void;
 }
 
@@ -33,6 +35,13 @@ export interface RetentionBenchResult {
   batchRuns: number;
   batchEvents: number;
   batchMs: number;
+  stepsPerRun: number;
+  /** The tenant's steps and attempts when the sweep ran (each read once by it). */
+  sweepSteps: number;
+  /** One sweep of the tenant's artifact candidates (ordo_retention_sweep_artifacts) after the purges. */
+  sweepCandidates: number;
+  sweepArtifacts: number;
+  sweepMs: number;
 }
 
 const MONTH_ZERO = (months: number) => {
@@ -45,7 +54,9 @@ const MONTH_ZERO = (months: number) => {
  * this one, in month partitions (a seed row per month is moved out of the default partition by
  * ordo_partitions_ensure, then the bulk insert routes to the partitions), then the oldest month is
  * dropped (ordo_retention_drop_month) while another connection inserts an event every 2 ms into the
- * current month, then one batch of row-by-row retention in the next month for comparison.
+ * current month, then one batch of row-by-row retention in the next month for comparison, then one
+ * sweep of the artifacts the deleted runs named. Each run has `stepsPerRun` steps, each with an
+ * attempt and a logs artifact of its own; every step names the same outputs artifact.
  */
 export async function runRetentionBench(opts: RetentionBenchOptions): Promise<RetentionBenchResult> {
   const log = opts.log ?? ((l: string) => console.error(l));
@@ -110,7 +121,31 @@ export async function runRetentionBench(opts: RetentionBenchOptions): Promise<Re
         `month ${k + 1}/${opts.months}: ${runsPerMonth * opts.perRun} events in ${((performance.now() - tm) / 1000).toFixed(1)} s`,
       );
     }
-    await owner.query('analyze run; analyze run_event');
+    const stepsPerRun = opts.stepsPerRun ?? 10;
+    const ts = performance.now();
+    await owner.query(
+      `insert into step (tenant_id, run_id, step_id, status, plugin, config, spec, depends_on, topo_index, pending_deps,
+         attempts, epoch, outputs, outputs_hash, logs_hash, queued_at, started_at, finished_at)
+       select 'bench', r.run_id, 's' || k, 'succeeded', 'noop', '{}', '{}', '{}', k, 0, 1, 1, '{}',
+         encode(sha256('{}'::bytea), 'hex'), encode(sha256((r.run_id::text || k)::bytea), 'hex'),
+         r.created_at, r.created_at, r.created_at + interval '1 second'
+       from run r cross join generate_series(1, $1::int) k where r.tenant_id = 'bench'`,
+      [stepsPerRun],
+    );
+    await owner.query(
+      `insert into attempt (tenant_id, run_id, step_id, attempt, created_at, epoch, worker_id, status, lease_expires_at,
+         traceparent, claimed_at, finished_at, outputs_hash, logs_hash)
+       select s.tenant_id, s.run_id, s.step_id, 1, s.started_at, 1, 'w', 'succeeded', s.finished_at, '', s.started_at,
+         s.finished_at, s.outputs_hash, s.logs_hash
+       from step s where s.tenant_id = 'bench'`,
+    );
+    await owner.query(
+      `insert into artifact (tenant_id, sha256, media_type, size, body_bytes)
+       select distinct 'bench', h, 'text/plain', 10, '\\x00'::bytea
+       from step s cross join lateral unnest(array[s.outputs_hash, s.logs_hash]) h where s.tenant_id = 'bench'`,
+    );
+    log(`steps, attempts, artifacts: ${runs * stepsPerRun} each in ${((performance.now() - ts) / 1000).toFixed(1)} s`);
+    await owner.query('analyze run; analyze run_event; analyze step; analyze attempt; analyze artifact');
     const insertSeconds = (performance.now() - t0) / 1000;
     const { rows: total } = await owner.query<{ n: string }>('select count(*) as n from run_event');
     log(`inserted ${runs} runs, ${total[0].n} events in ${insertSeconds.toFixed(1)} s`);
@@ -177,6 +212,18 @@ export async function runRetentionBench(opts: RetentionBenchOptions): Promise<Re
     const deleted = await repo.purge(database.system, policy, batchRuns);
     const batchMs = performance.now() - tb;
     log(`one purge batch: ${deleted} runs, ${deleted * opts.perRun} events in ${batchMs.toFixed(1)} ms`);
+
+    // The sweep of the pass: the candidates of both purges above.
+    const { rows: cand } = await owner.query<{ n: string; steps: string }>(
+      `select set_config('app.tenant_id', 'bench', false), (select count(*) from artifact_candidate) as n,
+         (select count(*) from step) + (select count(*) from attempt) as steps`,
+    );
+    const tw = performance.now();
+    const swept = await repo.sweepArtifacts(database.system, 'bench');
+    const sweepMs = performance.now() - tw;
+    log(
+      `one artifact sweep: ${cand[0].n} candidates, ${swept} artifacts deleted, over ${cand[0].steps} steps and attempts in ${sweepMs.toFixed(1)} ms`,
+    );
     return {
       events: Number(total[0].n),
       months: opts.months,
@@ -190,6 +237,11 @@ export async function runRetentionBench(opts: RetentionBenchOptions): Promise<Re
       batchRuns: deleted,
       batchEvents: deleted * opts.perRun,
       batchMs: Math.round(batchMs * 10) / 10,
+      stepsPerRun,
+      sweepSteps: Number(cand[0].steps),
+      sweepCandidates: Number(cand[0].n),
+      sweepArtifacts: swept,
+      sweepMs: Math.round(sweepMs * 10) / 10,
     };
   } finally {
     await writer.end().catch(() => undefined);
@@ -207,12 +259,13 @@ async function main(): Promise<void> {
       events: { type: 'string', default: '10000000' },
       months: { type: 'string', default: '10' },
       'per-run': { type: 'string', default: '100' },
+      'steps-per-run': { type: 'string', default: '10' },
       help: { type: 'boolean', default: false },
     },
   });
   if (values.help) {
     console.log(
-      'Usage: node dist/bench/retention-bench.js --db URL [--events 10000000] [--months 10] [--per-run 100]\n' +
+      'Usage: node dist/bench/retention-bench.js --db URL [--events 10000000] [--months 10] [--per-run 100] [--steps-per-run 10]\n' +
         '(or npm run bench -- --only retention --db URL)',
     );
     return;
@@ -224,6 +277,7 @@ async function main(): Promise<void> {
     events: Number(values.events),
     months: Number(values.months),
     perRun: Number(values['per-run']),
+    stepsPerRun: Number(values['steps-per-run']),
   });
   console.log(JSON.stringify(r, null, 2));
 }

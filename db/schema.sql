@@ -2408,7 +2408,6 @@ declare
   v_attempts bigint;
   v_spans bigint;
   v_steps bigint;
-  v_artifacts bigint;
 begin
   perform set_config('app.tenant_id', p_tenant, true);
   select array_agg(r.run_id), min(r.created_at) - interval '1 day' into v_ids, v_from
@@ -2451,18 +2450,64 @@ begin
   get diagnostics v_steps = row_count;
   delete from run r where r.tenant_id = p_tenant and r.run_id = any (v_ids);
 
-  delete from artifact f
-  where f.tenant_id = p_tenant and f.sha256 = any (coalesce(v_hashes, '{}'))
-    and not exists (select 1 from step s where s.tenant_id = p_tenant and f.sha256 in (s.outputs_hash, s.logs_hash))
-    and not exists (select 1 from attempt a where a.tenant_id = p_tenant and f.sha256 in (a.outputs_hash, a.logs_hash));
-  get diagnostics v_artifacts = row_count;
+  insert into artifact_candidate (tenant_id, sha256)
+  select p_tenant, h from unnest(coalesce(v_hashes, '{}')) h
+  on conflict do nothing;
 
   insert into retention_log (tenant_id, action, detail)
   values (p_tenant, 'runs_deleted', jsonb_build_object('cutoff', p_cutoff, 'requiresExport', p_requires_export,
-    'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans,
-    'artifacts', v_artifacts));
+    'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans));
   perform set_config('app.tenant_id', '', true);
   return cardinality(v_ids);
+end
+$$;
+
+CREATE FUNCTION public.ordo_retention_sweep_artifacts(p_tenant text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public'
+    AS $$
+declare
+  v_cand text[];
+  v_n integer;
+begin
+  perform set_config('app.tenant_id', p_tenant, true);
+  with c as (
+    delete from artifact_candidate k where k.tenant_id = p_tenant returning k.sha256
+  )
+  select array_agg(c.sha256) into v_cand from c;
+  if v_cand is null then
+    perform set_config('app.tenant_id', '', true);
+    return 0;
+  end if;
+
+  with cand as (
+    select h from unnest(v_cand) h
+  ),
+  named as (
+    select x.h from step s
+    cross join lateral unnest(array[s.outputs_hash, s.logs_hash]) x(h)
+    join cand on cand.h = x.h
+    where s.tenant_id = p_tenant
+    union
+    select x.h from attempt a
+    cross join lateral unnest(array[a.outputs_hash, a.logs_hash]) x(h)
+    join cand on cand.h = x.h
+    where a.tenant_id = p_tenant
+  ),
+  gone as (
+    delete from artifact f
+    using cand
+    where f.tenant_id = p_tenant and f.sha256 = cand.h and cand.h not in (select named.h from named)
+    returning 1
+  )
+  select count(*) into v_n from gone;
+
+  if v_n > 0 then
+    insert into retention_log (tenant_id, action, detail)
+    values (p_tenant, 'artifacts_deleted', jsonb_build_object('artifacts', v_n, 'candidates', cardinality(v_cand)));
+  end if;
+  perform set_config('app.tenant_id', '', true);
+  return v_n;
 end
 $$;
 
@@ -3061,6 +3106,13 @@ ALTER TABLE ONLY public.artifact ALTER COLUMN created_at SET STATISTICS 0;
 
 ALTER TABLE ONLY public.artifact FORCE ROW LEVEL SECURITY;
 
+CREATE TABLE public.artifact_candidate (
+    tenant_id text NOT NULL,
+    sha256 text NOT NULL
+);
+
+ALTER TABLE ONLY public.artifact_candidate FORCE ROW LEVEL SECURITY;
+
 CREATE TABLE public.attempt (
     tenant_id text NOT NULL,
     run_id uuid NOT NULL,
@@ -3374,7 +3426,7 @@ CREATE TABLE public.retention_log (
     at timestamp with time zone DEFAULT now() NOT NULL,
     action text NOT NULL,
     detail jsonb NOT NULL,
-    CONSTRAINT retention_log_action_check CHECK ((action = ANY (ARRAY['runs_deleted'::text, 'partition_dropped'::text])))
+    CONSTRAINT retention_log_action_check CHECK ((action = ANY (ARRAY['runs_deleted'::text, 'partition_dropped'::text, 'artifacts_deleted'::text])))
 );
 
 ALTER TABLE ONLY public.retention_log FORCE ROW LEVEL SECURITY;
@@ -3867,6 +3919,9 @@ ALTER TABLE ONLY public.run_event ALTER COLUMN stream_id SET DEFAULT nextval('pu
 ALTER TABLE ONLY public.api_token
     ADD CONSTRAINT api_token_pk PRIMARY KEY (tenant_id, jti);
 
+ALTER TABLE ONLY public.artifact_candidate
+    ADD CONSTRAINT artifact_candidate_pk PRIMARY KEY (tenant_id, sha256);
+
 ALTER TABLE ONLY public.artifact
     ADD CONSTRAINT artifact_pk PRIMARY KEY (tenant_id, sha256, created_on);
 
@@ -4127,6 +4182,9 @@ CREATE TRIGGER tenant_status_notify AFTER UPDATE OF status ON public.tenant FOR 
 ALTER TABLE ONLY public.api_token
     ADD CONSTRAINT api_token_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
+ALTER TABLE ONLY public.artifact_candidate
+    ADD CONSTRAINT artifact_candidate_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
+
 ALTER TABLE ONLY public.bundle_blob
     ADD CONSTRAINT bundle_blob_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES public.tenant(id);
 
@@ -4233,6 +4291,8 @@ ALTER TABLE public.api_token ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.artifact ENABLE ROW LEVEL SECURITY;
 
+ALTER TABLE public.artifact_candidate ENABLE ROW LEVEL SECURITY;
+
 ALTER TABLE public.attempt ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE public.bundle ENABLE ROW LEVEL SECURITY;
@@ -4292,6 +4352,8 @@ ALTER TABLE public.tenant ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON public.api_token USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.artifact USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
+
+CREATE POLICY tenant_isolation ON public.artifact_candidate USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
 CREATE POLICY tenant_isolation ON public.attempt USING ((tenant_id = public.ordo_current_tenant())) WITH CHECK ((tenant_id = public.ordo_current_tenant()));
 
@@ -4459,6 +4521,9 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.run TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_retention_purge(p_tenant text, p_cutoff timestamp with time zone, p_requires_export boolean, p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_retention_purge(p_tenant text, p_cutoff timestamp with time zone, p_requires_export boolean, p_limit integer) TO ordo_system;
+
+REVOKE ALL ON FUNCTION public.ordo_retention_sweep_artifacts(p_tenant text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_retention_sweep_artifacts(p_tenant text) TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_run_explain(p_tenant text, p_run uuid, p_cap integer, p_shared_cap integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_run_explain(p_tenant text, p_run uuid, p_cap integer, p_shared_cap integer) TO ordo_app;

@@ -1,8 +1,8 @@
 -- One batch of a tenant's retention by rows: deletes up to p_limit of its runs that retention does
 -- not keep (ordo_retention_keeps), oldest first, with everything of theirs (events, attempts,
 -- spans, steps, queue items, signal waits and delivered signals, external worker tasks, dead-letter
--- entries) and the artifacts that no step or attempt of the tenant names any more, and records
--- what it removed in retention_log. Runs another transaction holds are left for a later batch.
+-- entries), notes the artifacts they named as candidates for ordo_retention_sweep_artifacts, and
+-- records what it removed in retention_log. Runs another transaction holds are left for a later batch.
 -- Events are append-only (run_event_append_only): this function is the one place that deletes
 -- them, and says so to the trigger for the statement's transaction only. The rows of the
 -- partitioned tables are found from the batch's oldest run's creation (less a day: a span may start
@@ -26,7 +26,6 @@ declare
   v_attempts bigint;
   v_spans bigint;
   v_steps bigint;
-  v_artifacts bigint;
 begin
   perform set_config('app.tenant_id', p_tenant, true);
   select array_agg(r.run_id), min(r.created_at) - interval '1 day' into v_ids, v_from
@@ -69,16 +68,13 @@ begin
   get diagnostics v_steps = row_count;
   delete from run r where r.tenant_id = p_tenant and r.run_id = any (v_ids);
 
-  delete from artifact f
-  where f.tenant_id = p_tenant and f.sha256 = any (coalesce(v_hashes, '{}'))
-    and not exists (select 1 from step s where s.tenant_id = p_tenant and f.sha256 in (s.outputs_hash, s.logs_hash))
-    and not exists (select 1 from attempt a where a.tenant_id = p_tenant and f.sha256 in (a.outputs_hash, a.logs_hash));
-  get diagnostics v_artifacts = row_count;
+  insert into artifact_candidate (tenant_id, sha256)
+  select p_tenant, h from unnest(coalesce(v_hashes, '{}')) h
+  on conflict do nothing;
 
   insert into retention_log (tenant_id, action, detail)
   values (p_tenant, 'runs_deleted', jsonb_build_object('cutoff', p_cutoff, 'requiresExport', p_requires_export,
-    'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans,
-    'artifacts', v_artifacts));
+    'runs', cardinality(v_ids), 'steps', v_steps, 'events', v_events, 'attempts', v_attempts, 'spans', v_spans));
   perform set_config('app.tenant_id', '', true);
   return cardinality(v_ids);
 end

@@ -13,7 +13,12 @@ import { PlansRepository } from '../../src/modules/plans/plans.repository';
 import { QuotaChecks } from '../../src/modules/plans/quota-checks';
 import { TenantLimits } from '../../src/modules/plans/tenant-limits';
 import { RetentionRepository } from '../../src/modules/retention/retention.repository';
-import { RetentionService, type RetentionPass } from '../../src/modules/retention/retention.service';
+import {
+  MAX_BATCHES_PER_TENANT,
+  RETENTION_BATCH,
+  RetentionService,
+  type RetentionPass,
+} from '../../src/modules/retention/retention.service';
 import { appendEvents, insertRun, insertStepWithAttempt, type FactoryRun } from '../factories/run-events';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -23,10 +28,11 @@ describe('retention by partition and by batches', () => {
   let t: TestDatabase;
   let tmp: string;
   const repo = new RetentionRepository();
-  const service = (requiresExport = false, days?: number) =>
+  const service = (requiresExport = false, days?: number, roles: string[] = []) =>
     new RetentionService(
       {
-        ORDO_ROLES: [],
+        ORDO_ROLES: roles,
+        ORDO_RETENTION_INTERVAL_MS: 3_600_000,
         ORDO_RETENTION_DAYS: days,
         ORDO_RETENTION_REQUIRES_EXPORT: requiresExport,
       } as unknown as OrdoConfig,
@@ -163,6 +169,12 @@ describe('retention by partition and by batches', () => {
     await run('ret-a', new Date(jan.getTime() + 60_000), { logs: 'shared logs' }).then((r) => (expiredShared = r));
     otherTenant = await run('ret-b', jan);
     wholeMonth = await run('ret-a', june2025);
+    // A kept run whose attempt alone names an artifact an expired run's step names too.
+    const attemptOnly = await run('ret-a', new Date(now.getTime() - DAY), { logs: 'named by a kept attempt only' });
+    await sql`update step set logs_hash = null where tenant_id = 'ret-a' and run_id = ${attemptOnly.runId}::uuid`.execute(
+      db,
+    );
+    await run('ret-a', new Date(jan.getTime() + 120_000), { logs: 'named by a kept attempt only' });
   });
   let expiredShared: FactoryRun;
 
@@ -216,7 +228,7 @@ describe('retention by partition and by batches', () => {
     const january = pass.months.find((m) => m.month === '2026-01-01T00:00:00.000Z');
     expect(january).toMatchObject({ dropped: false, heldBy: 'ret-a' });
     expect(await tableExists('run_event_p2026_01')).toBe(true);
-    expect(pass.runsDeleted).toEqual({ 'ret-a': 3 });
+    expect(pass.runsDeleted).toEqual({ 'ret-a': 4 });
   });
 
   it('removes exactly the expired finished runs of the tenant whose plan says so, with their rows', async () => {
@@ -236,6 +248,8 @@ describe('retention by partition and by batches', () => {
     expect(await artifactExists('ret-a', 'only the expired run logs this')).toBe(false);
     expect(await artifactExists('ret-a', `logs of ${wholeMonth.runId}`)).toBe(false);
     expect(await artifactExists('ret-a', 'shared logs')).toBe(true);
+    expect(await artifactExists('ret-a', 'named by a kept attempt only')).toBe(true);
+    expect(pass.artifactsDeleted).toEqual({ 'ret-a': 2 });
     expect(await artifactExists('ret-b', `logs of ${otherTenant.runId}`)).toBe(true);
   });
 
@@ -248,14 +262,15 @@ describe('retention by partition and by batches', () => {
         tenant_id: 'ret-a',
         action: 'runs_deleted',
         detail: expect.objectContaining({
-          runs: 3,
-          steps: 3,
-          events: 6,
-          attempts: 2,
-          spans: 2,
-          artifacts: 2,
+          runs: 4,
+          steps: 4,
+          events: 9,
+          attempts: 3,
+          spans: 3,
         }) as unknown,
       }),
+      // The four hashes the deleted runs' steps and attempts named, two of them still named.
+      { tenant_id: 'ret-a', action: 'artifacts_deleted', detail: { artifacts: 2, candidates: 4 } },
     ]);
   });
 
@@ -310,5 +325,39 @@ describe('retention by partition and by batches', () => {
       await owner.end();
     }
     expect(await chainHolds(otherTenant)).toBe(true);
+  });
+
+  it('catches up without waiting the interval when a tenant has more expired runs than a pass deletes', async () => {
+    const db = t.db.system;
+    await db.insertInto('tenant').values({ id: 'ret-d', name: 'd' }).execute();
+    await db.insertInto('tenant_plan').values({ tenant_id: 'ret-d', plan_id: 'month' }).execute();
+    const perPass = MAX_BATCHES_PER_TENANT * RETENTION_BATCH;
+    const expire = (from: number) =>
+      sql`insert into run (tenant_id, run_id, dag_id, dag_version, content_hash, run_token, inputs, inputs_hash, status,
+          trace_id, requested_by, created_at, started_at, finished_at, steps_total, steps_remaining)
+        select 'ret-d', gen_random_uuid(), 'd', 1, repeat('c', 64), 'tok-d-' || g, '{}', repeat('a', 64), 'succeeded',
+          md5('d' || g), 'test', ${jan}, ${jan}, ${new Date(jan.getTime() + 5000)}, 1, 0
+        from generate_series(${from}::int, ${from + perPass}::int) g`.execute(db);
+    const left = async () =>
+      Number((await sql<{ n: string }>`select count(*) as n from run where tenant_id = 'ret-d'`.execute(db)).rows[0].n);
+    await expire(0);
+    const first = await service().pass(now);
+    expect(first.runsDeleted['ret-d']).toBe(perPass);
+    expect(first.backlog).toEqual(['ret-d']);
+    expect(await left()).toBe(1);
+    const second = await service().pass(now);
+    expect([second.runsDeleted['ret-d'], second.backlog]).toEqual([1, []]);
+
+    // The scheduler's job: its pass at start leaves one run, the next comes a second later, not an hour.
+    await expire(perPass + 1);
+    const scheduled = service(false, undefined, ['scheduler']);
+    scheduled.onApplicationBootstrap();
+    try {
+      const until = Date.now() + 30_000;
+      while ((await left()) > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
+      expect(await left()).toBe(0);
+    } finally {
+      await scheduled.onApplicationShutdown();
+    }
   });
 });

@@ -51,6 +51,11 @@ export interface Artifact {
   tenant_id: string;
 }
 
+export interface ArtifactCandidate {
+  sha256: string;
+  tenant_id: string;
+}
+
 export interface Attempt {
   attempt: number;
   claimed_at: Timestamp;
@@ -619,6 +624,7 @@ export interface WorkerTask {
 export interface DB {
   api_token: ApiToken;
   artifact: Artifact;
+  artifact_candidate: ArtifactCandidate;
   attempt: Attempt;
   bundle: Bundle;
   bundle_blob: BundleBlob;

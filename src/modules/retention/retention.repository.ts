@@ -79,4 +79,13 @@ export class RetentionRepository {
         ${limit}::integer) as n`.execute(db);
     return rows[0].n;
   }
+
+  /**
+   * Deletes the tenant's artifact candidates' artifacts that nothing of the tenant names any more
+   * (ordo_retention_sweep_artifacts); the artifacts deleted.
+   */
+  async sweepArtifacts(db: SystemDb, tenantId: string): Promise<number> {
+    const { rows } = await sql<{ n: number }>`select ordo_retention_sweep_artifacts(${tenantId}) as n`.execute(db);
+    return rows[0].n;
+  }
 }

@@ -9,26 +9,34 @@ export const PARTITION_MONTHS_AHEAD = 3;
 /** Runs one purge transaction deletes. */
 export const RETENTION_BATCH = 200;
 /** Purge batches per tenant per pass: the rest waits for the next pass, so one tenant does not hold the job. */
-const MAX_BATCHES_PER_TENANT = 50;
+export const MAX_BATCHES_PER_TENANT = 50;
+/** The pause before the next pass when a tenant had expired runs left (the pass catches up without waiting the interval). */
+const CATCH_UP_MS = 1_000;
 const DAY_MS = 86_400_000;
 
 export interface RetentionPass {
   partitionsMade: string[];
   months: (MonthDrop & { month: string })[];
   runsDeleted: Record<string, number>;
+  artifactsDeleted: Record<string, number>;
+  /** Tenants whose expired runs outlasted their batches: the next pass comes after CATCH_UP_MS. */
+  backlog: string[];
 }
 
 /**
  * Retention (scheduler role): at start and every ORDO_RETENTION_INTERVAL_MS it makes the month
  * partitions ahead, drops whole ended months no tenant needs any more, then deletes each tenant's
- * expired runs in small batches. A tenant's period is its plan's retentionDays, else
- * ORDO_RETENTION_DAYS; without either its runs are kept. Every replica may run it: purge batches
+ * expired runs in small batches; when a tenant has more than a pass's batches, the next pass comes
+ * a second later, until it caught up. A tenant's period is its plan's retentionDays, else
+ * ORDO_RETENTION_DAYS; without either its runs are kept. The artifacts the deleted runs named are
+ * swept once a tenant's batches are done: those nothing of the tenant names any more go. Every replica may run it: purge batches
  * skip runs another holds, and a month's drop re-checks under its own transaction.
  */
 @Injectable()
 export class RetentionService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly log = new Logger('retention');
   private timer: NodeJS.Timeout | null = null;
+  private catchUp: NodeJS.Timeout | null = null;
   private busy: Promise<unknown> | null = null;
 
   constructor(
@@ -42,6 +50,12 @@ export class RetentionService implements OnApplicationBootstrap, OnApplicationSh
     const tick = () => {
       if (!this.busy)
         this.busy = this.pass()
+          .then((p) => {
+            if (p.backlog.length > 0 && this.timer) {
+              this.catchUp = setTimeout(tick, CATCH_UP_MS);
+              this.catchUp.unref();
+            }
+          })
           .catch((e: unknown) => this.log.error({ err: e }, 'retention pass failed'))
           .finally(() => (this.busy = null));
     };
@@ -52,6 +66,8 @@ export class RetentionService implements OnApplicationBootstrap, OnApplicationSh
 
   async onApplicationShutdown(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    if (this.catchUp) clearTimeout(this.catchUp);
     await this.busy;
   }
 
@@ -72,7 +88,9 @@ export class RetentionService implements OnApplicationBootstrap, OnApplicationSh
     const policies = await this.policies(now);
     const months: RetentionPass['months'] = [];
     const runsDeleted: Record<string, number> = {};
-    if (policies.length === 0) return { partitionsMade, months, runsDeleted };
+    const artifactsDeleted: Record<string, number> = {};
+    const backlog: string[] = [];
+    if (policies.length === 0) return { partitionsMade, months, runsDeleted, artifactsDeleted, backlog };
     for (const month of await this.repo.endedMonths(this.db.system)) {
       const r = await this.repo.dropMonth(this.db.system, month, policies);
       months.push({ ...r, month: month.toISOString() });
@@ -83,16 +101,24 @@ export class RetentionService implements OnApplicationBootstrap, OnApplicationSh
     }
     for (const p of policies) {
       let n = 0;
+      let full = false;
       for (let b = 0; b < MAX_BATCHES_PER_TENANT; b++) {
         const k = await this.repo.purge(this.db.system, p, RETENTION_BATCH);
         n += k;
-        if (k < RETENTION_BATCH) break;
+        full = k === RETENTION_BATCH;
+        if (!full) break;
       }
+      if (full) backlog.push(p.tenantId);
       if (n > 0) {
         runsDeleted[p.tenantId] = n;
         this.log.log({ tenant: p.tenantId, runs: n, cutoff: p.cutoff }, 'deleted expired runs');
       }
+      const a = await this.repo.sweepArtifacts(this.db.system, p.tenantId);
+      if (a > 0) {
+        artifactsDeleted[p.tenantId] = a;
+        this.log.log({ tenant: p.tenantId, artifacts: a }, 'deleted artifacts no run names');
+      }
     }
-    return { partitionsMade, months, runsDeleted };
+    return { partitionsMade, months, runsDeleted, artifactsDeleted, backlog };
   }
 }
