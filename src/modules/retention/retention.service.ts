@@ -26,11 +26,12 @@ export interface RetentionPass {
 /**
  * Retention (scheduler role): at start and every ORDO_RETENTION_INTERVAL_MS it makes the month
  * partitions ahead, drops whole ended months no tenant needs any more, then deletes each tenant's
- * expired runs in small batches; when a tenant has more than a pass's batches, the next pass comes
- * a second later, until it caught up. A tenant's period is its plan's retentionDays, else
- * ORDO_RETENTION_DAYS; without either its runs are kept. The artifacts the deleted runs named are
- * swept once a tenant's batches are done: those nothing of the tenant names any more go. Every replica may run it: purge batches
- * skip runs another holds, and a month's drop re-checks under its own transaction.
+ * expired runs in small batches and sweeps the artifacts they named (those nothing of the tenant
+ * names any more go); when a tenant has more than a pass's batches, the next pass comes a second
+ * later, until it caught up. A tenant's period is its plan's retentionDays, else
+ * ORDO_RETENTION_DAYS; without either its runs are kept. Every replica may run it: purge batches
+ * skip runs another holds, a month's drop re-checks under its own transaction, and a sweep takes
+ * the candidates it deletes.
  */
 @Injectable()
 export class RetentionService implements OnApplicationBootstrap, OnApplicationShutdown {
