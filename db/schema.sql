@@ -4563,6 +4563,8 @@ GRANT UPDATE(last_seen_at) ON TABLE public.api_token TO ordo_system;
 GRANT SELECT,INSERT ON TABLE public.artifact TO ordo_app;
 GRANT SELECT,INSERT ON TABLE public.artifact TO ordo_system;
 
+GRANT SELECT ON TABLE public.artifact_candidate TO ordo_system;
+
 GRANT SELECT,UPDATE ON TABLE public.attempt TO ordo_app;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.attempt TO ordo_system;
 

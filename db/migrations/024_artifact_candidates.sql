@@ -10,6 +10,7 @@ alter table artifact_candidate enable row level security;
 alter table artifact_candidate force row level security;
 create policy tenant_isolation on artifact_candidate using (tenant_id = ordo_current_tenant())
   with check (tenant_id = ordo_current_tenant());
+grant select on table artifact_candidate to ordo_system;
 
 alter table retention_log drop constraint retention_log_action_check;
 alter table retention_log add constraint retention_log_action_check
