@@ -143,6 +143,22 @@ async function workerProcess(): Promise<void> {
 
 type RunShape = 'one' | 'burst';
 
+/** p50, p90 and p99 of each stage of a task, ms (see STAGES). */
+interface TaskStages {
+  readyToClaim: number[];
+  claimToOpen: number[];
+  openToDeliver: number[];
+  deliverToResult: number[];
+}
+
+/** The stages of a task: name, from, to (worker_task t, the step's attempt a). */
+const STAGES: [keyof TaskStages, string, string][] = [
+  ['readyToClaim', 'a.queued_at', 'a.claimed_at'],
+  ['claimToOpen', 'a.claimed_at', 't.created_at'],
+  ['openToDeliver', 't.created_at', 't.delivered_at'],
+  ['deliverToResult', 't.delivered_at', 't.finished_at'],
+];
+
 interface ThroughputRow {
   transport: TransportKind;
   shape: RunShape;
@@ -157,6 +173,8 @@ interface ThroughputRow {
   ordoCpuMsPerTask: number;
   workersCpuMsPerTask: number;
   pgCpuMsPerTask: number | null;
+  /** Where a task's time went: its step ready → claimed by the built-in worker → opened → delivered → its result applied (the transaction's start). */
+  stagesMs?: TaskStages;
 }
 
 interface LatencyRow {
@@ -327,10 +345,27 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
           `${row.xactPerTask} transactions/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
           `PostgreSQL ${row.pgCpuMsPerTask ?? 'not measured (--db)'}`,
       );
+      // Where a task's time went (database clocks): its step ready → claimed by the built-in worker →
+      // its task opened → delivered to a worker → its result's transaction began.
+      const stages = (
+        await owner.query<Record<keyof TaskStages, number[]>>(
+          `select ${STAGES.map(
+            ([name, from, to]) =>
+              `percentile_cont(array[0.5, 0.9, 0.99]) within group (order by extract(epoch from ${to} - ${from}) * 1000) as "${name}"`,
+          ).join(', ')}
+           from worker_task t join attempt a on a.tenant_id = t.tenant_id and a.run_id = t.run_id
+             and a.step_id = t.step_id and a.attempt = t.attempt
+           where t.run_id = any($1::uuid[])`,
+          [ids],
+        )
+      ).rows[0];
+      row.stagesMs = Object.fromEntries(
+        Object.entries(stages).map(([k, v]) => [k, v.map((x) => round(x, 1))]),
+      ) as unknown as TaskStages;
       throughput.push(row);
       if (statements) {
         const top = await owner.query<{ calls: string; ms: string; q: string }>(
-          `select calls::text, round(total_exec_time::numeric, 1)::text ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) q
+          `select calls::text, round(total_exec_time::numeric, 1)::text || ' max ' || round(max_exec_time::numeric, 1)::text ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) q
            from pg_stat_statements order by total_exec_time desc limit 60`,
         );
         for (const r of top.rows) console.log(`  ${r.ms} ms  ${r.calls} calls  ${r.q}`);
@@ -426,6 +461,12 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       console.log(
         `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
       );
+    console.log(
+      `\n| transport | shape | ready → built-in claim ms p50/p90/p99 | claim → opened | opened → delivered | delivered → result applied |\n|---|---|---|---|---|---|`,
+    );
+    for (const r of throughput)
+      if (r.stagesMs)
+        console.log(`| ${r.transport} | ${r.shape} | ${STAGES.map(([k]) => r.stagesMs![k].join(' / ')).join(' | ')} |`);
     console.log(
       `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|`,
     );
