@@ -109,6 +109,10 @@ describe('engine: the one-statement hop', () => {
     await publish('b', chain);
     await publish('a', fan);
     await publish('a', {
+      id: 'pair',
+      steps: ['p1', 'p2', 'p3'].map((id) => ({ id, plugin: 'approval' })),
+    });
+    await publish('a', {
       id: 'gap',
       steps: [
         { id: 's1', plugin: 'noop' },
@@ -120,6 +124,32 @@ describe('engine: the one-statement hop', () => {
   afterAll(async () => {
     await owner.end();
     await t.drop();
+  });
+
+  it('resolves several waiting steps of one run in one statement, their decisions chained one after another', async () => {
+    const run = await runs.createRun('a', { dagId: 'pair', inputs: {}, runToken: 'pair-1', requestedBy: 'me' });
+    const work = await store.cycle([], opts(4));
+    expect(work.map((w) => w.stepId).sort()).toEqual(['p1', 'p2', 'p3']);
+    const wait = (w: ClaimedWork): Completion => ({
+      ...succeeded(w, 'w1'),
+      outcome: { status: 'waiting', wait: { kind: 'approval' }, logs: [] },
+    });
+    expect(await store.advance(work.map(wait), opts(4))).toEqual([]);
+    const ok = await store.withResolve((_tx, _one, resolveAll) =>
+      resolveAll(
+        work.map((w) => ({
+          result: succeeded(w, 'w1', { decided: w.stepId }),
+          decided: { type: 'step.decided', data: { by: w.stepId } },
+        })),
+      ),
+    );
+    expect(ok).toEqual([true, true, true]);
+    expect(await stepStates(run.runId)).toEqual({ p1: 'succeeded', p2: 'succeeded', p3: 'succeeded' });
+    const ev = await events('a', run.runId);
+    expect(ev.filter((e) => e.type === 'step.decided').map((e) => e.stepId)).toEqual(['p1', 'p2', 'p3']);
+    expect(verifyChain(ev)).toEqual({ ok: true });
+    const r = (await owner.query(`select status, event_seq from run where run_id = $1`, [run.runId])).rows[0];
+    expect(r).toEqual({ status: 'succeeded', event_seq: ev.length });
   });
 
   it('runs a chain hop by hop, each successor dispatched to the reporting worker, and ends the run with a verifying chain', async () => {
