@@ -204,12 +204,8 @@ begin
     select row(s.tenant_id, s.run_id, n::integer, 'step.queued', s.step_id, null, 'engine', '{}')::ordo_adv_event
     from unnest(v_steps) with ordinality as s(tenant_id, run_id, step_id, topo_index, claim, n)
   ), p_at);
-  with last as (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  )
   update run r set event_seq = last.seq, event_hash = last.hash
-  from last where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
+  from ordo_event_heads(v_ch) last where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
   return v_ch;
 end
 $$;
@@ -1034,10 +1030,7 @@ begin
   v_ch := ordo_append_events(v_e, v_now);
 
   -- The runs' bookkeeping.
-  with last as (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  ),
+  with last as (select * from ordo_event_heads(v_ch)),
   fin as (
     select e.tenant_id, e.run_id, e.type, e.data from unnest(v_ch) e where e.type in ('run.succeeded', 'run.failed')
   ),
@@ -1786,15 +1779,11 @@ begin
 
   -- The runs' bookkeeping (each run's items were dispatched in queue order: its last one's number
   -- is its highest).
-  with last as (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  )
   update run r set event_seq = last.seq, event_hash = last.hash,
     dispatch_count = greatest(r.dispatch_count, (v_last_dispatch->>(last.tenant_id || '/' || last.run_id::text))::integer),
     status = case when r.status = 'queued' then 'running' else r.status end,
     started_at = coalesce(r.started_at, now())
-  from last
+  from ordo_event_heads(v_ch) last
   where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
   -- The served tenants go to the back of the round. A tenant another claim holds is being served
   -- by it and keeps its place: this claim never waits for another one here.
@@ -1865,7 +1854,7 @@ begin
     row(v_t, v_run, 2, 'step.queued', v_s, v_attempt, 'engine', '{"precondition":true}')::ordo_adv_event
   ] else '{}'::ordo_adv_event[] end, v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
-  from (select distinct on (c.tenant_id, c.run_id) c.* from unnest(v_ch) c order by c.tenant_id, c.run_id, c.seq desc) e
+  from ordo_event_heads(v_ch) e
   where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   return true;
 end
@@ -1901,7 +1890,7 @@ begin
     row(p_tenant, p_run, 1, 'step.queued', p_step, p_attempt + 1, 'engine', '{"retry":' || p_attempt || '}')::ordo_adv_event
   ], v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
-  from unnest(v_ch) e where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+  from ordo_event_heads(v_ch) e where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   return true;
 end
 $$;
@@ -1953,9 +1942,8 @@ begin
       o->'decided'->>'data')::ordo_adv_event
     from jsonb_array_elements(v_ok) o
   ), v_now);
-  -- A run with several decisions gets the last one's head (an UPDATE ... FROM takes one of many rows).
   update run x set event_seq = e.seq, event_hash = e.hash
-  from (select distinct on (c.tenant_id, c.run_id) c.* from unnest(v_ch) c order by c.tenant_id, c.run_id, c.seq desc) e
+  from ordo_event_heads(v_ch) e
   where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   update step s set status = 'running'
   from jsonb_array_elements(v_ok) o
@@ -1994,6 +1982,14 @@ CREATE FUNCTION public.ordo_event_hash(p_prev text, p_run uuid, p_seq integer, p
       || ',"stepId":' || coalesce(to_json(p_step)::text, 'null')
       || ',"type":' || to_json(p_type)::text
       || '}', 'UTF8')), 'hex')
+  $$;
+
+CREATE FUNCTION public.ordo_event_heads(p_ch public.ordo_adv_chained[]) RETURNS TABLE(tenant_id text, run_id uuid, seq integer, hash text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash
+    from unnest(p_ch) e
+    order by e.tenant_id, e.run_id, e.seq desc
   $$;
 
 CREATE FUNCTION public.ordo_events_out(p_ch public.ordo_adv_chained[], p_at timestamp with time zone) RETURNS SETOF jsonb
@@ -2745,10 +2741,7 @@ begin
     from unnest(v_steps) with ordinality as s(tenant_id, run_id, step_id, topo_index, claim, n)
   ), v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
-  from (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  ) e
+  from ordo_event_heads(v_ch) e
   where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   return true;
 end
@@ -4497,6 +4490,10 @@ GRANT ALL ON FUNCTION public.ordo_error_json(p_error jsonb) TO ordo_system;
 REVOKE ALL ON FUNCTION public.ordo_event_hash(p_prev text, p_run uuid, p_seq integer, p_created text, p_type text, p_step text, p_attempt integer, p_actor text, p_data text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_event_hash(p_prev text, p_run uuid, p_seq integer, p_created text, p_type text, p_step text, p_attempt integer, p_actor text, p_data text) TO ordo_system;
 GRANT ALL ON FUNCTION public.ordo_event_hash(p_prev text, p_run uuid, p_seq integer, p_created text, p_type text, p_step text, p_attempt integer, p_actor text, p_data text) TO ordo_app;
+
+REVOKE ALL ON FUNCTION public.ordo_event_heads(p_ch public.ordo_adv_chained[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_event_heads(p_ch public.ordo_adv_chained[]) TO ordo_system;
+GRANT ALL ON FUNCTION public.ordo_event_heads(p_ch public.ordo_adv_chained[]) TO ordo_app;
 
 REVOKE ALL ON FUNCTION public.ordo_events_out(p_ch public.ordo_adv_chained[], p_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_events_out(p_ch public.ordo_adv_chained[], p_at timestamp with time zone) TO ordo_system;

@@ -82,12 +82,8 @@ begin
     select row(s.tenant_id, s.run_id, n::integer, 'step.queued', s.step_id, null, 'engine', '{}')::ordo_adv_event
     from unnest(v_steps) with ordinality as s(tenant_id, run_id, step_id, topo_index, claim, n)
   ), p_at);
-  with last as (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  )
   update run r set event_seq = last.seq, event_hash = last.hash
-  from last where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
+  from ordo_event_heads(v_ch) last where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
   return v_ch;
 end
 $$;

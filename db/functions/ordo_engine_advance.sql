@@ -577,10 +577,7 @@ begin
   v_ch := ordo_append_events(v_e, v_now);
 
   -- The runs' bookkeeping.
-  with last as (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  ),
+  with last as (select * from ordo_event_heads(v_ch)),
   fin as (
     select e.tenant_id, e.run_id, e.type, e.data from unnest(v_ch) e where e.type in ('run.succeeded', 'run.failed')
   ),

@@ -314,15 +314,11 @@ begin
 
   -- The runs' bookkeeping (each run's items were dispatched in queue order: its last one's number
   -- is its highest).
-  with last as (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  )
   update run r set event_seq = last.seq, event_hash = last.hash,
     dispatch_count = greatest(r.dispatch_count, (v_last_dispatch->>(last.tenant_id || '/' || last.run_id::text))::integer),
     status = case when r.status = 'queued' then 'running' else r.status end,
     started_at = coalesce(r.started_at, now())
-  from last
+  from ordo_event_heads(v_ch) last
   where r.tenant_id = last.tenant_id and r.run_id = last.run_id;
   -- The served tenants go to the back of the round. A tenant another claim holds is being served
   -- by it and keeps its place: this claim never waits for another one here.

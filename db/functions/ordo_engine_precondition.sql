@@ -57,7 +57,7 @@ begin
     row(v_t, v_run, 2, 'step.queued', v_s, v_attempt, 'engine', '{"precondition":true}')::ordo_adv_event
   ] else '{}'::ordo_adv_event[] end, v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
-  from (select distinct on (c.tenant_id, c.run_id) c.* from unnest(v_ch) c order by c.tenant_id, c.run_id, c.seq desc) e
+  from ordo_event_heads(v_ch) e
   where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   return true;
 end

@@ -33,7 +33,7 @@ begin
     row(p_tenant, p_run, 1, 'step.queued', p_step, p_attempt + 1, 'engine', '{"retry":' || p_attempt || '}')::ordo_adv_event
   ], v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
-  from unnest(v_ch) e where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
+  from ordo_event_heads(v_ch) e where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   return true;
 end
 $$;

@@ -55,9 +55,8 @@ begin
       o->'decided'->>'data')::ordo_adv_event
     from jsonb_array_elements(v_ok) o
   ), v_now);
-  -- A run with several decisions gets the last one's head (an UPDATE ... FROM takes one of many rows).
   update run x set event_seq = e.seq, event_hash = e.hash
-  from (select distinct on (c.tenant_id, c.run_id) c.* from unnest(v_ch) c order by c.tenant_id, c.run_id, c.seq desc) e
+  from ordo_event_heads(v_ch) e
   where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   update step s set status = 'running'
   from jsonb_array_elements(v_ok) o

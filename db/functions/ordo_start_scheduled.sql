@@ -47,10 +47,7 @@ begin
     from unnest(v_steps) with ordinality as s(tenant_id, run_id, step_id, topo_index, claim, n)
   ), v_now);
   update run x set event_seq = e.seq, event_hash = e.hash
-  from (
-    select distinct on (e.tenant_id, e.run_id) e.tenant_id, e.run_id, e.seq, e.hash from unnest(v_ch) e
-    order by e.tenant_id, e.run_id, e.seq desc
-  ) e
+  from ordo_event_heads(v_ch) e
   where x.tenant_id = e.tenant_id and x.run_id = e.run_id;
   return true;
 end
