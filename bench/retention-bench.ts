@@ -56,7 +56,8 @@ const MONTH_ZERO = (months: number) => {
  * dropped (ordo_retention_drop_month) while another connection inserts an event every 2 ms into the
  * current month, then one batch of row-by-row retention in the next month for comparison, then one
  * sweep of the artifacts the deleted runs named. Each run has `stepsPerRun` steps, each with an
- * attempt and a logs artifact of its own; every step names the same outputs artifact.
+ * attempt and a logs artifact of its own; every step names the same outputs artifact (each stored on
+ * its step's day, as the engine stores them).
  */
 export async function runRetentionBench(opts: RetentionBenchOptions): Promise<RetentionBenchResult> {
   const log = opts.log ?? ((l: string) => console.error(l));
@@ -140,8 +141,8 @@ export async function runRetentionBench(opts: RetentionBenchOptions): Promise<Re
        from step s where s.tenant_id = 'bench'`,
     );
     await owner.query(
-      `insert into artifact (tenant_id, sha256, media_type, size, body_bytes)
-       select distinct 'bench', h, 'text/plain', 10, '\\x00'::bytea
+      `insert into artifact (tenant_id, sha256, created_on, media_type, size, body_bytes)
+       select distinct 'bench', h, s.finished_at::date, 'text/plain', 10, '\\x00'::bytea
        from step s cross join lateral unnest(array[s.outputs_hash, s.logs_hash]) h where s.tenant_id = 'bench'`,
     );
     log(`steps, attempts, artifacts: ${runs * stepsPerRun} each in ${((performance.now() - ts) / 1000).toFixed(1)} s`);

@@ -2492,11 +2492,21 @@ begin
     join cand on cand.h = x.h
     where a.tenant_id = p_tenant
   ),
+  unnamed as (
+    select cand.h from cand where cand.h not in (select named.h from named)
+  ),
   gone as (
     delete from artifact f
-    using cand
-    where f.tenant_id = p_tenant and f.sha256 = cand.h and cand.h not in (select named.h from named)
+    using unnamed
+    where f.tenant_id = p_tenant and f.sha256 = unnamed.h and f.created_on < current_date - 2
     returning 1
+  ),
+  later as (
+    insert into artifact_candidate (tenant_id, sha256)
+    select p_tenant, unnamed.h from unnamed
+    where exists (
+      select 1 from artifact f where f.tenant_id = p_tenant and f.sha256 = unnamed.h and f.created_on >= current_date - 2)
+    on conflict do nothing
   )
   select count(*) into v_n from gone;
 

@@ -5,6 +5,13 @@
 -- writes stay as they are), so the cost is one pass over what the tenant keeps, whatever the number
 -- of candidates. Returns the artifacts deleted. Security definer and bound to the tenant like
 -- ordo_retention_purge.
+--
+-- Only rows made at least two days before the sweep's day are deleted. A writer stores an artifact
+-- with `on conflict do nothing` on (tenant, hash, its own day) and takes no lock on the row it
+-- finds there, so until it commits the step that names the hash nothing shows that the row is in
+-- use: a row of the writer's day is never the sweep's to delete (the two days cover sessions whose
+-- time zones put them on different dates), and a writer that finds no row of its day inserts one.
+-- A candidate whose unnamed hash still has newer rows stays noted for a later pass.
 
 create or replace function ordo_retention_sweep_artifacts(p_tenant text)
   returns integer
@@ -40,11 +47,21 @@ begin
     join cand on cand.h = x.h
     where a.tenant_id = p_tenant
   ),
+  unnamed as (
+    select cand.h from cand where cand.h not in (select named.h from named)
+  ),
   gone as (
     delete from artifact f
-    using cand
-    where f.tenant_id = p_tenant and f.sha256 = cand.h and cand.h not in (select named.h from named)
+    using unnamed
+    where f.tenant_id = p_tenant and f.sha256 = unnamed.h and f.created_on < current_date - 2
     returning 1
+  ),
+  later as (
+    insert into artifact_candidate (tenant_id, sha256)
+    select p_tenant, unnamed.h from unnamed
+    where exists (
+      select 1 from artifact f where f.tenant_id = p_tenant and f.sha256 = unnamed.h and f.created_on >= current_date - 2)
+    on conflict do nothing
   )
   select count(*) into v_n from gone;
 

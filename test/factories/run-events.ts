@@ -117,6 +117,9 @@ export async function insertStepWithAttempt(
         media_type: 'text/plain',
         size: Buffer.byteLength(opts.logs),
         body_bytes: Buffer.from(opts.logs),
+        // Stored on the day of the step it is made for, as the engine stores it.
+        created_on: at.toISOString().slice(0, 10),
+        created_at: at,
       })
       .onConflict((oc) => oc.doNothing())
       .execute();

@@ -113,13 +113,13 @@ describe('retention by partition and by batches', () => {
       ).rows[0].n,
     );
   const runExists = async (r: FactoryRun) => (await count('run', r.tenantId, r.runId)) === 1;
-  const artifactExists = async (tenant: string, body: string) =>
-    Number(
-      (
-        await sql<{ n: string }>`select count(*) as n from artifact where tenant_id = ${tenant}
-          and sha256 = ${createHash('sha256').update(body).digest('hex')}`.execute(t.db.system)
-      ).rows[0].n,
-    ) === 1;
+  /** The days (yyyy-mm-dd) on which a tenant's artifact of these bytes is stored. */
+  const artifactDays = async (tenant: string, body: string) =>
+    (
+      await sql<{ d: string }>`select created_on::text as d from artifact where tenant_id = ${tenant}
+        and sha256 = ${createHash('sha256').update(body).digest('hex')} order by created_on`.execute(t.db.system)
+    ).rows.map((r) => r.d);
+  const artifactExists = async (tenant: string, body: string) => (await artifactDays(tenant, body)).length > 0;
   const partitionOf = async (r: FactoryRun) =>
     (
       await sql<{ p: string }>`select distinct tableoid::regclass::text as p from run_event
@@ -272,6 +272,54 @@ describe('retention by partition and by batches', () => {
       // The four hashes the deleted runs' steps and attempts named, two of them still named.
       { tenant_id: 'ret-a', action: 'artifacts_deleted', detail: { artifacts: 2, candidates: 4 } },
     ]);
+  });
+
+  it('leaves a row of the last two days to a writer that found it, and keeps its candidate for a later pass', async () => {
+    const body = 'logs stored again today';
+    const hash = createHash('sha256').update(body).digest('hex');
+    const today = now.toISOString().slice(0, 10);
+    // An expired run named the bytes in January; today a kept run's step stored them again and
+    // has not named them yet (its step's result is being written).
+    const old = await run('ret-a', jan, { logs: body });
+    const kept = await run('ret-a', now, { logs: body });
+    await sql`update step set logs_hash = null where tenant_id = 'ret-a' and run_id = ${kept.runId}::uuid`.execute(
+      t.db.system,
+    );
+    await sql`update attempt set logs_hash = null where tenant_id = 'ret-a' and run_id = ${kept.runId}::uuid`.execute(
+      t.db.system,
+    );
+    expect(await artifactDays('ret-a', body)).toEqual(['2026-01-15', today]);
+    const policy = { tenantId: 'ret-a', cutoff: new Date(now.getTime() - 30 * DAY), requiresExport: false };
+    expect(await repo.purge(t.db.system, policy, 100)).toBe(1);
+    expect(await runExists(old)).toBe(false);
+
+    // The writer's transaction: its artifact insert finds today's row and locks nothing, then its
+    // step names the hash. The sweep runs on another connection before that commits.
+    let swept = -1;
+    await t.db.system.transaction().execute(async (tx) => {
+      await sql`insert into artifact (tenant_id, sha256, media_type, size, body_bytes)
+        values ('ret-a', ${hash}, 'text/plain', ${Buffer.byteLength(body)}, ${Buffer.from(body)})
+        on conflict do nothing`.execute(tx);
+      await sql`update step set logs_hash = ${hash} where tenant_id = 'ret-a' and run_id = ${kept.runId}::uuid`.execute(
+        tx,
+      );
+      swept = await repo.sweepArtifacts(t.db.system, 'ret-a');
+    });
+    // January's row went; today's, which the committed step now names, stayed.
+    expect(swept).toBe(1);
+    expect(await artifactDays('ret-a', body)).toEqual([today]);
+    const candidates = async () =>
+      (
+        await sql<{ h: string }>`select sha256 as h from artifact_candidate where tenant_id = 'ret-a'`.execute(
+          t.db.system,
+        )
+      ).rows.map((r) => r.h);
+    // The hash was unnamed when the sweep looked and has a recent row: noted again, and the next
+    // pass, which finds it named, lets it go and deletes nothing.
+    expect(await candidates()).toEqual([hash]);
+    expect(await repo.sweepArtifacts(t.db.system, 'ret-a')).toBe(0);
+    expect(await candidates()).toEqual([]);
+    expect(await artifactDays('ret-a', body)).toEqual([today]);
   });
 
   it('holds back a run no export read after it ended when retention requires an export, and removes it once one did', async () => {
