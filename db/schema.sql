@@ -492,6 +492,7 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
+  v_only text := p->>'only';
   v_c ordo_adv_result[];
   v_e ordo_adv_event[] := '{}';
   v_ready ordo_adv_ready[] := '{}';
@@ -806,7 +807,7 @@ begin
         queued_at = case when d.decision = 'ready' then now() else s.queued_at end
       from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
       returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.status, s.reason, d.decision,
-        s.spec->>'concurrency' is null as claimable
+        s.spec->>'concurrency' is null and (v_only is null or s.plugin = v_only) as claimable
     )
     select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, u.claimable)::ordo_adv_ready
         order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'queued'), '{}'),
@@ -1951,8 +1952,8 @@ begin
     and s.step_id = o->'result'->>'step_id';
 
   return query
-    select a.kind, a.item from ordo_engine_advance(jsonb_build_object(
-      'worker', coalesce(v_ok->0->'result'->>'actor', 'engine'), 'leaseMs', 0, 'capacity', 0, 'cap', 0,
+    select a.kind, a.item from ordo_engine_advance(coalesce(p->'handOver', jsonb_build_object(
+      'worker', coalesce(v_ok->0->'result'->>'actor', 'engine'), 'leaseMs', 0, 'capacity', 0, 'cap', 0)) || jsonb_build_object(
       'results', (select jsonb_agg(o->'result') from jsonb_array_elements(v_ok) o),
       'artifacts', coalesce(p->'artifacts', '[]'))) a;
 end

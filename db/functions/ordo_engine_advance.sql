@@ -14,7 +14,7 @@
 --     step that becomes ready is skipped and counts as done for its own dependents), dispatches ready
 --     successors to the reporting worker while it has room and their tenant is under its in-flight cap
 --     (topological order, ties by step id; a step under a concurrency gate always goes through the
---     queue), queues the rest and wakes the workers;
+--     queue; with `only`, only steps of that plugin), queues the rest and wakes the workers;
 --   - ends the runs with no step left (failed if any step failed), with the hash of their steps'
 --     outputs, enters the failed ones of DAGs with `onFailure: deadletter` in their tenant's
 --     dead-letter, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
@@ -39,6 +39,7 @@ declare
   v_worker text := p->>'worker';
   v_lease interval := make_interval(secs => (p->>'leaseMs')::numeric / 1000);
   v_capacity integer := greatest(0, (p->>'capacity')::integer);
+  v_only text := p->>'only';
   v_c ordo_adv_result[];
   v_e ordo_adv_event[] := '{}';
   v_ready ordo_adv_ready[] := '{}';
@@ -353,7 +354,7 @@ begin
         queued_at = case when d.decision = 'ready' then now() else s.queued_at end
       from d where s.tenant_id = d.tenant_id and s.run_id = d.run_id and s.step_id = d.step_id
       returning s.tenant_id, s.run_id, s.step_id, s.topo_index, s.status, s.reason, d.decision,
-        s.spec->>'concurrency' is null as claimable
+        s.spec->>'concurrency' is null and (v_only is null or s.plugin = v_only) as claimable
     )
     select coalesce(array_agg(row(u.tenant_id, u.run_id, u.step_id, u.topo_index, u.claimable)::ordo_adv_ready
         order by u.tenant_id, u.run_id, u.topo_index, u.step_id) filter (where u.status = 'queued'), '{}'),

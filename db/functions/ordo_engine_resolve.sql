@@ -6,7 +6,10 @@
 -- (`decided`: type and data, canonical JSON), in the order given, the steps resume running at their
 -- epoch, and their results (as a worker reports them) are applied together by ordo_engine_advance,
 -- which ends the steps and moves the runs on. Returns what ordo_engine_advance returns, and the
--- refusals; nothing is dispatched to the caller (capacity 0).
+-- refusals. Nothing is dispatched to the caller unless `p` holds `handOver` ({worker, leaseMs,
+-- capacity, cap, sharedCap, only}): then successors that become ready and are steps of plugin
+-- `only` are dispatched to `worker` as a worker's results would have them (the api hands queue
+-- steps over to their tasks in the same transaction).
 
 create or replace function ordo_engine_resolve(p jsonb) returns table (kind text, item jsonb)
   language plpgsql
@@ -64,8 +67,8 @@ begin
     and s.step_id = o->'result'->>'step_id';
 
   return query
-    select a.kind, a.item from ordo_engine_advance(jsonb_build_object(
-      'worker', coalesce(v_ok->0->'result'->>'actor', 'engine'), 'leaseMs', 0, 'capacity', 0, 'cap', 0,
+    select a.kind, a.item from ordo_engine_advance(coalesce(p->'handOver', jsonb_build_object(
+      'worker', coalesce(v_ok->0->'result'->>'actor', 'engine'), 'leaseMs', 0, 'capacity', 0, 'cap', 0)) || jsonb_build_object(
       'results', (select jsonb_agg(o->'result') from jsonb_array_elements(v_ok) o),
       'artifacts', coalesce(p->'artifacts', '[]'))) a;
 end

@@ -275,6 +275,60 @@ describe('external workers', () => {
       expect(malformed.status).toBe(400);
     });
 
+    it("hands a queue step a result makes ready over to its task in that result's transaction, templated from it", async () => {
+      const r = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'relay',
+          steps: [
+            { id: 'first', plugin: 'queue', with: { taskType: 'resize' } },
+            {
+              id: 'second',
+              plugin: 'queue',
+              dependsOn: ['first'],
+              with: { taskType: 'resize', inputs: { w: '${{ steps.first.outputs.width }}' } },
+            },
+          ],
+        },
+      });
+      expect(r.status).toBe(201);
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('relay');
+      const first = await take(w, id);
+      expect(first.stepId).toBe('first');
+      expect((await result(w, id, first, { status: 'succeeded', outputs: { width: 5 } })).status).toBe(200);
+      // Committed with the result: the second step waits for its worker with its task open.
+      const [opened] = await app.ordo.database.withSystem(
+        async (tx) =>
+          (
+            await sql<{ status: string; worker_id: string; task: string }>`
+              select s.status, a.worker_id, t.status as task from step s
+              join attempt a on a.tenant_id = s.tenant_id and a.run_id = s.run_id and a.step_id = s.step_id
+              join worker_task t on t.tenant_id = s.tenant_id and t.run_id = s.run_id and t.step_id = s.step_id
+              where s.run_id = ${runId}::uuid and s.step_id = 'second'`.execute(tx)
+          ).rows,
+      );
+      expect(opened).toMatchObject({ status: 'waiting', worker_id: expect.stringMatching(/:api$/) as unknown });
+      const second = await take(w, id);
+      expect(second).toMatchObject({ runId, stepId: 'second', inputs: { w: 5 } });
+      expect((await result(w, id, second, { status: 'succeeded', outputs: { width: 6 } })).status).toBe(200);
+      const done = await waitForRun(app, as, runId);
+      expect(done.status).toBe('succeeded');
+      // The same record as a step the built-in worker handed back, by this process's hand-over.
+      const events = await runEvents(app, as, runId);
+      const of = (stepId: string) => events.filter((e) => e.stepId === stepId).map((e) => e.type);
+      expect(of('second')).toEqual(of('first'));
+      expect(events.find((e) => e.stepId === 'second' && e.type === 'step.waiting')?.actor).toMatch(/:api$/);
+      expect(of('second')).toEqual([
+        'step.queued',
+        'step.running',
+        'step.waiting',
+        'step.worker_result',
+        'step.succeeded',
+      ]);
+    });
+
     it('fails the step with CONTRACT_VIOLATION when the outputs do not match the output schema', async () => {
       await publish('resize-bad', { with: { taskType: 'resize' } });
       const w = await mint('default');

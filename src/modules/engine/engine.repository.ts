@@ -57,7 +57,12 @@ export interface ArtifactInput {
 /** A waiting step's result, with the event of the decision that produced it (canonical JSON data). */
 export type ResolveInput =
   | { result: ResultInput; artifacts: ArtifactInput[]; decided: { type: string; data: string } }
-  | { items: { result: ResultInput; decided: { type: string; data: string } }[]; artifacts: ArtifactInput[] };
+  | {
+      items: { result: ResultInput; decided: { type: string; data: string } }[];
+      artifacts: ArtifactInput[];
+      /** Successors of plugin `only` dispatched to `worker` (see ordo_engine_resolve). */
+      handOver?: Pick<AdvanceInput, 'worker' | 'leaseMs' | 'capacity' | 'cap' | 'sharedCap' | 'only'>;
+    };
 
 export interface ResultInput {
   tenant_id: string;
@@ -96,6 +101,8 @@ export interface AdvanceInput {
   /** The instance's per-tenant cap of steps in flight, and the shared one while tenants share (see ordo_in_flight_cap). */
   cap: number;
   sharedCap?: number;
+  /** Only steps of this plugin are dispatched to the worker (see ordo_engine_resolve's handOver). */
+  only?: string;
   results: ResultInput[];
   artifacts: ArtifactInput[];
   /** The elements of map steps handed back as waiting in `results` (ordo_map_expand), when there are any. */
@@ -348,7 +355,7 @@ export class EngineRepository {
    * applied, retried, failed or refused; successors dispatched to `worker` (up to `capacity`) or
    * queued; runs ended.
    */
-  async advance(db: SystemDb, p: AdvanceInput): Promise<AdvanceRow[]> {
+  async advance(db: SystemDb | SystemTx, p: AdvanceInput): Promise<AdvanceRow[]> {
     return (await sql<AdvanceRow>`select kind, item from ordo_engine_advance(${JSON.stringify(p)}::jsonb)`.execute(db))
       .rows;
   }

@@ -107,6 +107,16 @@ export interface ClaimOptions {
   receivesRunData?: (plugin: string) => boolean;
 }
 
+/**
+ * Steps of one plugin dispatched by a result transaction to its caller, which runs them to their
+ * results (never throwing) inside that transaction: see EngineStore.withResolve.
+ */
+export interface HandOver {
+  plugin: string;
+  opts: ClaimOptions;
+  run: (work: ClaimedWork[]) => Promise<Completion[]>;
+}
+
 /** A step a worker ran after the step before it succeeded, before that result committed (see `chain`). */
 export interface ChainLink {
   /** Its result, reported at attempt 1 (the epoch is the database's). */
@@ -118,6 +128,33 @@ export interface ChainLink {
 }
 
 const isTemplated = (v: unknown): boolean => JSON.stringify(v).includes('${{');
+
+/** ordo_engine_advance's input for `completions` reported under `opts`, with the maps and tasks they hand back. */
+function advanceInput(completions: Completion[], opts: ClaimOptions): AdvanceInput {
+  const artifacts: ArtifactInput[] = [];
+  const input: AdvanceInput = {
+    worker: opts.workerId,
+    leaseMs: opts.leaseMs,
+    capacity: Math.max(0, opts.capacity),
+    cap: opts.tenantCap,
+    ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
+    results: completions.map((c, n) => resultInput(c, artifacts, n + 1)),
+    artifacts,
+  };
+  const maps = completions.flatMap((c) =>
+    c.outcome.status === 'waiting' && c.outcome.items
+      ? [{ tenant_id: c.tenantId, run_id: c.runId, step_id: c.stepId, epoch: c.epoch, items: c.outcome.items }]
+      : [],
+  );
+  if (maps.length > 0) input.maps = maps;
+  const tasks = completions.flatMap((c) =>
+    c.outcome.status === 'waiting' && c.outcome.wait.kind === 'queue' && c.outcome.data
+      ? [{ tenant_id: c.tenantId, run_id: c.runId, step_id: c.stepId, epoch: c.epoch, task: c.outcome.data }]
+      : [],
+  );
+  if (tasks.length > 0) input.tasks = tasks;
+  return input;
+}
 
 /**
  * The engine's statements. What results do (a batch of them: group commit), what a claim takes,
@@ -256,29 +293,7 @@ export class EngineStore implements OnApplicationShutdown {
       const single = await this.chain(completions[0], [], opts);
       if (single) return single;
     }
-    const artifacts: ArtifactInput[] = [];
-    const input: AdvanceInput = {
-      worker: opts.workerId,
-      leaseMs: opts.leaseMs,
-      capacity: Math.max(0, opts.capacity),
-      cap: opts.tenantCap,
-      ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
-      results: completions.map((c, n) => resultInput(c, artifacts, n + 1)),
-      artifacts,
-    };
-    const maps = completions.flatMap((c) =>
-      c.outcome.status === 'waiting' && c.outcome.items
-        ? [{ tenant_id: c.tenantId, run_id: c.runId, step_id: c.stepId, epoch: c.epoch, items: c.outcome.items }]
-        : [],
-    );
-    if (maps.length > 0) input.maps = maps;
-    const tasks = completions.flatMap((c) =>
-      c.outcome.status === 'waiting' && c.outcome.wait.kind === 'queue' && c.outcome.data
-        ? [{ tenant_id: c.tenantId, run_id: c.runId, step_id: c.stepId, epoch: c.epoch, task: c.outcome.data }]
-        : [],
-    );
-    if (tasks.length > 0) input.tasks = tasks;
-    return this.committedWork(await this.engine.advance(this.sys, input), opts);
+    return this.committedWork(await this.engine.advance(this.sys, advanceInput(completions, opts)), opts);
   }
 
   /** The work of an engine statement that commits on its own, or null when it refused (OR001), having written nothing. */
@@ -368,19 +383,37 @@ export class EngineStore implements OnApplicationShutdown {
     fn: (
       tx: SystemTx,
       resolve: (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>,
-      resolveAll: (items: { result: Completion; decided: { type: string; data: JsonObject } }[]) => Promise<boolean[]>,
+      resolveAll: (
+        items: { result: Completion; decided: { type: string; data: JsonObject } }[],
+        handOver?: HandOver,
+      ) => Promise<boolean[]>,
     ) => Promise<T>,
   ): Promise<T> {
     const done: AdvanceRow[] = [];
-    const resolveAll = async (items: { result: Completion; decided: { type: string; data: JsonObject } }[]) => {
+    const resolveAll = async (
+      items: { result: Completion; decided: { type: string; data: JsonObject } }[],
+      handOver?: HandOver,
+    ) => {
       if (items.length === 0) return [];
       const artifacts: ArtifactInput[] = [];
+      const h = handOver?.opts;
       const rows = await this.engine.resolve(tx!, {
         items: items.map((i, n) => ({
           result: resultInput(i.result, artifacts, n + 1),
           decided: { type: i.decided.type, data: canonicalJson(i.decided.data) },
         })),
         artifacts,
+        ...(handOver &&
+          h && {
+            handOver: {
+              worker: h.workerId,
+              leaseMs: h.leaseMs,
+              capacity: Math.max(0, h.capacity),
+              cap: h.tenantCap,
+              ...(h.sharedCap !== undefined && { sharedCap: h.sharedCap }),
+              only: handOver.plugin,
+            },
+          }),
       });
       const refused = new Set(
         rows
@@ -391,6 +424,15 @@ export class EngineStore implements OnApplicationShutdown {
           }),
       );
       done.push(...rows.filter((r) => (r.kind as string) !== 'refused'));
+      if (handOver) {
+        // The steps dispatched here are made into their tasks and handed back before the commit.
+        const work = this.dispatched(rows, handOver.opts);
+        if (work.length > 0) {
+          if (work.some((w) => w.needsData)) await this.fillTemplateScope(tx!, work);
+          const completions = await handOver.run(work);
+          done.push(...(await this.engine.advance(tx!, advanceInput(completions, { ...handOver.opts, capacity: 0 }))));
+        }
+      }
       return items.map((i) => !refused.has(JSON.stringify([i.result.tenantId, i.result.runId, i.result.stepId])));
     };
     let tx: SystemTx | undefined;

@@ -14,6 +14,7 @@ import { RunBooks } from '../runs/run-book';
 import { RunsRepository } from '../runs/runs.repository';
 import { SecretsService } from '../secrets/secrets.service';
 import type { TaskVerdict } from './reputation';
+import { QueueHandOver } from './queue-hand-over';
 import { ReputationBook } from './reputation-book';
 import { TaskInbox } from './task-inbox';
 import { TaskSchemas } from './task-schemas';
@@ -87,6 +88,7 @@ export class TasksService {
     private readonly directory: WorkerDirectory,
     private readonly liveness: WorkerLiveness,
     private readonly reputation: ReputationBook,
+    private readonly queueSteps: QueueHandOver,
   ) {}
 
   /**
@@ -312,7 +314,11 @@ export class TasksService {
         if (refused !== null) answers.push({ r, answer: refused });
         else open.push({ r, t: t!, applied: this.outcome(r.w, t!, r.body) });
       }
-      const ok = await resolveAll(open.map((o) => ({ result: o.applied.result, decided: o.applied.decided })));
+      // Queue steps these results make ready are handed over to their tasks in this transaction.
+      const ok = await resolveAll(
+        open.map((o) => ({ result: o.applied.result, decided: o.applied.decided })),
+        this.queueSteps.handOver(),
+      );
       const ends: TaskEnd[] = [];
       open.forEach((o, i) => {
         if (!ok[i]) {

@@ -3,6 +3,11 @@ import { AuthModule } from '../auth/auth.module';
 import { EngineStoreModule } from '../engine/engine.module';
 import { RunsCoreModule } from '../runs/runs.module';
 import { SecretsCoreModule } from '../secrets/secrets.module';
+import { ConstraintsService } from '../engine/constraints.service';
+import { PlansCoreModule } from '../plans/plans.module';
+import { PluginsModule } from '../plugins/plugins.module';
+import { SandboxModule } from '../sandbox/sandbox.module';
+import { QueueHandOver } from './queue-hand-over';
 import { ReputationBook } from './reputation-book';
 import { TaskInbox } from './task-inbox';
 import { TasksService } from './tasks.service';
@@ -14,10 +19,22 @@ import { WorkersController } from './workers.controller';
 import { WorkersRepository } from './workers.repository';
 import { WorkersService } from './workers.service';
 
-/** What both sides of the external workers share: their tables and their tasks' ends. */
+/**
+ * What both sides of the external workers share: their tables and their tasks' ends, and the
+ * hand-over of the queue steps their results make ready (a StepExecutor of this process's own).
+ */
 @Module({
-  imports: [EngineStoreModule, RunsCoreModule, SecretsCoreModule],
-  providers: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, ReputationBook, TasksService],
+  imports: [EngineStoreModule, RunsCoreModule, SecretsCoreModule, PluginsModule, SandboxModule, PlansCoreModule],
+  providers: [
+    WorkersRepository,
+    TaskInbox,
+    WorkerDirectory,
+    WorkerLiveness,
+    ReputationBook,
+    TasksService,
+    QueueHandOver,
+    ConstraintsService,
+  ],
   exports: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, ReputationBook, TasksService],
 })
 export class WorkersCoreModule {}

@@ -1,0 +1,59 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import type { OrdoConfig } from '../../core/config/config';
+import { ORDO_CONFIG } from '../../core/config/config.module';
+import { ConstraintsService } from '../engine/constraints.service';
+import type { HandOver } from '../engine/engine.store';
+import { runningStep } from '../engine/running-step';
+import { StepExecutor } from '../engine/step-executor';
+import { SubDagsService } from '../engine/sub-dags.service';
+import { QuotaChecks } from '../plans/quota-checks';
+import { PluginRegistry } from '../plugins/plugin-registry';
+import { SandboxService } from '../sandbox/sandbox.module';
+import { SecretsService } from '../secrets/secrets.service';
+
+/** The plugin whose steps a result's transaction hands over to their tasks. */
+const QUEUE_PLUGIN = 'queue';
+/** Queue steps one result transaction hands over at most (the rest go through the queue). */
+const HAND_OVER_CAPACITY = 64;
+
+/**
+ * Queue steps handed over in the transaction of the results that made them ready: an external
+ * worker's result that readies a `queue` step dispatches it to this process (ordo_engine_resolve
+ * with `handOver`), whose StepExecutor makes its task as a worker would (conditions,
+ * preconditions, templates, sealed secrets; a queue step runs no code of the tenant) and hands it
+ * back as waiting, with its task opened, before the commit. A chain of queue steps so goes from one
+ * external worker to the next without the built-in worker's claim and hand-back transactions.
+ */
+@Injectable()
+export class QueueHandOver {
+  readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}:api`;
+  private readonly executor: StepExecutor;
+
+  constructor(
+    @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
+    plugins: PluginRegistry,
+    secrets: SecretsService,
+    sandbox: SandboxService,
+    constraints: ConstraintsService,
+    subDags: SubDagsService,
+    quotas: QuotaChecks,
+  ) {
+    this.executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags, quotas);
+  }
+
+  /** What a result transaction is given to hand queue steps over (see EngineStore.withResolve). */
+  handOver(): HandOver {
+    return {
+      plugin: QUEUE_PLUGIN,
+      opts: {
+        workerId: this.workerId,
+        capacity: HAND_OVER_CAPACITY,
+        leaseMs: this.config.ORDO_LEASE_TTL_MS,
+        tenantCap: this.config.ORDO_TENANT_MAX_IN_FLIGHT,
+      },
+      run: (work) => Promise.all(work.map((w) => this.executor.execute(runningStep(w)))),
+    };
+  }
+}
