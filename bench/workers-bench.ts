@@ -467,7 +467,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
       );
     console.log(
-      `\n| transport | shape | ready → built-in claim ms p50/p90/p99 | claim → opened | opened → delivered | delivered → result applied |\n|---|---|---|---|---|---|`,
+      `\n| transport | shape | ready → claimed (built-in worker or hand-over) ms p50/p90/p99 | claim → opened | opened → delivered | delivered → result applied |\n|---|---|---|---|---|---|`,
     );
     for (const r of throughput)
       if (r.stagesMs)
