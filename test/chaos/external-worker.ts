@@ -61,7 +61,9 @@ worker.on('registered', (r) => line('registered', { workerId: r.workerId }));
 worker.on('result', ({ task, answer }) =>
   line('result', { attemptId: task.attemptId, runId: task.runId, outcome: answer?.outcome ?? null }),
 );
-worker.on('refused', ({ task, code }) => line('refused', { attemptId: task.attemptId, runId: task.runId, code }));
+worker.on('refused', ({ task, code }) =>
+  line('refused', { attemptId: task.attemptId, runId: task.runId, stepId: task.stepId, code }),
+);
 worker.on('offline', ({ workerId, reason }) => line('offline', { workerId, reason }));
 worker.on('warning', (e) => process.stderr.write(`warning: ${e.message}\n`));
 

@@ -330,7 +330,8 @@ export async function checkWorkerTasks(
       orphaned: orphaned.length,
       workerLost: attempts.filter((a) => a.code === 'WORKER_LOST').length,
       lateRefused: tasks.reduce((n, t) => n + t.late_results, 0),
-      refusedSeen: lines.filter((l) => l.kind === 'refused' && l.code === 'TASK_ORPHANED').length,
+      refusedSeen: lines.filter((l) => l.kind === 'refused' && l.code === 'TASK_ORPHANED' && l.stepId === stepId)
+        .length,
     },
   };
 }

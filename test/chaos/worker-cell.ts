@@ -106,9 +106,13 @@ export class WorkerCell {
   /** Per-id accounting of the cell's queue steps; adds its figures to the notes. */
   async check(db: pg.Client, submitted: Submitted[], ctx: Ctx): Promise<void> {
     const runIds = submitted.filter((s) => s.kind === 'queue' && s.runId).map((s) => s.runId!);
-    const r = await checkWorkerTasks(db, runIds, 'work', this.fleet!.lines());
-    ctx.violations.push(...r.violations);
-    const c = r.counts;
+    const lines = this.fleet!.lines();
+    const c = { steps: 0, orphaned: 0, workerLost: 0, lateRefused: 0, refusedSeen: 0 };
+    for (const stepId of ['work', 'relay']) {
+      const r = await checkWorkerTasks(db, runIds, stepId, lines);
+      ctx.violations.push(...r.violations.map((v) => `${stepId}: ${v}`));
+      for (const k of Object.keys(c) as (keyof typeof c)[]) c[k] += r.counts[k];
+    }
     ctx.notes.push(
       `${c.steps} queue steps; orphaned ${c.orphaned} (${c.workerLost} attempts WORKER_LOST); late results refused ${c.lateRefused} (${c.refusedSeen} seen by the workers)`,
     );

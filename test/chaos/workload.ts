@@ -96,7 +96,8 @@ export const DAGS: Record<Kind, Record<string, unknown>> = {
     inputs: { type: 'object', properties: { k: { type: 'string' } }, required: ['k'] },
     steps: [{ id: 'z', plugin: 'noop', retry, with: { sleepMs: 3_000, output: { k: '${{ inputs.k }}' } } }],
   },
-  // A step handed to an external worker between two noops: the worker cell's runs.
+  // Two steps handed to external workers between two noops: the first claimed by the built-in
+  // worker, the second handed over in the transaction of the first one's result. The worker cell's runs.
   queue: {
     id: 'chaos-queue',
     inputs: { type: 'object', properties: { k: { type: 'string' } }, required: ['k'] },
@@ -111,11 +112,19 @@ export const DAGS: Record<Kind, Record<string, unknown>> = {
         with: { taskType: WORKER_TASK_TYPE, pool: WORKER_POOL, inputs: { k: '${{ steps.first.outputs.k }}' } },
       },
       {
+        id: 'relay',
+        plugin: 'queue',
+        dependsOn: ['work'],
+        timeout: 30_000,
+        retry: { maxRetries: 5, initialDelay: 100 },
+        with: { taskType: WORKER_TASK_TYPE, pool: WORKER_POOL, inputs: { k: '${{ steps.work.outputs.k }}' } },
+      },
+      {
         id: 'last',
         plugin: 'noop',
         retry,
-        dependsOn: ['work'],
-        with: { output: { k: '${{ steps.work.outputs.k }}' } },
+        dependsOn: ['relay'],
+        with: { output: { k: '${{ steps.relay.outputs.k }}' } },
       },
     ],
   },
