@@ -38,11 +38,19 @@ import { WorkerService } from './worker.service';
 })
 export class EngineStoreModule {}
 
-/** The engine's transactions and its graphile-worker jobs (retry timers, webhooks, timeouts, precondition checks); shared by the worker and scheduler roles. */
+/** What a step's run-time constraints do when breached: one service for every StepExecutor of a process. */
 @Module({
   imports: [EngineStoreModule, SandboxModule, RunsCoreModule],
-  providers: [ConstraintsService, PreconditionsService, JobRunnerService],
-  exports: [EngineStoreModule, ConstraintsService],
+  providers: [ConstraintsService],
+  exports: [ConstraintsService],
+})
+export class ConstraintsModule {}
+
+/** The engine's transactions and its graphile-worker jobs (retry timers, webhooks, timeouts, precondition checks); shared by the worker and scheduler roles. */
+@Module({
+  imports: [EngineStoreModule, SandboxModule, RunsCoreModule, ConstraintsModule],
+  providers: [PreconditionsService, JobRunnerService],
+  exports: [EngineStoreModule, ConstraintsModule],
 })
 export class EngineCoreModule {}
 

@@ -1,9 +1,8 @@
 import { Module } from '@nestjs/common';
 import { AuthModule } from '../auth/auth.module';
-import { EngineStoreModule } from '../engine/engine.module';
+import { ConstraintsModule, EngineStoreModule } from '../engine/engine.module';
 import { RunsCoreModule } from '../runs/runs.module';
 import { SecretsCoreModule } from '../secrets/secrets.module';
-import { ConstraintsService } from '../engine/constraints.service';
 import { PlansCoreModule } from '../plans/plans.module';
 import { PluginsModule } from '../plugins/plugins.module';
 import { SandboxModule } from '../sandbox/sandbox.module';
@@ -24,7 +23,15 @@ import { WorkersService } from './workers.service';
  * hand-over of the queue steps their results make ready (a StepExecutor of this process's own).
  */
 @Module({
-  imports: [EngineStoreModule, RunsCoreModule, SecretsCoreModule, PluginsModule, SandboxModule, PlansCoreModule],
+  imports: [
+    EngineStoreModule,
+    ConstraintsModule,
+    RunsCoreModule,
+    SecretsCoreModule,
+    PluginsModule,
+    SandboxModule,
+    PlansCoreModule,
+  ],
   providers: [
     WorkersRepository,
     TaskInbox,
@@ -33,7 +40,6 @@ import { WorkersService } from './workers.service';
     ReputationBook,
     TasksService,
     QueueHandOver,
-    ConstraintsService,
   ],
   exports: [WorkersRepository, TaskInbox, WorkerDirectory, WorkerLiveness, ReputationBook, TasksService],
 })
