@@ -16,6 +16,16 @@ export const WORKER_TASK_TYPE = 'chaos-echo';
 
 const retry = { maxRetries: 20, initialDelay: 100, multiplier: 2, maxDelay: 1_000 };
 
+/** A step for the external workers after step `after`, passing its `k` on. */
+const queueStep = (id: string, after: string) => ({
+  id,
+  plugin: 'queue',
+  dependsOn: [after],
+  timeout: 30_000,
+  retry: { maxRetries: 5, initialDelay: 100 },
+  with: { taskType: WORKER_TASK_TYPE, pool: WORKER_POOL, inputs: { k: `\${{ steps.${after}.outputs.k }}` } },
+});
+
 export const DAGS: Record<Kind, Record<string, unknown>> = {
   chain: {
     id: 'chaos-chain',
@@ -103,22 +113,8 @@ export const DAGS: Record<Kind, Record<string, unknown>> = {
     inputs: { type: 'object', properties: { k: { type: 'string' } }, required: ['k'] },
     steps: [
       { id: 'first', plugin: 'noop', retry, with: { output: { k: '${{ inputs.k }}' } } },
-      {
-        id: 'work',
-        plugin: 'queue',
-        dependsOn: ['first'],
-        timeout: 30_000,
-        retry: { maxRetries: 5, initialDelay: 100 },
-        with: { taskType: WORKER_TASK_TYPE, pool: WORKER_POOL, inputs: { k: '${{ steps.first.outputs.k }}' } },
-      },
-      {
-        id: 'relay',
-        plugin: 'queue',
-        dependsOn: ['work'],
-        timeout: 30_000,
-        retry: { maxRetries: 5, initialDelay: 100 },
-        with: { taskType: WORKER_TASK_TYPE, pool: WORKER_POOL, inputs: { k: '${{ steps.work.outputs.k }}' } },
-      },
+      queueStep('work', 'first'),
+      queueStep('relay', 'work'),
       {
         id: 'last',
         plugin: 'noop',

@@ -133,11 +133,7 @@ const isTemplated = (v: unknown): boolean => JSON.stringify(v).includes('${{');
 function advanceInput(completions: Completion[], opts: ClaimOptions): AdvanceInput {
   const artifacts: ArtifactInput[] = [];
   const input: AdvanceInput = {
-    worker: opts.workerId,
-    leaseMs: opts.leaseMs,
-    capacity: Math.max(0, opts.capacity),
-    cap: opts.tenantCap,
-    ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
+    ...claimInput(opts),
     results: completions.map((c, n) => resultInput(c, artifacts, n + 1)),
     artifacts,
   };
@@ -330,11 +326,7 @@ export class EngineStore implements OnApplicationShutdown {
     if (head.outcome.status !== 'succeeded' || head.outcome.namedStatus !== undefined) return null;
     const artifacts: ArtifactInput[] = [];
     const input: ChainInput = {
-      worker: opts.workerId,
-      leaseMs: opts.leaseMs,
-      capacity: Math.max(0, opts.capacity),
-      cap: opts.tenantCap,
-      ...(opts.sharedCap !== undefined && { sharedCap: opts.sharedCap }),
+      ...claimInput(opts),
       head: resultInput(head, artifacts, 1),
       links: [],
       artifacts,
@@ -396,24 +388,13 @@ export class EngineStore implements OnApplicationShutdown {
     ) => {
       if (items.length === 0) return [];
       const artifacts: ArtifactInput[] = [];
-      const h = handOver?.opts;
       const rows = await this.engine.resolve(tx!, {
         items: items.map((i, n) => ({
           result: resultInput(i.result, artifacts, n + 1),
           decided: { type: i.decided.type, data: canonicalJson(i.decided.data) },
         })),
         artifacts,
-        ...(handOver &&
-          h && {
-            handOver: {
-              worker: h.workerId,
-              leaseMs: h.leaseMs,
-              capacity: Math.max(0, h.capacity),
-              cap: h.tenantCap,
-              ...(h.sharedCap !== undefined && { sharedCap: h.sharedCap }),
-              only: handOver.plugin,
-            },
-          }),
+        ...(handOver && { handOver: { ...claimInput(handOver.opts), only: handOver.plugin } }),
       });
       const refused = new Set(
         rows
@@ -573,7 +554,8 @@ function observeRows(rows: AdvanceRow[]): void {
 /** A claim beside the worker's turn: leaving out the tenants that turn serves, or only for some tenants. */
 export type SideClaimOptions = ClaimOptions & { excludeTenants?: string[]; onlyTenants?: string[] };
 
-function claimInput(opts: ClaimOptions): ClaimInput {
+/** What every engine statement that dispatches is told of its worker: id, lease, room and caps. */
+function claimInput(opts: ClaimOptions): Pick<ClaimInput, 'worker' | 'leaseMs' | 'capacity' | 'cap' | 'sharedCap'> {
   return {
     worker: opts.workerId,
     leaseMs: opts.leaseMs,

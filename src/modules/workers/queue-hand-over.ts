@@ -29,10 +29,11 @@ const HAND_OVER_CAPACITY = 64;
 @Injectable()
 export class QueueHandOver {
   readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}:api`;
-  private readonly executor: StepExecutor;
+  /** What a result transaction is given to hand queue steps over (see EngineStore.withResolve). */
+  readonly handOver: HandOver;
 
   constructor(
-    @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
+    @Inject(ORDO_CONFIG) config: OrdoConfig,
     plugins: PluginRegistry,
     secrets: SecretsService,
     sandbox: SandboxService,
@@ -40,20 +41,16 @@ export class QueueHandOver {
     subDags: SubDagsService,
     quotas: QuotaChecks,
   ) {
-    this.executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags, quotas);
-  }
-
-  /** What a result transaction is given to hand queue steps over (see EngineStore.withResolve). */
-  handOver(): HandOver {
-    return {
+    const executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags, quotas);
+    this.handOver = {
       plugin: QUEUE_PLUGIN,
       opts: {
         workerId: this.workerId,
         capacity: HAND_OVER_CAPACITY,
-        leaseMs: this.config.ORDO_LEASE_TTL_MS,
-        tenantCap: this.config.ORDO_TENANT_MAX_IN_FLIGHT,
+        leaseMs: config.ORDO_LEASE_TTL_MS,
+        tenantCap: config.ORDO_TENANT_MAX_IN_FLIGHT,
       },
-      run: (work) => Promise.all(work.map((w) => this.executor.execute(runningStep(w)))),
+      run: (work) => Promise.all(work.map((w) => executor.execute(runningStep(w)))),
     };
   }
 }

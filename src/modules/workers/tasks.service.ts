@@ -317,7 +317,7 @@ export class TasksService {
       // Queue steps these results make ready are handed over to their tasks in this transaction.
       const ok = await resolveAll(
         open.map((o) => ({ result: o.applied.result, decided: o.applied.decided })),
-        this.queueSteps.handOver(),
+        this.queueSteps.handOver,
       );
       const ends: TaskEnd[] = [];
       open.forEach((o, i) => {
