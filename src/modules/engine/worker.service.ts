@@ -1,6 +1,4 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import { randomBytes } from 'node:crypto';
-import os from 'node:os';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
@@ -20,6 +18,7 @@ import { SideClaims } from './side-claims';
 import { SlotTable } from './slot-table';
 import { abortedCompletion, StepExecutor } from './step-executor';
 import { SubDagsService } from './sub-dags.service';
+import { processWorkerId } from './worker-id';
 import { QuotaChecks } from '../plans/quota-checks';
 
 /** The slow safety poll when no NOTIFY arrives (an idle worker issues one claim query per interval). */
@@ -35,7 +34,7 @@ const IDLE_POLL_MS = 2_000;
  */
 @Injectable()
 export class WorkerService implements OnApplicationBootstrap, OnApplicationShutdown {
-  readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+  readonly workerId = processWorkerId();
   private readonly log = new Logger('worker');
   /** The steps running in this process, by step key (a SlotTable: see there why not a Map). */
   private readonly running = new SlotTable<RunningStep>();

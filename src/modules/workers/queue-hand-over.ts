@@ -1,9 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { randomBytes } from 'node:crypto';
-import os from 'node:os';
 import type { OrdoConfig } from '../../core/config/config';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import { ConstraintsService } from '../engine/constraints.service';
+import { processWorkerId } from '../engine/worker-id';
 import type { HandOver } from '../engine/engine.store';
 import { runningStep } from '../engine/running-step';
 import { StepExecutor } from '../engine/step-executor';
@@ -28,7 +27,7 @@ const HAND_OVER_CAPACITY = 64;
  */
 @Injectable()
 export class QueueHandOver {
-  readonly workerId = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}:api`;
+  readonly workerId = processWorkerId('api');
   /** What a result transaction is given to hand queue steps over (see EngineStore.withResolve). */
   readonly handOver: HandOver;
 
