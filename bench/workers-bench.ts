@@ -365,10 +365,10 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       throughput.push(row);
       if (statements) {
         // Beside the time (which includes waits for locks): the rows, the blocks the statement
-        // dirtied and the WAL it wrote (full-page images among its records).
+        // read (hit or not) and dirtied, and the WAL it wrote (full-page images among its records).
         const top = await owner.query<{ calls: string; ms: string; io: string; q: string }>(
           `select calls::text, round(total_exec_time::numeric, 1)::text || ' max ' || round(max_exec_time::numeric, 1)::text ms,
-             rows || ' rows, ' || shared_blks_dirtied || ' dirtied, ' || wal_records || ' wal (' || wal_fpi || ' fpi, '
+             rows || ' rows, ' || (shared_blks_hit + shared_blks_read) || ' blocks, ' || shared_blks_dirtied || ' dirtied, ' || wal_records || ' wal (' || wal_fpi || ' fpi, '
                || pg_size_pretty(wal_bytes) || ')' io,
              left(regexp_replace(query, '\\s+', ' ', 'g'), 200) q
            from pg_stat_statements order by total_exec_time desc limit 60`,

@@ -218,7 +218,7 @@ declare
   v_table text;
 begin
   foreach v_table in array p_tables loop
-    if v_table = any (array['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact']) then
+    if v_table = any (array['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact', 'worker_task']) then
       execute format('analyze (skip_locked) public.%I', v_table);
     end if;
   end loop;
@@ -516,6 +516,7 @@ declare
   v_all_succeeded boolean;
   v_claim integer := 0;
   v_woken integer;
+  v_live text[] := '{queued,running}';
 begin
   perform set_config('ordo.notify_after_commit', 'on', true);
   v_c := array(
@@ -888,9 +889,12 @@ begin
         '00-' || r.trace_id || '-' || substr(md5(gen_random_uuid()::text), 1, 16) || '-01' as traceparent
       from d join run r on r.tenant_id = d.tenant_id and r.run_id = d.run_id
     ),
+    -- (With `only`, the caller hands the steps back in this transaction: a lease would be inserted
+    -- and deleted unseen, so they take none.)
     l as (
       insert into queue_item (tenant_id, run_id, step_id, state, worker_id, epoch, lease_expires_at)
       select t.tenant_id, t.run_id, t.step_id, 'leased', v_worker, t.epoch, now() + v_lease from t
+      where v_only is null
       returning 1
     ),
     a as (
@@ -947,7 +951,9 @@ begin
     ) k on k.tenant_id = x.tenant_id and x.run_id = k.run_id
     where (x.steps_remaining - k.done <= 0
         or (x.tenant_id, x.run_id) in (select f.tenant_id, f.run_id from unnest(v_ff) f))
-      and x.status in ('queued', 'running')
+      -- (The live states as a variable: a generic plan cannot prove the partial index of active
+      -- runs applies, and reaches each run by its key, however many runs are active.)
+      and x.status = any (v_live)
     order by x.tenant_id, x.run_id
   );
   if cardinality(v_ending) > 0 then
@@ -2920,7 +2926,9 @@ begin
         assigned_at = v_now + make_interval(secs => a.ord / 1000000.0),
         delivered_at = case when a.deliver then v_now end
       from unnest(v_a_task, v_a_worker, v_a_deliver) with ordinality as a(task_id, worker_id, deliver, ord)
-      where t.tenant_id = p_tenant and t.task_id = a.task_id
+      -- (The keys as an array too: whichever side a plan starts from, it reaches the tasks by key,
+      -- never through all of the tenant's.)
+      where t.tenant_id = p_tenant and t.task_id = any (v_a_task) and t.task_id = a.task_id
       returning t.*
     )
     select to_jsonb(u) from u where u.status = 'delivered';
@@ -3911,6 +3919,34 @@ CREATE TABLE public.worker_task (
     CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
     CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
 );
+ALTER TABLE ONLY public.worker_task ALTER COLUMN tenant_id SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN task_id SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN run_id SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN step_id SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN attempt SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN epoch SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN dag_id SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN dag_version SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN pool SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN task_type SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN requires SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN strategy SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN priority SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN inputs SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN inputs_sealed SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN traceparent SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN deadline SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN dispatch_deadline SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN status SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN worker_id SET STATISTICS 10;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN created_at SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN assigned_at SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN delivered_at SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN finished_at SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN end_reason SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN result_digest SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN progress SET STATISTICS 0;
+ALTER TABLE ONLY public.worker_task ALTER COLUMN late_results SET STATISTICS 0;
 
 ALTER TABLE ONLY public.worker_task FORCE ROW LEVEL SECURITY;
 

@@ -13,7 +13,7 @@ declare
   v_table text;
 begin
   foreach v_table in array p_tables loop
-    if v_table = any (array['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact']) then
+    if v_table = any (array['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact', 'worker_task']) then
       execute format('analyze (skip_locked) public.%I', v_table);
     end if;
   end loop;

@@ -14,7 +14,8 @@
 --     step that becomes ready is skipped and counts as done for its own dependents), dispatches ready
 --     successors to the reporting worker while it has room and their tenant is under its in-flight cap
 --     (topological order, ties by step id; a step under a concurrency gate always goes through the
---     queue; with `only`, only steps of that plugin), queues the rest and wakes the workers;
+--     queue; with `only`, only steps of that plugin, which the caller hands back before its commit,
+--     so they take no lease), queues the rest and wakes the workers;
 --   - ends the runs with no step left (failed if any step failed), with the hash of their steps'
 --     outputs, enters the failed ones of DAGs with `onFailure: deadletter` in their tenant's
 --     dead-letter, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
@@ -63,6 +64,7 @@ declare
   v_all_succeeded boolean;
   v_claim integer := 0;
   v_woken integer;
+  v_live text[] := '{queued,running}';
 begin
   perform set_config('ordo.notify_after_commit', 'on', true);
   v_c := array(
@@ -435,9 +437,12 @@ begin
         '00-' || r.trace_id || '-' || substr(md5(gen_random_uuid()::text), 1, 16) || '-01' as traceparent
       from d join run r on r.tenant_id = d.tenant_id and r.run_id = d.run_id
     ),
+    -- (With `only`, the caller hands the steps back in this transaction: a lease would be inserted
+    -- and deleted unseen, so they take none.)
     l as (
       insert into queue_item (tenant_id, run_id, step_id, state, worker_id, epoch, lease_expires_at)
       select t.tenant_id, t.run_id, t.step_id, 'leased', v_worker, t.epoch, now() + v_lease from t
+      where v_only is null
       returning 1
     ),
     a as (
@@ -494,7 +499,9 @@ begin
     ) k on k.tenant_id = x.tenant_id and x.run_id = k.run_id
     where (x.steps_remaining - k.done <= 0
         or (x.tenant_id, x.run_id) in (select f.tenant_id, f.run_id from unnest(v_ff) f))
-      and x.status in ('queued', 'running')
+      -- (The live states as a variable: a generic plan cannot prove the partial index of active
+      -- runs applies, and reaches each run by its key, however many runs are active.)
+      and x.status = any (v_live)
     order by x.tenant_id, x.run_id
   );
   if cardinality(v_ending) > 0 then

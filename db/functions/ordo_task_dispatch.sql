@@ -174,7 +174,9 @@ begin
         assigned_at = v_now + make_interval(secs => a.ord / 1000000.0),
         delivered_at = case when a.deliver then v_now end
       from unnest(v_a_task, v_a_worker, v_a_deliver) with ordinality as a(task_id, worker_id, deliver, ord)
-      where t.tenant_id = p_tenant and t.task_id = a.task_id
+      -- (The keys as an array too: whichever side a plan starts from, it reaches the tasks by key,
+      -- never through all of the tenant's.)
+      where t.tenant_id = p_tenant and t.task_id = any (v_a_task) and t.task_id = a.task_id
       returning t.*
     )
     select to_jsonb(u) from u where u.status = 'delivered';

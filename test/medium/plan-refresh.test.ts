@@ -141,6 +141,33 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     }
   });
 
+  it("watches the external workers' tasks too, and a table of a few hundred rows planned as empty", async () => {
+    await owner.query(`set app.tenant_id = 'ta'`);
+    // 150 pending tasks of the runs above: past twice the floor, far from the thousands a plan made
+    // on the empty table needs before it costs a batch more than its own rows.
+    await owner.query(
+      `insert into worker_task (tenant_id, task_id, run_id, step_id, attempt, epoch, dag_id, dag_version, pool, task_type,
+         traceparent, deadline)
+       select 'ta', gen_random_uuid(), r.run_id, 's', 1, 1, 'd', 1, 'default', 'noop', repeat('0', 55), now() + interval '1 hour'
+       from (select run_id from run where tenant_id = 'ta' limit 150) r`,
+    );
+    await flushStats();
+    const reltuples = async () =>
+      (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'worker_task'`))
+        .rows[0].n;
+    expect(await reltuples()).toBeLessThan(0);
+    const fresh = new PlanRefresh(pool);
+    try {
+      const before = fresh.current();
+      for (let i = 0; i < 5; i++) fresh.current();
+      await fresh.check();
+      expect(fresh.current()).toBe(before + 1);
+      expect(await reltuples()).toBe(150);
+    } finally {
+      fresh.stop();
+    }
+  });
+
   it('does not analyze a table in the middle of a large insert: it waits for the rows to be committed', async () => {
     const reltuples = async () =>
       (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'queue_item'`))

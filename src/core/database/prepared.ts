@@ -3,12 +3,16 @@ import { Kysely, PostgresDialect } from 'kysely';
 import type pg from 'pg';
 import type { DB } from './db.generated';
 
-/** The tables whose growth re-plans the hot statements (the engine's and run creation's). */
-const WATCHED_TABLES = ['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact'];
+/** The tables whose growth re-plans the hot statements (the engine's, run creation's, external workers' tasks). */
+const WATCHED_TABLES = ['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact', 'worker_task'];
 /** How often a busy process compares the watched tables' committed rows with what their statistics say. */
 const CHECK_INTERVAL_MS = 2_000;
-/** Statistics below this many rows count as this many (a table growing from empty re-plans a handful of times, not on every row). */
-const FLOOR_ROWS = 500;
+/**
+ * Statistics below this many rows count as this many (a table growing from empty re-plans a
+ * handful of times, not on every row). Low, because a plan made on the empty table costs a scan of
+ * the tenant's rows per lookup: at a few hundred runs that already dominates a batch's work.
+ */
+const FLOOR_ROWS = 50;
 /** Fewer connections than this taken in an interval is an idle process (its safety polls): no check. */
 const BUSY_USES = 5;
 
@@ -26,7 +30,7 @@ const BUSY_USES = 5;
  * is analyzed (db/functions/ordo_analyze_hot.sql: without statistics a new plan would still guess a
  * tenant's share of the table small), the generation moves on, and each prepared connection runs
  * DISCARD PLANS before its next use. A table growing from empty to a million rows is analyzed and
- * re-planned about a dozen times; an idle process (a few polls) issues no query.
+ * re-planned about fifteen times; an idle process (a few polls) issues no query.
  *
  * Committed rows, not the file's size: a file grows with the rows of transactions still under way,
  * which ANALYZE does not count; analyzed in the middle of a large insert, the queue would come out
