@@ -11,9 +11,7 @@ import { QuotaChecks } from '../plans/quota-checks';
 import { PluginRegistry } from '../plugins/plugin-registry';
 import { SandboxService } from '../sandbox/sandbox.module';
 import { SecretsService } from '../secrets/secrets.service';
-
-/** The plugin whose steps a result's transaction hands over to their tasks. */
-const QUEUE_PLUGIN = 'queue';
+import { QUEUE_STEP_PLUGIN } from './worker-names';
 /** Queue steps one result transaction hands over at most (the rest go through the queue). */
 const HAND_OVER_CAPACITY = 64;
 
@@ -42,7 +40,7 @@ export class QueueHandOver {
   ) {
     const executor = new StepExecutor(this.workerId, plugins, secrets, sandbox, constraints, subDags, quotas);
     this.handOver = {
-      plugin: QUEUE_PLUGIN,
+      plugin: QUEUE_STEP_PLUGIN,
       opts: {
         workerId: this.workerId,
         capacity: HAND_OVER_CAPACITY,
