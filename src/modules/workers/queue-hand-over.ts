@@ -12,6 +12,7 @@ import { PluginRegistry } from '../plugins/plugin-registry';
 import { SandboxService } from '../sandbox/sandbox.module';
 import { SecretsService } from '../secrets/secrets.service';
 import { QUEUE_STEP_PLUGIN } from './worker-names';
+
 /** Queue steps one result transaction hands over at most (the rest go through the queue). */
 const HAND_OVER_CAPACITY = 64;
 
