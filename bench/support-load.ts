@@ -185,16 +185,30 @@ export async function freshDatabase(
     // Traversable, so an embedded server running as the postgres user (when run as root) reaches its data.
     fs.chmodSync(tmp, 0o711);
     const port = 51000 + (process.pid % 3000);
-    embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres' });
+    const logFile = process.env.ORDO_BENCH_PG_LOG;
+    const log = logFile ? (line: string) => fs.appendFileSync(logFile, `${line}\n`) : undefined;
+    embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres', log });
     if (opts.statements) {
-      // pg_stat_statements must be preloaded: set it and restart the server once.
+      // pg_stat_statements must be preloaded: set it and restart the server once. With
+      // ORDO_BENCH_AUTO_EXPLAIN=<duration> auto_explain too: the plans of statements that took longer,
+      // those inside functions included, with their buffers, in the server's log (ORDO_BENCH_PG_LOG).
+      const explainOver = process.env.ORDO_BENCH_AUTO_EXPLAIN;
       const c = pgClient(embedded.ownerUrl);
       await c.connect();
-      await c.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
+      await c.query(
+        `alter system set shared_preload_libraries = ${explainOver ? 'pg_stat_statements, auto_explain' : 'pg_stat_statements'}`,
+      );
       await c.query(`alter system set pg_stat_statements.track_planning = on`);
+      if (explainOver) {
+        if (!/^\d+(us|ms|s)?$/.test(explainOver)) throw new Error(`ORDO_BENCH_AUTO_EXPLAIN: a duration, e.g. 5ms`);
+        await c.query(`alter system set auto_explain.log_min_duration = '${explainOver}'`);
+        for (const setting of ['log_nested_statements', 'log_analyze', 'log_buffers']) {
+          await c.query(`alter system set auto_explain.${setting} = on`);
+        }
+      }
       await c.end();
       await embedded.stop();
-      embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres' });
+      embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres', log });
     }
     serverUrl = embedded.ownerUrl;
   }

@@ -1,7 +1,12 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import pg from 'pg';
+import { Database } from '../../src/core/database/database';
 import { PlanRefresh, preparedKysely } from '../../src/core/database/prepared';
+import { DagsRepository } from '../../src/modules/dags/dags.repository';
+import { RunsRepository } from '../../src/modules/runs/runs.repository';
+import { RunsService } from '../../src/modules/runs/runs.service';
+import { publishDagVersion } from '../support/publish-dag';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 /**
@@ -133,6 +138,35 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     await refresh.check();
     expect(spy).not.toHaveBeenCalled();
     spy.mockRestore();
+  });
+
+  it('has the session that creates a batch of runs publish its row counts as it goes idle, for the next check', async () => {
+    await publishDagVersion(t.db, 'ta', { id: 'batch', steps: [{ id: 'x', plugin: 'noop' }] });
+    // Two creations in a row on a new session, whose first transaction published its counts at
+    // once: without the batch's request, both creations' rows would reach the statistics ten
+    // seconds later.
+    const db = new Database({ app: t.appUrl, system: t.systemUrl }, { poolSize: 2, applicationName: 'ordo:test' });
+    const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
+    const live = async () =>
+      (await owner.query<{ n: number }>(`select pg_stat_get_live_tuples('run'::regclass)::int as n`)).rows[0].n;
+    const create = (n: number, prefix: string) =>
+      runs.createRuns(
+        'ta',
+        Array.from({ length: n }, (_, i) => ({
+          dagId: 'batch',
+          inputs: {},
+          runToken: `${prefix}${i}`,
+          requestedBy: 'me',
+        })),
+      );
+    try {
+      const before = await live();
+      await create(1, 'first-');
+      await create(60, 'batch-');
+      expect(await live()).toBe(before + 61);
+    } finally {
+      await db.close();
+    }
   });
 
   it('analyzes and re-plans at its first check a watched table past the floor that was never analyzed', async () => {

@@ -6,7 +6,7 @@ import type { DB } from './db.generated';
 /** The tables whose growth re-plans the hot statements (the engine's, run creation's, external workers' tasks). */
 const WATCHED_TABLES = ['run', 'step', 'queue_item', 'attempt', 'run_event', 'tenant_queue', 'artifact', 'worker_task'];
 /** How often a busy process compares the watched tables' committed rows with what their statistics say. */
-const CHECK_INTERVAL_MS = 2_000;
+const CHECK_INTERVAL_MS = 1_000;
 /**
  * Statistics below this many rows count as this many (a table growing from empty re-plans a
  * handful of times, not on every row). Low, because a plan made on the empty table costs a scan of
@@ -31,6 +31,10 @@ const BUSY_USES = 5;
  * tenant's share of the table small), the generation moves on, and each prepared connection runs
  * DISCARD PLANS before its next use. A table growing from empty to a million rows is analyzed and
  * re-planned about fifteen times; an idle process (a few polls) issues no query.
+ *
+ * A session publishes its row counts when it goes idle, at most once a second: a session that wrote
+ * again within the second (and then waits) publishes them only ten seconds later. So a batch of many
+ * runs (ordo_create_runs) has its counts published at once, and the next check sees it.
  *
  * Committed rows, not the file's size: a file grows with the rows of transactions still under way,
  * which ANALYZE does not count; analyzed in the middle of a large insert, the queue would come out
