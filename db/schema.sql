@@ -473,11 +473,11 @@ begin
   union all
   select 'quota'::text, qr.value from jsonb_array_elements(v_refused) qr;
 
-  -- A batch past the floor at which the engine's plans are re-made for a grown table (PlanRefresh,
-  -- src/core/database/prepared.ts) has this session's row counts published when it next goes idle,
-  -- not at its next flush (up to ten seconds later for a session then left idle): until the
-  -- statistics see the rows, the engine keeps plans made for an empty table.
-  if jsonb_array_length(p->'runs') >= 50 then
+  -- `publishCounts` (a batch of as many runs as PlanRefresh's floor, src/core/database/prepared.ts):
+  -- this session's row counts are published when it next goes idle, not at its next flush (up to ten
+  -- seconds later for a session then left idle); until the statistics see the rows, the engine keeps
+  -- plans made for an empty table.
+  if (p->>'publishCounts')::boolean then
     perform pg_stat_force_next_flush();
   end if;
 end

@@ -12,7 +12,7 @@ const CHECK_INTERVAL_MS = 1_000;
  * handful of times, not on every row). Low, because a plan made on the empty table costs a scan of
  * the tenant's rows per lookup: at a few hundred runs that already dominates a batch's work.
  */
-const FLOOR_ROWS = 50;
+export const FLOOR_ROWS = 50;
 /** Fewer connections than this taken in an interval is an idle process (its safety polls): no check. */
 const BUSY_USES = 5;
 
@@ -33,8 +33,9 @@ const BUSY_USES = 5;
  * re-planned about fifteen times; an idle process (a few polls) issues no query.
  *
  * A session publishes its row counts when it goes idle, at most once a second: a session that wrote
- * again within the second (and then waits) publishes them only ten seconds later. So a batch of many
- * runs (ordo_create_runs) has its counts published at once, and the next check sees it.
+ * again within the second (and then waits) publishes them only ten seconds later. So a creation of
+ * FLOOR_ROWS runs or more (RunsRepository.createRuns) has its session publish them as it goes idle,
+ * and the next check sees them.
  *
  * Committed rows, not the file's size: a file grows with the rows of transactions still under way,
  * which ANALYZE does not count; analyzed in the middle of a large insert, the queue would come out

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { sql, type Transaction } from 'kysely';
 import type { DB } from '../../core/database/db.generated';
+import { FLOOR_ROWS } from '../../core/database/prepared';
 import {
   isTenantStatement,
   tenantOf,
@@ -261,6 +262,8 @@ export class RunsRepository {
         hash: e.hash,
       })),
       queue: w.queue.map((q) => ({ run_id: q.runId, step_id: q.stepId })),
+      // A batch the engine's plans are re-made for: its rows reach the statistics at once (PlanRefresh).
+      publishCounts: w.runs.length >= FLOOR_ROWS,
     });
     const statement = sql<{ kind: 'created' | 'existing' | 'stale' | 'quota'; item: unknown }>`
       select kind, item from ordo_create_runs(${input}::jsonb)`;
