@@ -25,7 +25,17 @@ import { fanOutDag, mapRow, type MapRow } from './map-bench';
 import { LOAD_HELP, runLoadCli, wantsLoad } from './load-cli';
 import { runWeights } from './weights-bench';
 import { runExternalWorkersBench, wantsExternalWorkers } from './workers-bench';
-import { chainDag, cpuMs, diamondDag, Processes, rssMiB, shapeOf, untilAll, type OrdoProcess } from './support-load';
+import {
+  chainDag,
+  cpuMs,
+  diamondDag,
+  embeddedServerLog,
+  Processes,
+  rssMiB,
+  shapeOf,
+  untilAll,
+  type OrdoProcess,
+} from './support-load';
 
 const HELP = `Usage: npm run bench -- [options]
 
@@ -262,9 +272,7 @@ async function main(): Promise<void> {
     embedded = await startEmbeddedPostgres(path.join(tmp, 'pg'), {
       port: 56000 + (process.pid % 3000),
       database: 'postgres',
-      log: process.env.ORDO_BENCH_PG_LOG
-        ? (line) => fs.appendFileSync(process.env.ORDO_BENCH_PG_LOG!, `${line}\n`)
-        : undefined,
+      log: embeddedServerLog(),
     });
     serverUrl = embedded.ownerUrl;
     const e = embedded;

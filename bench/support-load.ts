@@ -169,6 +169,12 @@ export interface LoadDatabase {
   close(): Promise<void>;
 }
 
+/** Where an embedded server's log lines go: the file ORDO_BENCH_PG_LOG names, else nowhere. */
+export function embeddedServerLog(): ((line: string) => void) | undefined {
+  const file = process.env.ORDO_BENCH_PG_LOG;
+  return file ? (line) => fs.appendFileSync(file, `${line}\n`) : undefined;
+}
+
 /**
  * A fresh, migrated database: on `serverUrl` (DATABASE_URL) when given, else on an embedded
  * PostgreSQL in a temporary directory (durable defaults: fsync and synchronous_commit on).
@@ -185,8 +191,7 @@ export async function freshDatabase(
     // Traversable, so an embedded server running as the postgres user (when run as root) reaches its data.
     fs.chmodSync(tmp, 0o711);
     const port = 51000 + (process.pid % 3000);
-    const logFile = process.env.ORDO_BENCH_PG_LOG;
-    const log = logFile ? (line: string) => fs.appendFileSync(logFile, `${line}\n`) : undefined;
+    const log = embeddedServerLog();
     embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres', log });
     if (opts.statements) {
       // pg_stat_statements must be preloaded: set it and restart the server once. With
