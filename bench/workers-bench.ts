@@ -367,13 +367,26 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         // Beside the time (which includes waits for locks): the rows, the blocks the statement
         // read (hit or not) and dirtied, and the WAL it wrote (full-page images among its records).
         const top = await owner.query<{ calls: string; ms: string; io: string; q: string }>(
-          `select calls::text, round(total_exec_time::numeric, 1)::text || ' max ' || round(max_exec_time::numeric, 1)::text ms,
+          `select calls::text, round(total_exec_time::numeric, 1)::text || ' max ' || round(max_exec_time::numeric, 1)::text
+               || ' ms, planning ' || round(total_plan_time::numeric, 1)::text || ' ms in ' || plans ms,
              rows || ' rows, ' || (shared_blks_hit + shared_blks_read) || ' blocks, ' || shared_blks_dirtied || ' dirtied, ' || wal_records || ' wal (' || wal_fpi || ' fpi, '
                || pg_size_pretty(wal_bytes) || ')' io,
              left(regexp_replace(query, '\\s+', ' ', 'g'), 200) q
            from pg_stat_statements order by total_exec_time desc limit 60`,
         );
-        for (const r of top.rows) console.log(`  ${r.ms} ms  ${r.calls} calls  ${r.io}  ${r.q}`);
+        for (const r of top.rows) console.log(`  ${r.ms}  ${r.calls} calls  ${r.io}  ${r.q}`);
+        // Planning counts the statements inside the functions too (planned when a session first
+        // runs them, or again after an ANALYZE of a table they read); it falls within the top-level
+        // statements' time.
+        const sums = await owner.query<{ exec: string; top: string; all: string; plan: string; plans: string }>(
+          `select round(sum(total_exec_time) filter (where toplevel)::numeric, 1)::text exec,
+             sum(calls) filter (where toplevel)::text top, sum(calls)::text "all",
+             round(sum(total_plan_time)::numeric, 1)::text plan, sum(plans)::text plans from pg_stat_statements`,
+        );
+        const t = sums.rows[0];
+        console.log(
+          `  top-level statements ${t.exec} ms in ${t.top} calls (${t.all} with those inside functions); planning in all ${t.plan} ms (${t.plans} plans)`,
+        );
       }
       await stopAll();
     }

@@ -272,3 +272,55 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     }
   });
 });
+
+describe('prepared handles: a batch of runs compared at once', () => {
+  let t: TestDatabase;
+  let owner: pg.Client;
+
+  beforeAll(async () => {
+    t = await createTestDatabase();
+    owner = new pg.Client({ connectionString: t.ownerUrl });
+    await owner.connect();
+    await owner.query(`insert into tenant (id, name) values ('ta', 'A')`);
+    await publishDagVersion(t.db, 'ta', { id: 'batch', steps: [{ id: 'x', plugin: 'noop' }] });
+  });
+  afterAll(async () => {
+    await owner.end();
+    await t.drop();
+  });
+
+  it('compares the tables as soon as a creation of a batch of runs commits, in the creating process', async () => {
+    const reltuples = async () =>
+      (await owner.query<{ n: number }>(`select reltuples::float8 as n from pg_class where relname = 'run'`)).rows[0].n;
+    // Runs planned as none: the batch below is past twice the floor.
+    await owner.query('analyze run');
+    expect(await reltuples()).toBe(0);
+    const db = new Database({ app: t.appUrl, system: t.systemUrl }, { poolSize: 2, applicationName: 'ordo:test' });
+    const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
+    const create = (n: number, prefix: string) =>
+      runs.createRuns(
+        'ta',
+        Array.from({ length: n }, (_, i) => ({
+          dagId: 'batch',
+          inputs: {},
+          runToken: `${prefix}${i}`,
+          requestedBy: 'me',
+        })),
+      );
+    try {
+      // A run on its own asks for nothing: no comparison.
+      const spy = jest.spyOn(db.systemPool, 'query');
+      await create(1, 'alone-');
+      await db.planRefresh.settled();
+      expect(spy.mock.calls.filter((c) => String(c[0]).includes('pg_stat_get_live_tuples'))).toHaveLength(0);
+      spy.mockRestore();
+      // 120 runs: compared and analyzed once committed, before the interval's check (which this
+      // process, having taken few connections, would skip anyway).
+      await create(120, 'many-');
+      await db.planRefresh.settled();
+      expect(await reltuples()).toBe(121);
+    } finally {
+      await db.close();
+    }
+  });
+});

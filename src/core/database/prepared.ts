@@ -12,7 +12,7 @@ const CHECK_INTERVAL_MS = 1_000;
  * handful of times, not on every row). Low, because a plan made on the empty table costs a scan of
  * the tenant's rows per lookup: at a few hundred runs that already dominates a batch's work.
  */
-export const FLOOR_ROWS = 50;
+const FLOOR_ROWS = 50;
 /** Fewer connections than this taken in an interval is an idle process (its safety polls): no check. */
 const BUSY_USES = 5;
 
@@ -35,7 +35,7 @@ const BUSY_USES = 5;
  * A session publishes its row counts when it goes idle, at most once a second: a session that wrote
  * again within the second (and then waits) publishes them only ten seconds later. So a creation of
  * FLOOR_ROWS runs or more (RunsRepository.createRuns) has its session publish them as it goes idle,
- * and the next check sees them.
+ * and its process compares the tables as soon as it has committed (committedRuns).
  *
  * Committed rows, not the file's size: a file grows with the rows of transactions still under way,
  * which ANALYZE does not count; analyzed in the middle of a large insert, the queue would come out
@@ -47,7 +47,9 @@ const BUSY_USES = 5;
 export class PlanRefresh {
   private generation = 0;
   private uses = 0;
-  private checking = false;
+  /** The comparisons asked for, one after another, and how many of them have not ended. */
+  private chain: Promise<void> = Promise.resolve();
+  private pending = 0;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(private readonly pool: pg.Pool) {}
@@ -67,36 +69,75 @@ export class PlanRefresh {
     this.timer = null;
   }
 
-  /** Compares the watched tables' committed rows with their statistics (exported for tests). */
-  async check(): Promise<void> {
-    if (this.uses < BUSY_USES || this.checking) return;
+  /** The interval's check: in a busy process, unless a comparison is under way (exported for tests). */
+  check(): Promise<void> {
+    if (this.uses < BUSY_USES || this.pending > 0) return Promise.resolve();
     this.uses = 0;
-    this.checking = true;
-    try {
-      const { rows } = await this.pool.query<{ live: string; planned: number }>(
-        // A partitioned table's rows are its partitions' (the statistics collector counts leaves only).
-        `select coalesce(case when p.relkind = 'p'
-                  then (select sum(pg_stat_get_live_tuples(i.inhrelid)) from pg_inherits i where i.inhparent = p.oid)
-                  else pg_stat_get_live_tuples(p.oid) end, 0) as live,
-                coalesce(p.reltuples, -1)::float8 as planned
-         from unnest($1::text[]) with ordinality as u(t, n) left join pg_class p on p.oid = to_regclass(u.t)
-         order by u.n`,
-        [WATCHED_TABLES],
-      );
-      const changed = WATCHED_TABLES.filter(
-        (_, i) => Number(rows[i].live) >= 2 * Math.max(FLOOR_ROWS, Number(rows[i].planned)),
-      );
-      if (changed.length > 0) {
-        // Statistics first, so that the new plans see how the rows are spread (not only how many).
-        await this.pool.query('select ordo_analyze_hot($1::text[])', [changed]).catch(() => undefined);
-        this.generation += 1;
+    return this.compare();
+  }
+
+  /**
+   * A creation of `runs` runs has committed. A batch whose session publishes its counts at once
+   * (`publishesCounts`) is compared now, busy process or not, after any comparison under way
+   * (which may have read the counts before the commit): a first batch on a fresh database would
+   * otherwise run on the empty tables' plans until the next interval.
+   */
+  committedRuns(runs: number): Promise<void> {
+    return publishesCounts(runs) ? this.compare() : Promise.resolve();
+  }
+
+  /** When the comparisons asked for so far have ended. */
+  settled(): Promise<void> {
+    return this.chain;
+  }
+
+  /**
+   * Compares the watched tables' committed rows with their statistics, after those asked for
+   * before; one already waiting its turn (not started) stands for this one too.
+   */
+  private compare(): Promise<void> {
+    if (this.pending >= 2) return this.chain;
+    this.pending += 1;
+    this.chain = this.chain.then(async () => {
+      try {
+        await this.analyzeChanged();
+      } catch {
+        // The next check tries again (the database may be restarting).
+      } finally {
+        this.pending -= 1;
       }
-    } catch {
-      // The next check tries again (the database may be restarting).
-    } finally {
-      this.checking = false;
+    });
+    return this.chain;
+  }
+
+  private async analyzeChanged(): Promise<void> {
+    const { rows } = await this.pool.query<{ live: string; planned: number }>(
+      // A partitioned table's rows are its partitions' (the statistics collector counts leaves only).
+      `select coalesce(case when p.relkind = 'p'
+                then (select sum(pg_stat_get_live_tuples(i.inhrelid)) from pg_inherits i where i.inhparent = p.oid)
+                else pg_stat_get_live_tuples(p.oid) end, 0) as live,
+              coalesce(p.reltuples, -1)::float8 as planned
+       from unnest($1::text[]) with ordinality as u(t, n) left join pg_class p on p.oid = to_regclass(u.t)
+       order by u.n`,
+      [WATCHED_TABLES],
+    );
+    const changed = WATCHED_TABLES.filter(
+      (_, i) => Number(rows[i].live) >= 2 * Math.max(FLOOR_ROWS, Number(rows[i].planned)),
+    );
+    if (changed.length > 0) {
+      // Statistics first, so that the new plans see how the rows are spread (not only how many).
+      await this.pool.query('select ordo_analyze_hot($1::text[])', [changed]).catch(() => undefined);
+      this.generation += 1;
     }
   }
+}
+
+/**
+ * Whether a creation of `runs` runs has its session publish its row counts as it goes idle
+ * (RunsRepository.createRuns), to be compared at once (PlanRefresh.committedRuns).
+ */
+export function publishesCounts(runs: number): boolean {
+  return runs >= FLOOR_ROWS;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { sql, type Transaction } from 'kysely';
 import type { DB } from '../../core/database/db.generated';
-import { FLOOR_ROWS } from '../../core/database/prepared';
+import { publishesCounts } from '../../core/database/prepared';
 import {
   isTenantStatement,
   tenantOf,
@@ -263,7 +263,7 @@ export class RunsRepository {
       })),
       queue: w.queue.map((q) => ({ run_id: q.runId, step_id: q.stepId })),
       // A batch the engine's plans are re-made for: its rows reach the statistics at once (PlanRefresh).
-      publishCounts: w.runs.length >= FLOOR_ROWS,
+      publishCounts: publishesCounts(w.runs.length),
     });
     const statement = sql<{ kind: 'created' | 'existing' | 'stale' | 'quota'; item: unknown }>`
       select kind, item from ordo_create_runs(${input}::jsonb)`;

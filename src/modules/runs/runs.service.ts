@@ -122,9 +122,11 @@ export class RunsService {
    */
   async createRuns(tenantId: string, reqs: CreateRunRequest[]): Promise<CreateRunResult[]> {
     reqs.forEach(checkSchedule);
-    return takeRuns(this.runRate, tenantId, reqs.length, () =>
+    const out = await takeRuns(this.runRate, tenantId, reqs.length, () =>
       this.db.withTenant(tenantId, (tx) => this.createdInTx(tx, tenantId, reqs, {}, true)),
     );
+    void this.db.planRefresh.committedRuns(out.filter((r) => r.created).length);
+    return out;
   }
 
   /**
@@ -138,13 +140,15 @@ export class RunsService {
       // are counted in a transaction): one statement, committed on its own. A version that changed
       // meanwhile writes nothing, and the transaction below resolves it again.
       const known = this.versions.known(tenantId, reqs);
+      let out: CreateOutcome[] | null = null;
       if (known) {
         const h = tenantStatement(this.prepared.handle, tenantId);
-        const out = await this.write(h, tenantId, reqs, known, new Map(), {}, false);
-        if (out) return out;
-        this.versions.forget(tenantId, reqs);
+        out = await this.write(h, tenantId, reqs, known, new Map(), {}, false);
+        if (!out) this.versions.forget(tenantId, reqs);
       }
-      return await this.prepared.withTenant(tenantId, (tx) => this.createInTx(tx, tenantId, reqs, {}, false));
+      out ??= await this.prepared.withTenant(tenantId, (tx) => this.createInTx(tx, tenantId, reqs, {}, false));
+      void this.db.planRefresh.committedRuns(out.filter((o) => 'result' in o && o.result.created).length);
+      return out;
     } catch (e) {
       if (reqs.length === 1) return [{ error: e }];
       return Promise.all(reqs.map(async (r) => (await this.createEach(tenantId, [r]))[0]));
