@@ -319,6 +319,19 @@ describe('prepared handles: a batch of runs compared at once', () => {
       await create(120, 'many-');
       await db.planRefresh.settled();
       expect(await reltuples()).toBe(121);
+      // A batch that cannot have doubled the table as now planned waits for the interval: a steady
+      // stream of creations adds no comparisons. One as large as the table is compared again.
+      const compared = jest.spyOn(db.systemPool, 'query');
+      const comparisons = () =>
+        compared.mock.calls.filter((c) => String(c[0]).includes('pg_stat_get_live_tuples')).length;
+      await create(60, 'more-');
+      await db.planRefresh.settled();
+      expect(comparisons()).toBe(0);
+      await create(130, 'doubling-');
+      await db.planRefresh.settled();
+      expect(comparisons()).toBe(1);
+      expect(await reltuples()).toBe(311);
+      compared.mockRestore();
     } finally {
       await db.close();
     }

@@ -50,6 +50,8 @@ export class PlanRefresh {
   /** The comparisons asked for, one after another, and how many of them have not ended. */
   private chain: Promise<void> = Promise.resolve();
   private pending = 0;
+  /** The rows the planner was last seen to count in `run` (negative: not seen yet). */
+  private plannedRuns = -1;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(private readonly pool: pg.Pool) {}
@@ -78,12 +80,15 @@ export class PlanRefresh {
 
   /**
    * A creation of `runs` runs has committed. A batch whose session publishes its counts at once
-   * (`publishesCounts`) is compared now, busy process or not, after any comparison under way
-   * (which may have read the counts before the commit): a first batch on a fresh database would
-   * otherwise run on the empty tables' plans until the next interval.
+   * (`publishesCounts`) and that may have doubled `run` as the planner last counted it is compared
+   * now, busy process or not, after any comparison under way (which may have read the counts
+   * before the commit): a first batch on a fresh database would otherwise run on the empty
+   * tables' plans until the next interval. Smaller batches into a larger table wait for the
+   * interval, so a steady stream of creations adds no comparisons.
    */
   committedRuns(runs: number): Promise<void> {
-    return publishesCounts(runs) ? this.compare() : Promise.resolve();
+    if (!publishesCounts(runs) || (this.plannedRuns >= 0 && runs < this.plannedRuns)) return Promise.resolve();
+    return this.compare();
   }
 
   /** When the comparisons asked for so far have ended. */
@@ -124,6 +129,8 @@ export class PlanRefresh {
     const changed = WATCHED_TABLES.filter(
       (_, i) => Number(rows[i].live) >= 2 * Math.max(FLOOR_ROWS, Number(rows[i].planned)),
     );
+    const run = WATCHED_TABLES.indexOf('run');
+    this.plannedRuns = changed.includes('run') ? Number(rows[run].live) : Number(rows[run].planned);
     if (changed.length > 0) {
       // Statistics first, so that the new plans see how the rows are spread (not only how many).
       await this.pool.query('select ordo_analyze_hot($1::text[])', [changed]).catch(() => undefined);
