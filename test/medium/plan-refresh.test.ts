@@ -145,20 +145,9 @@ describe('prepared handles: plans re-made as the hot tables grow', () => {
     // Two creations in a row on a new session, whose first transaction published its counts at
     // once: without the batch's request, both creations' rows would reach the statistics ten
     // seconds later.
-    const db = new Database({ app: t.appUrl, system: t.systemUrl }, { poolSize: 2, applicationName: 'ordo:test' });
-    const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
+    const { db, create } = creator(t);
     const live = async () =>
       (await owner.query<{ n: number }>(`select pg_stat_get_live_tuples('run'::regclass)::int as n`)).rows[0].n;
-    const create = (n: number, prefix: string) =>
-      runs.createRuns(
-        'ta',
-        Array.from({ length: n }, (_, i) => ({
-          dagId: 'batch',
-          inputs: {},
-          runToken: `${prefix}${i}`,
-          requestedBy: 'me',
-        })),
-      );
     try {
       const before = await live();
       await create(1, 'first-');
@@ -295,45 +284,49 @@ describe('prepared handles: a batch of runs compared at once', () => {
     // Runs planned as none: the batch below is past twice the floor.
     await owner.query('analyze run');
     expect(await reltuples()).toBe(0);
-    const db = new Database({ app: t.appUrl, system: t.systemUrl }, { poolSize: 2, applicationName: 'ordo:test' });
-    const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
-    const create = (n: number, prefix: string) =>
-      runs.createRuns(
-        'ta',
-        Array.from({ length: n }, (_, i) => ({
-          dagId: 'batch',
-          inputs: {},
-          runToken: `${prefix}${i}`,
-          requestedBy: 'me',
-        })),
-      );
-    try {
-      // A run on its own asks for nothing: no comparison.
-      const spy = jest.spyOn(db.systemPool, 'query');
-      await create(1, 'alone-');
+    const { db, create } = creator(t);
+    const spy = jest.spyOn(db.systemPool, 'query');
+    const comparisons = () => spy.mock.calls.filter((c) => String(c[0]).includes('pg_stat_get_live_tuples')).length;
+    const created = async (n: number, prefix: string) => {
+      await create(n, prefix);
       await db.planRefresh.settled();
-      expect(spy.mock.calls.filter((c) => String(c[0]).includes('pg_stat_get_live_tuples'))).toHaveLength(0);
-      spy.mockRestore();
+    };
+    try {
+      // A run on its own asks for nothing.
+      await created(1, 'alone-');
+      expect(comparisons()).toBe(0);
       // 120 runs: compared and analyzed once committed, before the interval's check (which this
       // process, having taken few connections, would skip anyway).
-      await create(120, 'many-');
-      await db.planRefresh.settled();
+      await created(120, 'many-');
+      expect(comparisons()).toBe(1);
       expect(await reltuples()).toBe(121);
       // A batch that cannot have doubled the table as now planned waits for the interval: a steady
       // stream of creations adds no comparisons. One as large as the table is compared again.
-      const compared = jest.spyOn(db.systemPool, 'query');
-      const comparisons = () =>
-        compared.mock.calls.filter((c) => String(c[0]).includes('pg_stat_get_live_tuples')).length;
-      await create(60, 'more-');
-      await db.planRefresh.settled();
-      expect(comparisons()).toBe(0);
-      await create(130, 'doubling-');
-      await db.planRefresh.settled();
+      await created(60, 'more-');
       expect(comparisons()).toBe(1);
+      await created(130, 'doubling-');
+      expect(comparisons()).toBe(2);
       expect(await reltuples()).toBe(311);
-      compared.mockRestore();
     } finally {
+      spy.mockRestore();
       await db.close();
     }
   });
 });
+
+/** A process's Database and RunsService on `t`, and `create`: `n` runs of DAG `batch` for tenant ta in one call. */
+function creator(t: TestDatabase) {
+  const db = new Database({ app: t.appUrl, system: t.systemUrl }, { poolSize: 2, applicationName: 'ordo:test' });
+  const runs = new RunsService(db, new RunsRepository(), new DagsRepository());
+  const create = (n: number, prefix: string) =>
+    runs.createRuns(
+      'ta',
+      Array.from({ length: n }, (_, i) => ({
+        dagId: 'batch',
+        inputs: {},
+        runToken: `${prefix}${i}`,
+        requestedBy: 'me',
+      })),
+    );
+  return { db, create };
+}
