@@ -730,6 +730,81 @@ describe('external workers', () => {
     });
   });
 
+  describe('deliveries lost on the way', () => {
+    const sync = (w: As, id: string, body: unknown) =>
+      app.request('POST', `/api/v1/workers/${id}/tasks/sync`, { as: w, body });
+
+    it('delivers again, at the same attempt and epoch, a task the worker says it does not hold', async () => {
+      await publish('lost', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('lost');
+      const t = await take(w, id);
+      // Bad bodies, another pool's worker token, an unknown worker: refused, and the task stays delivered.
+      for (const body of [{}, { holding: 'x' }, { holding: ['not-a-uuid'] }, { holding: [], extra: 1 }]) {
+        const r = await sync(w, id, body);
+        expect([r.status, r.body.error.code]).toEqual([400, 'VALIDATION_FAILED']);
+      }
+      const tooMany = await sync(w, id, { holding: Array.from({ length: 10_001 }, () => t.attemptId) });
+      expect(tooMany.status).toBe(400);
+      const other = await mint('other-pool');
+      expect((await sync(other, id, { holding: [] })).status).toBe(404);
+      expect((await sync(w, '00000000-0000-4000-8000-000000000000', { holding: [] })).status).toBe(404);
+      expect(work(await run(runId)).task?.status).toBe('delivered');
+
+      expect((await sync(w, id, { holding: [t.attemptId] })).body).toEqual({ redelivered: [] });
+      expect((await next(w, id, 300)).status).toBe(204);
+      const r = await sync(w, id, { holding: [] });
+      expect([r.status, r.body]).toEqual([200, { redelivered: [t.attemptId] }]);
+      const again = await take(w, id);
+      expect(again).toMatchObject({ attemptId: t.attemptId, epoch: t.epoch, runId });
+      expect((await result(w, id, again, { status: 'succeeded', outputs: { width: 2 } })).body).toEqual({
+        outcome: 'succeeded',
+        duplicate: false,
+      });
+      expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      expect(work(await run(runId)).attempts).toBe(1);
+      expect((await sync(w, id, { holding: [] })).body).toEqual({ redelivered: [] });
+    });
+
+    it('on the channel, a sync sent before the credit gets the lost task offered again', async () => {
+      await publish('lost-chan', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('lost-chan');
+      const t = await take(w, id);
+      const { ws, inbox } = await channel(w, id);
+      ws.send(JSON.stringify({ type: 'sync', holding: ['nope'] }));
+      const bad = await until('the error', async () => inbox.find((m) => m.type === 'error'));
+      expect(bad).toMatchObject({ code: 'BAD_MESSAGE' });
+      ws.send(JSON.stringify({ type: 'sync', holding: [] }));
+      ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const offer = await until('the offer', async () => inbox.find((m) => m.type === 'task'));
+      expect(inbox.find((m) => m.type === 'sync')).toEqual({ type: 'sync', redelivered: [t.attemptId] });
+      expect(offer.task).toMatchObject({ attemptId: t.attemptId, epoch: t.epoch, runId });
+      ws.close();
+    });
+
+    it('gives a draining worker’s lost task back to the pool, where another worker takes it', async () => {
+      await publish('lost-drain', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('lost-drain');
+      const t = await take(w, id);
+      expect((await app.request('POST', `/api/v1/workers/${id}/drain`, { as: w })).status).toBe(200);
+      expect((await sync(w, id, { holding: [] })).body).toEqual({ redelivered: [t.attemptId] });
+      const id2 = await register(w, {});
+      const t2 = await take(w, id2);
+      expect(t2).toMatchObject({ attemptId: t.attemptId, epoch: t.epoch });
+      expect((await result(w, id2, t2, { status: 'succeeded', outputs: { width: 3 } })).status).toBe(200);
+      expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      // The draining worker's own copy of the task is no longer its: its result is refused.
+      expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 3 } })).body.error.code).toBe(
+        'TASK_NOT_FOUND',
+      );
+    });
+  });
+
   describe('progress and the channel', () => {
     it('records progress on the step and as a run event', async () => {
       await publish('prog', { with: { taskType: 'resize' } });

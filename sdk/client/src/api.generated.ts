@@ -1142,6 +1142,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/workers/{workerId}/tasks/sync': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** After a lost connection: the tasks delivered to the worker that it does not hold are delivered again */
+    post: operations['syncWorkerTasks'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/healthz': {
     parameters: {
       query?: never;
@@ -2878,6 +2895,14 @@ export interface components {
     };
     WorkerTasks: {
       tasks: components['schemas']['WorkerTask'][];
+    };
+    WorkerTaskSync: {
+      /** @description the attempts the worker runs or is posting results of: every other task delivered to it is delivered again */
+      holding: string[];
+    };
+    WorkerTaskSyncAnswer: {
+      /** @description tasks delivered to the worker that it did not hold: assigned to it again, and pulled (or offered) again */
+      redelivered: string[];
     };
   };
   responses: never;
@@ -6151,6 +6176,44 @@ export interface operations {
           [name: string]: unknown;
         };
         content?: never;
+      };
+      /** @description Error (see code) */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorEnvelope'];
+        };
+      };
+    };
+  };
+  syncWorkerTasks: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
+      };
+      path: {
+        workerId: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['WorkerTaskSync'];
+      };
+    };
+    responses: {
+      /** @description Given back to the worker */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WorkerTaskSyncAnswer'];
+        };
       };
       /** @description Error (see code) */
       default: {

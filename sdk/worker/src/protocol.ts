@@ -95,12 +95,25 @@ export interface ProgressBody {
   data?: JsonObject;
 }
 
+/**
+ * What the worker holds after a connection was lost (the attempts it runs or is posting results
+ * of): every other task delivered to it never reached it and is delivered again.
+ */
+export interface SyncBody {
+  holding: string[];
+}
+
+export interface SyncAnswer {
+  redelivered: string[];
+}
+
 /** Messages the worker sends on the channel. */
 export type ClientMessage =
   | { type: 'ready'; credit: number }
   | ({ type: 'result'; attemptId: string } & ResultBody)
   | ({ type: 'progress'; attemptId: string } & ProgressBody)
-  | { type: 'heartbeat'; loaded?: string[] };
+  | { type: 'heartbeat'; loaded?: string[] }
+  | ({ type: 'sync' } & SyncBody);
 
 /** Messages the server sends on the channel. */
 export type ServerMessage =
@@ -108,6 +121,7 @@ export type ServerMessage =
   | { type: 'cancel'; attemptId: string; reason: string }
   | ({ type: 'ack'; attemptId: string } & ResultAnswer)
   | ({ type: 'heartbeat' } & HeartbeatAnswer)
+  | ({ type: 'sync' } & SyncAnswer)
   | { type: 'error'; attemptId?: string; code: string; message: string };
 
 /**

@@ -10,6 +10,7 @@ import {
   type Registration,
   type ResultAnswer,
   type ResultBody,
+  type SyncAnswer,
   type Task,
 } from './protocol';
 
@@ -28,6 +29,8 @@ export interface SessionHost {
   /** Models loaded now, sent with each heartbeat. */
   loaded(): string[] | undefined;
   onTask(task: Task, session: WorkerSession): void;
+  /** The attempts of this session the worker holds: running, or posting their results. */
+  holding(session: WorkerSession): string[];
   onCancel(attemptId: string, reason: string): void;
   /** The server no longer knows this registration (offline past its TTL, or WORKER_NOT_FOUND). */
   onLost(session: WorkerSession, why: string): void;
@@ -68,6 +71,12 @@ export class WorkerSession {
   private credit = 0;
   private wakeCapacity: (() => void) | undefined;
   private readonly progressInFlight = new Map<string, ProgressBody | null>();
+  /**
+   * A pull's answer may have been lost (a long-poll that failed, a channel that closed after it
+   * opened): tasks may be delivered to this worker that it never got. The next pull first says
+   * what the worker holds (sync), and the server delivers the others again.
+   */
+  private unsure = false;
 
   constructor(
     readonly registration: Registration,
@@ -302,6 +311,19 @@ export class WorkerSession {
         continue;
       }
       try {
+        if (this.unsure) {
+          await this.host.client
+            .call<SyncAnswer>('POST', `${this.path}/tasks/sync`, {
+              body: { holding: this.host.holding(this) },
+              signal,
+              tries: 1,
+            })
+            // A server older than the sync has no such route: its tasks wait for their deadline.
+            .catch((e: unknown) => {
+              if (!(e instanceof OrdoApiError && e.code === 'ROUTE_NOT_FOUND')) throw e;
+            });
+          this.unsure = false;
+        }
         const r = await this.host.client.call<{ tasks: Task[] }>(
           'GET',
           `${this.path}/tasks/next?waitMs=${waitMs}&max=${free}`,
@@ -311,6 +333,7 @@ export class WorkerSession {
         if (r.status === 200) for (const t of r.body?.tasks ?? []) this.host.onTask(t, this);
       } catch (e) {
         if (signal.aborted || !this.handleCallError(e)) return;
+        this.unsure = true;
         this.host.client.failover();
         await sleep(backoffDelay(failures++, this.host.backoff ?? DEFAULT_BACKOFF), signal);
       }
@@ -384,6 +407,9 @@ export class WorkerSession {
       this.credit = 0;
       this.channelHeartbeatUnansweredSince = undefined;
       this.host.onTransport('websocket');
+      // The server handles a channel's messages in order: the sync is done before any credit is used.
+      if (this.unsure) channel.send({ type: 'sync', holding: this.host.holding(this) });
+      this.unsure = true;
       this.grantCredit();
       const onEnd = () => closed();
       this.ended.signal.addEventListener('abort', onEnd, { once: true });

@@ -280,6 +280,60 @@ describe('OrdoWorker', () => {
     expect(ordo.results.get(task.attemptId)!.via).toBe('websocket');
   });
 
+  it('after the channel drops, says what it holds: a task offered on the lost connection comes again, a held one does not', async () => {
+    const w = worker({ transport: 'websocket', maxConcurrent: 2 });
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const runs = new Map<string, number>();
+    w.handle('t', {
+      run: async (input, ctx) => {
+        runs.set(ctx.attemptId, (runs.get(ctx.attemptId) ?? 0) + 1);
+        if ((input as { hold?: boolean }).hold) await released;
+        return {};
+      },
+    });
+    await w.start();
+    await once(w, 'transport');
+    const held = ordo.enqueue('t', { hold: true });
+    await once<{ attemptId: string }>(w, 'task', (t) => t.attemptId === held.attemptId);
+    ordo.loseOffers = 1;
+    const lost = ordo.enqueue('t');
+    await until(() => ordo.offered.has(lost.attemptId));
+    const reopened = once<TransportKind>(w, 'transport');
+    ordo.dropChannel(w.workerId!);
+    expect(await reopened).toBe('websocket');
+    await ordo.waitForResult(lost.attemptId);
+    expect(ordo.syncs).toEqual([{ workerId: w.workerId, holding: [held.attemptId], via: 'websocket' }]);
+    release();
+    await ordo.waitForResult(held.attemptId);
+    expect(Object.fromEntries(runs)).toEqual({ [held.attemptId]: 1, [lost.attemptId]: 1 });
+  });
+
+  it('after a long-poll whose answer was lost, says what it holds before it pulls again, and gets the task again', async () => {
+    const w = worker({ transport: 'long-poll' });
+    w.handle('t', { run: () => ({}) });
+    await w.start();
+    ordo.losePolls = 1;
+    const task = ordo.enqueue('t');
+    await ordo.waitForResult(task.attemptId);
+    expect(ordo.syncs).toEqual([{ workerId: w.workerId, holding: [], via: 'http' }]);
+    const paths = ordo.requests.map((r) => r.path.replace(`/api/v1/workers/${w.workerId}`, ''));
+    expect(paths.indexOf('/tasks/sync')).toBeLessThan(paths.lastIndexOf('/tasks/next'));
+  });
+
+  it('goes on pulling from a server that has no sync route', async () => {
+    const w = worker({ transport: 'long-poll' });
+    w.handle('t', { run: () => ({}) });
+    await w.start();
+    ordo.failNext(/\/tasks\/sync$/, 404, 'ROUTE_NOT_FOUND', 1_000);
+    ordo.losePolls = 1;
+    ordo.enqueue('t');
+    await until(() => ordo.requests.some((r) => r.path.endsWith('/tasks/sync')));
+    const task = ordo.enqueue('t');
+    await ordo.waitForResult(task.attemptId);
+    expect(ordo.syncs).toEqual([]);
+  });
+
   it('opens the channel again when it answers no heartbeat for a TTL, heartbeating over HTTP meanwhile', async () => {
     ordo.muteChannelHeartbeats = true;
     const w = worker({ transport: 'websocket' });

@@ -267,6 +267,7 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
       capacity: () => (this.state === 'running' ? this.maxConcurrent - this.handling : 0),
       loaded: () => this.options.loaded?.(),
       onTask: (task, session) => this.onTask(task, session),
+      holding: (session) => [...this.executions].filter(([, h]) => h.session === session).map(([id]) => id),
       onCancel: (attemptId, reason) => {
         const held = this.executions.get(attemptId);
         if (!held || held.execution.cancelled) return;

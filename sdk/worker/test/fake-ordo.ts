@@ -56,6 +56,12 @@ export class FakeOrdo {
   refuseChannel = false;
   /** Holds the acks of results taken on the channel until `releaseAcks`. */
   holdAcks = false;
+  /** Offers of tasks this many times more are lost on the way (counted as delivered, never sent). */
+  loseOffers = 0;
+  /** Long-poll answers with tasks this many times more are lost (the connection dropped instead). */
+  losePolls = 0;
+  /** The syncs received: who sent them, how, and what they held. */
+  readonly syncs: { workerId: string; holding: string[]; via: 'http' | 'websocket' }[] = [];
   private readonly heldAcks: (() => void)[] = [];
   token = 'worker-token';
   tenantId = 'acme';
@@ -166,7 +172,8 @@ export class FakeOrdo {
         this.queue.shift();
         ws.credit--;
         this.offered.set(task.attemptId, { task, workerId: ws.id, cancelled: false });
-        ws.socket!.send(JSON.stringify({ type: 'task', task }));
+        if (this.loseOffers > 0) this.loseOffers--;
+        else ws.socket!.send(JSON.stringify({ type: 'task', task }));
         continue;
       }
       const poll = this.polls.find((p) => {
@@ -235,6 +242,9 @@ export class FakeOrdo {
         if (this.muteChannelHeartbeats) break;
         ws.send(JSON.stringify({ type: 'heartbeat', ...this.heartbeat(w) }));
         break;
+      case 'sync':
+        ws.send(JSON.stringify({ type: 'sync', ...this.sync(w, msg.holding, 'websocket') }));
+        break;
       case 'progress': {
         const { type: _t, attemptId, ...body } = msg;
         this.progress.push({ attemptId, body });
@@ -252,6 +262,22 @@ export class FakeOrdo {
         break;
       }
     }
+  }
+
+  /** Tasks offered to the worker, without a result, that it does not hold: queued again (first). */
+  private sync(w: FakeWorker, holding: string[], via: 'http' | 'websocket'): { redelivered: string[] } {
+    this.syncs.push({ workerId: w.id, holding, via });
+    const lost = [...this.offered.values()].filter(
+      (o) =>
+        o.workerId === w.id &&
+        !o.cancelled &&
+        !this.results.has(o.task.attemptId) &&
+        !holding.includes(o.task.attemptId),
+    );
+    for (const o of lost) this.offered.delete(o.task.attemptId);
+    this.queue.unshift(...lost.map((o) => o.task));
+    setImmediate(() => this.dispatch());
+    return { redelivered: lost.map((o) => o.task.attemptId) };
   }
 
   private heartbeat(w: FakeWorker): HeartbeatAnswer {
@@ -355,8 +381,17 @@ export class FakeOrdo {
         });
         this.dispatch();
       });
+      if (tasks && tasks.length > 0 && this.losePolls > 0) {
+        this.losePolls--;
+        res.destroy();
+        return;
+      }
       if (tasks && tasks.length > 0) return send(200, { tasks });
       return send(204);
+    }
+    if (req.method === 'POST' && rest === '/tasks/sync') {
+      if (!live) return fail(409, 'WORKER_OFFLINE');
+      return send(200, this.sync(w, (body as { holding: string[] }).holding, 'http'));
     }
     const t = /^\/tasks\/([^/]+)\/(result|progress)$/.exec(rest);
     if (req.method === 'POST' && t) {

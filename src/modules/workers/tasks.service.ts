@@ -20,7 +20,7 @@ import { TaskInbox } from './task-inbox';
 import { TaskSchemas } from './task-schemas';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
-import type { ProgressBody, ResultAnswer, ResultBody, TaskDto } from './workers.dto';
+import type { ProgressBody, ResultAnswer, ResultBody, SyncAnswer, TaskDto } from './workers.dto';
 import { WorkersRepository, type TaskEnd, type TaskRow } from './workers.repository';
 
 /** Progress events a task may append to its run (more are kept on the task only). */
@@ -122,6 +122,27 @@ export class TasksService {
         if (tasks.length > 0) return tasks;
       }
     }
+  }
+
+  /**
+   * The worker's tasks delivered to it that it does not hold are delivered again: a channel or a
+   * long-poll answer lost on the way (a dropped connection) leaves a task delivered that the worker
+   * never got. The worker says what it holds after such a loss, before it pulls again; the same
+   * attempt at the same epoch comes back, so a result stays idempotent.
+   */
+  async sync(p: WorkerPrincipalT, workerId: string, holding: string[]): Promise<SyncAnswer> {
+    const w = await this.directory.live(p, workerId);
+    this.liveness.seen(w.tenantId, w.workerId);
+    const redelivered = await this.db.withWorkerPool(w.tenantId, w.pool, (tx) =>
+      this.repo.redeliver(tx, w.workerId, holding),
+    );
+    // A draining worker takes no task: those go back to the pool, as its assigned ones did at drain.
+    if (redelivered.length > 0 && w.status === 'draining')
+      await this.db.withSystem(async (tx) => {
+        await this.repo.unassign(tx, w.tenantId, w.workerId);
+        await this.repo.wakeDispatch(tx, w.tenantId, w.pool);
+      });
+    return { redelivered };
   }
 
   /**

@@ -11,7 +11,7 @@ import { TasksService } from './tasks.service';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
 import { TaskInbox } from './task-inbox';
-import { heartbeatBody, progressBody, resultBody, type TaskDto } from './workers.dto';
+import { heartbeatBody, progressBody, resultBody, syncBody, type TaskDto } from './workers.dto';
 import { WorkersService } from './workers.service';
 
 /** The channel's path; `:workerId` is the worker's id (see StreamWsAdapter's path patterns). */
@@ -230,6 +230,16 @@ export class WorkerChannelGateway
           await this.tasks.progress(s.p, s.w.workerId, id, body.data);
           return;
         }
+        case 'sync': {
+          const { type: _t, ...rest } = msg;
+          const body = syncBody.safeParse(rest);
+          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+          // Handled before the messages after it (a `ready` among them): nothing is offered on this
+          // channel before the tasks given back are assigned again.
+          const answer = await this.tasks.sync(s.p, s.w.workerId, body.data.holding);
+          this.send(s, { type: 'sync', ...answer });
+          return;
+        }
         case 'heartbeat': {
           const { type: _t, ...rest } = msg;
           const body = heartbeatBody.safeParse(rest);
@@ -240,7 +250,7 @@ export class WorkerChannelGateway
           return;
         }
         default:
-          throw new DomainError('BAD_MESSAGE', 'type must be ready, result, progress or heartbeat', 400);
+          throw new DomainError('BAD_MESSAGE', 'type must be ready, result, progress, sync or heartbeat', 400);
       }
     } catch (e) {
       this.fail(s, typeof msg.attemptId === 'string' ? msg.attemptId : undefined, e);

@@ -29,6 +29,8 @@ import {
   resetReputationBody,
   resultAnswerSchema,
   resultBody,
+  syncAnswerSchema,
+  syncBody,
   taskParams,
   tasksSchema,
   workerListSchema,
@@ -37,6 +39,7 @@ import {
   type ProgressBody,
   type RegisterWorkerBody,
   type ResultBody,
+  type SyncBody,
 } from './workers.dto';
 import { WorkersService } from './workers.service';
 
@@ -149,6 +152,22 @@ export class WorkersController {
     } finally {
       req.raw.off('close', gone);
     }
+  }
+
+  @Post('workers/:workerId/tasks/sync')
+  @HttpCode(200)
+  @Route({
+    operationId: 'syncWorkerTasks',
+    summary: 'After a lost connection: the tasks delivered to the worker that it does not hold are delivered again',
+    tags: ['workers'],
+    access: 'worker',
+    idempotent: false,
+    params: workerParams,
+    body: syncBody,
+    responses: { 200: { description: 'Given back to the worker', schema: syncAnswerSchema } },
+  })
+  sync(@WorkerPrincipal() p: WorkerPrincipalT, @Params() params: WorkerParams, @Body() body: SyncBody) {
+    return this.tasks.sync(p, params.workerId, body.holding);
   }
 
   @Post('workers/:workerId/tasks/:attemptId/result')

@@ -154,6 +154,27 @@ export const progressBody = z
   })
   .meta({ id: 'WorkerTaskProgress' });
 
+export const syncBody = z
+  .strictObject({
+    holding: z
+      .array(z.uuid())
+      .max(10_000)
+      .describe(
+        'the attempts the worker runs or is posting results of: every other task delivered to it is delivered again',
+      ),
+  })
+  .meta({ id: 'WorkerTaskSync' });
+
+export const syncAnswerSchema = z
+  .object({
+    redelivered: z
+      .array(z.uuid())
+      .describe(
+        'tasks delivered to the worker that it did not hold: assigned to it again, and pulled (or offered) again',
+      ),
+  })
+  .meta({ id: 'WorkerTaskSyncAnswer' });
+
 export const listWorkersQuery = z.strictObject({
   pool: z.string().regex(POOL_NAME).optional(),
   includeOffline: z
@@ -215,6 +236,8 @@ export const poolSchema = z
 export type RegisterWorkerBody = z.infer<typeof registerWorkerBody>;
 export type ResultBody = z.infer<typeof resultBody>;
 export type ProgressBody = z.infer<typeof progressBody>;
+export type SyncBody = z.infer<typeof syncBody>;
+export type SyncAnswer = z.infer<typeof syncAnswerSchema>;
 export type WorkerDto = z.infer<typeof workerSchema>;
 export type TaskDto = z.infer<typeof taskSchema>;
 export type HeartbeatAnswer = z.infer<typeof heartbeatAnswerSchema>;

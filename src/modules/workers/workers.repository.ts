@@ -109,6 +109,9 @@ const WORKER_COLUMNS = sql`w.tenant_id, w.worker_id, w.pool, w.name, w.token_jti
     and h.status in ('assigned', 'delivered')) as held,
   r.score, r.successes, r.failures, r.violations, r.timeouts, r.tasks, r.blocked_at`;
 
+/** A delivered task given back to its worker's queue: assigned to it, to be delivered again. */
+const UNDELIVERED = sql`status = 'assigned', delivered_at = null`;
+
 const TASK_COLUMNS = sql`t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version,
   t.pool, t.task_type, t.inputs, t.inputs_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
   t.result_digest, (select w.name from worker w where w.tenant_id = t.tenant_id and w.worker_id = t.worker_id) as worker_name`;
@@ -427,12 +430,28 @@ export class WorkersRepository {
     await db.transaction().execute(async (trx) => {
       await sql`set local synchronous_commit = off`.execute(trx);
       await sql`
-        update worker_task t set status = 'assigned', delivered_at = null
+        update worker_task t set ${UNDELIVERED}
         from unnest(${rows.map((r) => r.tenant_id)}::text[], ${rows.map((r) => r.task_id)}::uuid[]) as k(tenant_id, task_id)
         where t.tenant_id = k.tenant_id and t.task_id = k.task_id and t.status = 'delivered'`.execute(trx);
       const told = [...new Set(rows.map((r) => JSON.stringify([r.tenant_id, r.worker_id])))];
       for (const payload of told) await sql`select pg_notify('ordo_task', ${payload})`.execute(trx);
     });
+  }
+
+  /**
+   * The tasks delivered to the worker that it does not hold (`holding`: the attempts it runs or is
+   * posting results of): their delivery never reached it, so they are assigned to it again, oldest
+   * first as before, and it is told. Returns their ids.
+   */
+  async redeliver(tx: TenantTx, workerId: string, holding: string[]): Promise<string[]> {
+    const tenant = tenantOf(tx);
+    const r = await sql<{ task_id: string }>`
+      update worker_task t set ${UNDELIVERED}
+      where t.tenant_id = ${tenant} and t.worker_id = ${workerId} and t.status = 'delivered'
+        and t.task_id <> all (${holding}::uuid[])
+      returning t.task_id`.execute(tx);
+    if (r.rows.length > 0) await sql`select pg_notify('ordo_task', ${JSON.stringify([tenant, workerId])})`.execute(tx);
+    return r.rows.map((x) => x.task_id).sort();
   }
 
   /** Wakes the dispatchers of a pool after this transaction commits. */
