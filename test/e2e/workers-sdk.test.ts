@@ -39,6 +39,43 @@ async function deadUrl(): Promise<string> {
 }
 
 /**
+ * A TCP proxy to `target` for one worker's connections: a test can swallow what the server sends
+ * (an offer lost on the way) and cut the connections (a dropped network).
+ */
+async function cuttableProxy(target: string) {
+  const to = new URL(target);
+  const ends = new Set<() => void>();
+  let swallow = false;
+  const srv = net.createServer((client) => {
+    const upstream = net.connect(Number(to.port), to.hostname);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      ends.delete(end);
+    };
+    ends.add(end);
+    client.on('data', (d) => upstream.write(d));
+    upstream.on('data', (d) => {
+      if (!swallow) client.write(d);
+    });
+    for (const sock of [client, upstream]) {
+      sock.on('close', end);
+      sock.on('error', end);
+    }
+  });
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(srv.address() as net.AddressInfo).port}`,
+    swallow: (on: boolean) => (swallow = on),
+    cut: () => [...ends].forEach((end) => end()),
+    close: () => {
+      [...ends].forEach((end) => end());
+      return new Promise((r) => srv.close(r));
+    },
+  };
+}
+
+/**
  * SDK workers (sdk/worker) in child processes against a real Ordo (api, worker and scheduler roles)
  * and PostgreSQL: queue steps run on them over the WebSocket channel and by long-poll, a worker
  * killed or paused mid-task loses it to another, tenants and pools stay apart.
@@ -142,6 +179,30 @@ describe('SDK workers (child processes)', () => {
     expect(all.filter((a) => a.status === 'succeeded')).toHaveLength(1);
     const done = await survivor.waitFor((e) => e.event === 'result' && e.runId === runId, 'the result');
     expect(done.answer).toEqual({ outcome: 'succeeded', duplicate: false });
+  });
+
+  it('delivers again a task offered on a connection that dropped before the offer arrived; one attempt', async () => {
+    await publishDagJson(app, as, queueDag('sdk-lost', 'lost', 'echo', { value: 7 }));
+    const proxy = await cuttableProxy(app.url);
+    try {
+      const w = await worker('lost', 'lost-1', { url: proxy.url });
+      await w.waitFor((e) => e.event === 'transport' && e.kind === 'websocket', 'its channel');
+      proxy.swallow(true);
+      const runId = await startRun(app, as, 'sdk-lost', {}, 'lost-1');
+      await until('the task delivered', async () => {
+        const r = await app.request('GET', `/api/v1/runs/${runId}`, { as });
+        return r.body.steps[0].task?.status === 'delivered' ? true : undefined;
+      });
+      proxy.cut();
+      proxy.swallow(false);
+      // The task's deadline is two minutes away: it ends sooner only if it is delivered again.
+      expect((await waitForRun(app, as, runId, 60_000)).status).toBe('succeeded');
+      expect((await steps(runId))[0].outputs).toEqual({ value: 7, worker: 'lost-1' });
+      expect(await attempts(runId)).toEqual([expect.objectContaining({ status: 'succeeded' })]);
+      expect(w.events.filter((e) => e.event === 'task' && e.runId === runId)).toHaveLength(1);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('refuses the late result of a worker paused (SIGSTOP) past its TTL; it registers again', async () => {
