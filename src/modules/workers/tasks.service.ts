@@ -56,9 +56,8 @@ interface Applied {
   answer: ResultAnswer;
 }
 
-/** Results applied in one transaction at most, and transactions applying results at once per process. */
+/** Results applied in one transaction at most. */
 const MAX_RESULT_BATCH = 200;
-const MAX_RESULT_FLUSHERS = 2;
 
 type Resolve = (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>;
 
@@ -75,7 +74,12 @@ export class TasksService {
   readonly schemas = new TaskSchemas();
   private readonly lastProgress = new Map<string, number>();
   private readonly results: PendingResult[] = [];
-  private flushers = 0;
+  /**
+   * Whether a transaction of this process is applying results. One at a time: the results that
+   * arrive meanwhile make the next batch larger, whereas two batches at once lock the same runs
+   * and wait on each other's rows, which costs PostgreSQL more than their overlap gains.
+   */
+  private flushing = false;
 
   constructor(
     @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
@@ -280,10 +284,16 @@ export class TasksService {
   }
 
   private flushSoon(): void {
-    if (this.flushers < MAX_RESULT_FLUSHERS) {
-      this.flushers += 1;
-      setImmediate(() => void this.flush().finally(() => (this.flushers -= 1)));
-    }
+    if (this.flushing) return;
+    this.flushing = true;
+    setImmediate(
+      () =>
+        void this.flush().finally(() => {
+          this.flushing = false;
+          // A result queued after the last batch was taken, while this flush ended, waits for no other.
+          if (this.results.length > 0) this.flushSoon();
+        }),
+    );
   }
 
   /**
