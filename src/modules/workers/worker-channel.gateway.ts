@@ -2,6 +2,7 @@ import type { OnModuleDestroy } from '@nestjs/common';
 import { WebSocketGateway, type OnGatewayConnection, type OnGatewayInit } from '@nestjs/websockets';
 import type { IncomingMessage } from 'node:http';
 import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } from 'ws';
+import type { z } from 'zod';
 import { DomainError } from '../../core/errors/domain-error';
 import type { WorkerPrincipalT } from '../../core/http/request-context';
 import { rootLogger } from '../../core/logging/logger';
@@ -211,12 +212,10 @@ export class WorkerChannelGateway
         }
         case 'result': {
           const id = attemptId(msg.attemptId);
-          const { type: _t, attemptId: _a, ...rest } = msg;
-          const body = resultBody.safeParse(rest);
-          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+          const body = bodyOf(resultBody, msg, true);
           s.held.delete(id);
           // Results are applied together with others (group commit): the next message does not wait.
-          this.tasks.result(s.p, s.w.workerId, id, body.data).then(
+          this.tasks.result(s.p, s.w.workerId, id, body).then(
             (answer) => this.send(s, { type: 'ack', attemptId: id, ...answer }),
             (e: unknown) => this.fail(s, id, e),
           );
@@ -224,27 +223,19 @@ export class WorkerChannelGateway
         }
         case 'progress': {
           const id = attemptId(msg.attemptId);
-          const { type: _t, attemptId: _a, ...rest } = msg;
-          const body = progressBody.safeParse(rest);
-          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
-          await this.tasks.progress(s.p, s.w.workerId, id, body.data);
+          await this.tasks.progress(s.p, s.w.workerId, id, bodyOf(progressBody, msg, true));
           return;
         }
         case 'sync': {
-          const { type: _t, ...rest } = msg;
-          const body = syncBody.safeParse(rest);
-          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+          const { holding } = bodyOf(syncBody, msg);
           // Handled before the messages after it (a `ready` among them): nothing is offered on this
           // channel before the tasks given back are assigned again.
-          const answer = await this.tasks.sync(s.p, s.w.workerId, body.data.holding);
+          const answer = await this.tasks.sync(s.p, s.w.workerId, holding);
           this.send(s, { type: 'sync', ...answer });
           return;
         }
         case 'heartbeat': {
-          const { type: _t, ...rest } = msg;
-          const body = heartbeatBody.safeParse(rest);
-          if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
-          const beat = await this.workers.heartbeat(s.p, s.w.workerId, body.data.loaded);
+          const beat = await this.workers.heartbeat(s.p, s.w.workerId, bodyOf(heartbeatBody, msg).loaded);
           this.send(s, { type: 'heartbeat', ...beat });
           if (beat.status === 'offline') s.ws.close(CLOSE_OFFLINE, 'the worker is offline: register again');
           return;
@@ -325,6 +316,18 @@ export class WorkerChannelGateway
   private send(s: Session, msg: object): void {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(msg));
   }
+}
+
+/**
+ * A message's body (all but its `type`, and its `attemptId` when it names a task) as `schema`
+ * reads it; BAD_MESSAGE when it cannot.
+ */
+function bodyOf<T>(schema: z.ZodType<T>, msg: Record<string, unknown>, namesTask = false): T {
+  const { type: _t, ...rest } = msg;
+  if (namesTask) delete rest.attemptId;
+  const body = schema.safeParse(rest);
+  if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
+  return body.data;
 }
 
 function attemptId(v: unknown): string {
