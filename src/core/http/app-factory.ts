@@ -45,6 +45,18 @@ export async function createHttpApp(
     bodyParser: false,
   });
   const fastify = app.getHttpAdapter().getInstance();
+  // The responses still on their way when the server closes end their connections: a connection
+  // kept alive would hold the close up to its keep-alive timeout (Fastify's 72 s), whereas the
+  // idle ones are closed when the close begins and new requests are answered 503.
+  let closing = false;
+  fastify.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  fastify.addHook('onSend', (_request, reply, payload, done) => {
+    if (closing) void reply.header('connection', 'close');
+    done(null, payload);
+  });
   await fastify.register(compress, { global: true, encodings: ['br', 'gzip'], threshold: 1024 });
   await fastify.register(helmet, SECURITY_HEADERS);
   // Fastify's own JSON parser (it refuses __proto__ and constructor.prototype keys), with a message
