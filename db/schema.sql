@@ -2790,7 +2790,7 @@ begin
 end
 $$;
 
-CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb DEFAULT '[]'::jsonb) RETURNS SETOF jsonb
+CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb DEFAULT '[]'::jsonb, p_landing uuid[] DEFAULT '{}'::uuid[]) RETURNS SETOF jsonb
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -2844,7 +2844,8 @@ begin
     from jsonb_array_elements(p_takers) x group by 1
   ) k on k.worker_id = w.worker_id
   cross join lateral (
-    select count(*)::integer as held, (count(*) filter (where t.status = 'assigned'))::integer as queued
+    select (count(*) filter (where t.task_id <> all (p_landing)))::integer as held,
+      (count(*) filter (where t.status = 'assigned'))::integer as queued
     from worker_task t
     where t.tenant_id = w.tenant_id and t.worker_id = w.worker_id and t.status in ('assigned', 'delivered')
   ) h
@@ -4594,8 +4595,8 @@ GRANT ALL ON FUNCTION public.ordo_step_gate(p_dag text, p_step text, p_spec json
 
 GRANT ALL ON FUNCTION public.ordo_take_notifications() TO ordo_system;
 
-REVOKE ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb) TO ordo_system;
+REVOKE ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb, p_landing uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb, p_landing uuid[]) TO ordo_system;
 
 REVOKE ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ordo_task_open(p_tasks jsonb, p_c public.ordo_adv_result[]) TO ordo_system;

@@ -29,7 +29,8 @@ drop function if exists ordo_task_dispatch(text, text, jsonb);
 
 -- Each delivered task is returned as its worker_task row in JSON (to_jsonb): a function's signature
 -- names no table's row type, so the function files apply before the tables they read exist.
-create or replace function ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb default '[]')
+create or replace function ordo_task_dispatch(p_tenant text, p_pool text, p_takers jsonb default '[]',
+  p_landing uuid[] default '{}')
   returns setof jsonb
   language plpgsql
   set jit = off
@@ -84,7 +85,8 @@ begin
     from jsonb_array_elements(p_takers) x group by 1
   ) k on k.worker_id = w.worker_id
   cross join lateral (
-    select count(*)::integer as held, (count(*) filter (where t.status = 'assigned'))::integer as queued
+    select (count(*) filter (where t.task_id <> all (p_landing)))::integer as held,
+      (count(*) filter (where t.status = 'assigned'))::integer as queued
     from worker_task t
     where t.tenant_id = w.tenant_id and t.worker_id = w.worker_id and t.status in ('assigned', 'delivered')
   ) h
@@ -193,5 +195,5 @@ begin
 end
 $$;
 
-revoke all on function ordo_task_dispatch(text, text, jsonb) from public;
-grant all on function ordo_task_dispatch(text, text, jsonb) to ordo_system;
+revoke all on function ordo_task_dispatch(text, text, jsonb, uuid[]) from public;
+grant all on function ordo_task_dispatch(text, text, jsonb, uuid[]) to ordo_system;

@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import pg from 'pg';
 import WebSocket from 'ws';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { runEvents, waitForRun } from './runs-support';
@@ -273,6 +274,45 @@ describe('external workers', () => {
         body: { epoch: t.epoch, status: 'failed' },
       });
       expect(malformed.status).toBe(400);
+    });
+
+    it("frees a worker's slot once its result is in, while the result's transaction still waits", async () => {
+      await publish('slot', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, { maxConcurrent: 1 });
+      const first = await start('slot');
+      const t1 = await take(w, id);
+      const second = await start('slot');
+      // The worker holds its one task: the second waits in the pool.
+      expect((await next(w, id, 300)).status).toBe(204);
+      const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
+      await owner.connect();
+      try {
+        // The first run's row is locked: the result's transaction waits for it.
+        await owner.query('begin');
+        await owner.query('select 1 from run where run_id = $1 for update', [first]);
+        const posted = result(w, id, t1, { status: 'succeeded', outputs: { width: 1 } });
+        await until('the result waiting for its run', async () =>
+          (
+            await owner.query(
+              `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+            )
+          ).rowCount
+            ? true
+            : undefined,
+        );
+        // The next dispatch of the pool (a third run's task opened) counts the slot as free.
+        await start('slot');
+        const t2 = await take(w, id);
+        expect(t2.runId).toBe(second);
+        expect(work(await run(first)).task?.status).toBe('delivered');
+        expect((await next(w, id, 300)).status).toBe(204);
+        await owner.query('rollback');
+        expect((await posted).body).toEqual({ outcome: 'succeeded', duplicate: false });
+        expect((await waitForRun(app, as, first)).status).toBe('succeeded');
+      } finally {
+        await owner.end();
+      }
     });
 
     it("hands a queue step a result makes ready over to its task in that result's transaction, templated from it", async () => {

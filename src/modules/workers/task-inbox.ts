@@ -52,6 +52,8 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   private readonly again = new Set<string>();
   /** Takers by tenant and pool. */
   private readonly takers = new Map<string, Set<TaskTaker>>();
+  /** Tasks whose results this process holds, not yet applied, by tenant and pool (with how many). */
+  private readonly landing = new Map<string, Map<string, number>>();
   private readonly listener: PgListener;
   private readonly statusHooks: ((tenantId: string, workerId: string, status: string) => void)[] = [];
   private stopping = false;
@@ -103,6 +105,27 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     return () => {
       set.delete(t);
       if (set.size === 0) this.takers.delete(k);
+    };
+  }
+
+  /**
+   * A result for `taskId` is in this process's hands until the returned function is called: the
+   * dispatches here count its worker's slot as free (its handler has ended) while the result waits
+   * for its transaction.
+   */
+  landed(tenantId: string, pool: string, taskId: string): () => void {
+    const k = key(tenantId, pool);
+    let ids = this.landing.get(k);
+    if (!ids) this.landing.set(k, (ids = new Map()));
+    ids.set(taskId, (ids.get(taskId) ?? 0) + 1);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const n = ids.get(taskId)! - 1;
+      if (n > 0) ids.set(taskId, n);
+      else ids.delete(taskId);
+      if (ids.size === 0 && this.landing.get(k) === ids) this.landing.delete(k);
     };
   }
 
@@ -177,6 +200,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
         tenantId,
         pool,
         [...room].map(([workerId, n]) => ({ workerId, room: n })),
+        [...(this.landing.get(key(tenantId, pool))?.keys() ?? [])],
       );
     } finally {
       // Each taker gets its worker's tasks, in delivery order, up to what it reserved.

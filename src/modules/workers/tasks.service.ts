@@ -274,10 +274,12 @@ export class TasksService {
       );
     this.liveness.seen(w.tenantId, w.workerId);
     const digest = createHash('sha256').update(canonicalJson(body)).digest('hex');
+    // Its worker's slot is free from now on for this process's dispatches (see TaskInbox.landed).
+    const release = this.inbox.landed(w.tenantId, w.pool, taskId);
     const answer = await new Promise<ResultAnswer | 'late'>((resolve, reject) => {
       this.results.push({ w, taskId, body, digest, resolve, reject });
       this.flushSoon();
-    });
+    }).finally(release);
     if (answer !== 'late') return answer;
     await this.recordLate(w, taskId, body);
     throw conflict('TASK_ORPHANED', `task ${taskId} was given up when its worker was lost: its result is refused`);

@@ -408,14 +408,21 @@ export class WorkersRepository {
    * The dispatch of a pool (ordo_task_dispatch), one statement and so a transaction of its own,
    * committed without waiting for its WAL flush (see there): assigns its pending tasks, then
    * delivers to the takers given (workers of the pool that can take `room` more tasks in this
-   * process) their assigned tasks and returns those, each with its worker's name.
+   * process) their assigned tasks and returns those, each with its worker's name. `landing`: tasks
+   * whose results this process holds, not yet applied; their workers' slots are free.
    */
-  async dispatch(db: SystemDb, tenantId: string, pool: string, takers: { workerId: string; room: number }[] = []) {
+  async dispatch(
+    db: SystemDb,
+    tenantId: string,
+    pool: string,
+    takers: { workerId: string; room: number }[] = [],
+    landing: string[] = [],
+  ) {
     const r = await sql<TaskRow>`
       select t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version, t.pool,
         t.task_type, t.inputs, t.inputs_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
         t.result_digest, null::text as worker_name
-      from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb) j
+      from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb, ${landing}::uuid[]) j
       cross join lateral jsonb_populate_record(null::worker_task, j) t
       order by t.delivered_at, t.task_id`.execute(db);
     return r.rows;
