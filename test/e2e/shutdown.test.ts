@@ -10,7 +10,7 @@ describe('closing the server', () => {
     app = undefined;
   });
 
-  it('ends the kept-alive connection of a request answered while it closes, so the close does not wait for it', async () => {
+  it('answers a waiting long-poll at once when it closes, on a connection it then ends, so the close waits for neither', async () => {
     app = await startTestApp({ ORDO_ROLES: 'api' });
     const as = { token: app.adminToken, tenantId: app.tenantId };
     const minted = await app.request('POST', '/api/v1/tokens', {
@@ -24,10 +24,12 @@ describe('closing the server', () => {
     });
     expect(registered.status).toBe(201);
     const agent = new http.Agent({ keepAlive: true });
-    // A long-poll with nothing to hand out is in flight when the close begins and is answered after.
+    const waitMs = 30_000;
+    const sent = Date.now();
+    // A long-poll with nothing to hand out is waiting when the close begins.
     const answered = new Promise<http.IncomingMessage>((resolve, reject) => {
       const req = http.get(
-        `${app!.url}/api/v1/workers/${registered.body.workerId as string}/tasks/next?waitMs=2000`,
+        `${app!.url}/api/v1/workers/${registered.body.workerId as string}/tasks/next?waitMs=${waitMs}`,
         { agent, headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId } },
         (res) => {
           res.resume();
@@ -40,8 +42,49 @@ describe('closing the server', () => {
     const closed = app.close();
     const res = await answered;
     expect(res.statusCode).toBe(204);
+    // Answered by the close, not at the end of its wait.
+    expect(Date.now() - sent).toBeLessThan(waitMs);
     expect(res.headers.connection).toBe('close');
-    // Without the connection's end, the close would wait out Fastify's keep-alive timeout (72 s).
+    // Kept alive, the connection would hold the close for Fastify's keep-alive timeout (72 s).
+    await closed;
+    app = undefined;
+    agent.destroy();
+  });
+
+  it('ends the kept-alive connection of a request still being answered when the HTTP server closes', async () => {
+    app = await startTestApp({ ORDO_ROLES: 'api' });
+    const agent = new http.Agent({ keepAlive: true });
+    const body = JSON.stringify({ dagId: 'none', inputs: {} });
+    let req!: http.ClientRequest;
+    const answered = new Promise<http.IncomingMessage>((resolve, reject) => {
+      req = http.request(
+        `${app!.url}/api/v1/runs`,
+        {
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          res.resume();
+          res.once('end', () => resolve(res));
+        },
+      );
+      req.once('error', reject);
+    });
+    // Half the body now: the request is in flight while the server closes.
+    req.write(body.slice(0, 10));
+    await new Promise((r) => setTimeout(r, 200));
+    const closed = app.close();
+    // Once the server takes no new request, the rest of the body.
+    for (;;) {
+      const probe = await fetch(`${app.url}/healthz`).catch(() => null);
+      if (probe === null || probe.status === 503) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    req.end(body.slice(10));
+    const res = await answered;
+    expect(res.statusCode).toBe(401);
+    expect(res.headers.connection).toBe('close');
     await closed;
     app = undefined;
     agent.destroy();

@@ -6170,7 +6170,7 @@ export interface operations {
           'application/json': components['schemas']['WorkerTasks'];
         };
       };
-      /** @description No task within the wait */
+      /** @description No task within the wait, or the instance is stopping */
       204: {
         headers: {
           [name: string]: unknown;

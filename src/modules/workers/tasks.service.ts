@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
@@ -69,7 +69,7 @@ type Resolve = (result: Completion, decided: { type: string; data: JsonObject })
  * started tasks orphaned and retried by the step's policy), a deadline passed, a dispatch timeout.
  */
 @Injectable()
-export class TasksService {
+export class TasksService implements BeforeApplicationShutdown {
   private readonly log = new Logger('workers');
   readonly schemas = new TaskSchemas();
   private readonly lastProgress = new Map<string, number>();
@@ -80,6 +80,12 @@ export class TasksService {
    * and wait on each other's rows, which costs PostgreSQL more than their overlap gains.
    */
   private flushing = false;
+  /**
+   * Aborted when the process stops, before its HTTP server closes: the long-polls waiting here are
+   * answered at once (no task) instead of holding the close for up to their wait, and their
+   * workers pull again from another instance.
+   */
+  private readonly stopping = new AbortController();
 
   constructor(
     @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
@@ -95,9 +101,18 @@ export class TasksService {
     private readonly queueSteps: QueueHandOver,
   ) {}
 
+  beforeApplicationShutdown(): void {
+    this.stopping.abort();
+  }
+
+  /** Whether the process is stopping (its long-polls are answered with no task). */
+  get isStopping(): boolean {
+    return this.stopping.signal.aborted;
+  }
+
   /**
    * Up to `max` tasks for the worker: at once when it has some assigned, else when one is assigned
-   * within `waitMs` (none: empty). A draining worker gets none, at once. While it waits, a dispatch
+   * within `waitMs` (none: empty; at once when the process stops). A draining worker gets none, at once. While it waits, a dispatch
    * in this process delivers to it directly (see TaskInbox.dispatch).
    */
   async next(
@@ -105,8 +120,9 @@ export class TasksService {
     workerId: string,
     max: number,
     waitMs: number,
-    abort: AbortSignal,
+    request: AbortSignal,
   ): Promise<TaskDto[]> {
+    const abort = AbortSignal.any([request, this.stopping.signal]);
     const w = await this.directory.live(p, workerId);
     this.liveness.seen(w.tenantId, w.workerId);
     const until = Date.now() + waitMs;

@@ -128,7 +128,7 @@ export class WorkersController {
     query: nextQuery,
     responses: {
       200: { description: 'Tasks for the worker (each must get a result)', schema: tasksSchema },
-      204: { description: 'No task within the wait' },
+      204: { description: 'No task within the wait, or the instance is stopping' },
     },
   })
   async next(
@@ -146,6 +146,9 @@ export class WorkersController {
       const tasks = await this.tasks.next(p, params.workerId, q.max, waitMs, ac.signal);
       if (tasks.length === 0) {
         reply.status(204);
+        // Answered because the process stops: the worker's next pull goes to a new connection
+        // (another instance), and this one does not hold the HTTP server's close.
+        if (this.tasks.isStopping) reply.header('connection', 'close');
         return undefined;
       }
       return { tasks };
