@@ -112,8 +112,9 @@ export class TasksService implements BeforeApplicationShutdown {
 
   /**
    * Up to `max` tasks for the worker: at once when it has some assigned, else when one is assigned
-   * within `waitMs` (none: empty; at once when the process stops). A draining worker gets none, at once. While it waits, a dispatch
-   * in this process delivers to it directly (see TaskInbox.dispatch).
+   * within `waitMs` (none: empty; at once when the process stops). A draining worker gets none, at
+   * once. While it waits, a dispatch in this process delivers to it directly (see
+   * TaskInbox.dispatch).
    */
   async next(
     p: WorkerPrincipalT,
