@@ -123,7 +123,28 @@ export class TasksService implements BeforeApplicationShutdown {
     waitMs: number,
     request: AbortSignal,
   ): Promise<TaskDto[]> {
-    const abort = AbortSignal.any([request, this.stopping.signal]);
+    // The request gone or the process stopping ends the pull (listeners removed after, so the
+    // process's signal keeps none of its pulls).
+    const ac = new AbortController();
+    const stop = () => ac.abort();
+    if (request.aborted || this.stopping.signal.aborted) stop();
+    request.addEventListener('abort', stop);
+    this.stopping.signal.addEventListener('abort', stop);
+    try {
+      return await this.pull(p, workerId, max, waitMs, ac.signal);
+    } finally {
+      request.removeEventListener('abort', stop);
+      this.stopping.signal.removeEventListener('abort', stop);
+    }
+  }
+
+  private async pull(
+    p: WorkerPrincipalT,
+    workerId: string,
+    max: number,
+    waitMs: number,
+    abort: AbortSignal,
+  ): Promise<TaskDto[]> {
     const w = await this.directory.live(p, workerId);
     this.liveness.seen(w.tenantId, w.workerId);
     const until = Date.now() + waitMs;
