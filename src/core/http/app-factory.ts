@@ -8,6 +8,7 @@ import { answerClientError } from '../errors/client-error';
 import { badRequest } from '../errors/domain-error';
 import { HttpExceptionFilter, toEnvelope } from '../errors/http-exception.filter';
 import { jsonSyntaxError } from '../json/json-syntax';
+import { HttpClosing } from './http-closing';
 import { traceIdOf } from './trace';
 
 import { BINARY_TYPES, YAML_TYPES } from './content-types';
@@ -45,16 +46,12 @@ export async function createHttpApp(
     bodyParser: false,
   });
   const fastify = app.getHttpAdapter().getInstance();
-  // The responses still on their way when the server closes end their connections: a connection
-  // kept alive would hold the close up to its keep-alive timeout (Fastify's 72 s), whereas the
-  // idle ones are closed when the close begins and new requests are answered 503.
-  let closing = false;
-  fastify.addHook('preClose', (done) => {
-    closing = true;
-    done();
-  });
+  // Once the application begins to close, each response ends its connection (a connection kept
+  // alive would hold the HTTP server's close up to its keep-alive timeout, Fastify's 72 s); the
+  // idle ones are closed when that close begins and new requests are answered 503.
+  const http = app.get(HttpClosing, { strict: false });
   fastify.addHook('onSend', (_request, reply, payload, done) => {
-    if (closing) void reply.header('connection', 'close');
+    if (http.closing) void reply.header('connection', 'close');
     done(null, payload);
   });
   await fastify.register(compress, { global: true, encodings: ['br', 'gzip'], threshold: 1024 });

@@ -105,11 +105,6 @@ export class TasksService implements BeforeApplicationShutdown {
     this.stopping.abort();
   }
 
-  /** Whether the process is stopping (its long-polls are answered with no task). */
-  get isStopping(): boolean {
-    return this.stopping.signal.aborted;
-  }
-
   /**
    * Up to `max` tasks for the worker: at once when it has some assigned, else when one is assigned
    * within `waitMs` (none: empty; at once when the process stops). A draining worker gets none, at

@@ -146,9 +146,6 @@ export class WorkersController {
       const tasks = await this.tasks.next(p, params.workerId, q.max, waitMs, ac.signal);
       if (tasks.length === 0) {
         reply.status(204);
-        // Answered because the process stops: the worker's next pull goes to a new connection
-        // (another instance), and this one does not hold the HTTP server's close.
-        if (this.tasks.isStopping) reply.header('connection', 'close');
         return undefined;
       }
       return { tasks };
