@@ -276,6 +276,89 @@ describe('external workers', () => {
       expect(malformed.status).toBe(400);
     });
 
+    it('applies several results in one post, each answered as its own post would be', async () => {
+      await publish('batched', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, { maxConcurrent: 8 });
+      const runs = [await start('batched'), await start('batched'), await start('batched')];
+      const tasks: Task[] = [];
+      while (tasks.length < 3) {
+        const r = await next(w, id, 5_000, 3);
+        expect(r.status).toBe(200);
+        tasks.push(...(r.body.tasks as Task[]));
+      }
+      const [t1, t2, t3] = runs.map((runId) => tasks.find((t) => t.runId === runId)!);
+      const post = (results: Record<string, unknown>[], who: As = w, worker = id) =>
+        app.request('POST', `/api/v1/workers/${worker}/tasks/results`, { as: who, body: { results } });
+      const unknownId = '00000000-0000-4000-8000-000000000000';
+      const first = await post([
+        { attemptId: t1.attemptId, epoch: t1.epoch, status: 'succeeded', outputs: { width: 1 } },
+        { attemptId: t2.attemptId, epoch: t2.epoch + 1, status: 'succeeded', outputs: { width: 2 } },
+        {
+          attemptId: t3.attemptId,
+          epoch: t3.epoch,
+          status: 'failed',
+          error: { class: 'permanent', code: 'BROKEN', message: 'no' },
+        },
+        { attemptId: unknownId, epoch: 0, status: 'succeeded', outputs: {} },
+      ]);
+      expect(first.status).toBe(200);
+      expect(first.body.results).toEqual([
+        { attemptId: t1.attemptId, answer: { outcome: 'succeeded', duplicate: false } },
+        { attemptId: t2.attemptId, refused: { status: 409, code: 'STALE_EPOCH', message: expect.any(String) } },
+        {
+          attemptId: t3.attemptId,
+          answer: { outcome: 'failed', duplicate: false, error: { code: 'BROKEN', message: 'no' } },
+        },
+        { attemptId: unknownId, refused: { status: 404, code: 'TASK_NOT_FOUND', message: expect.any(String) } },
+      ]);
+      // The refused result changed nothing: its step still waits for it.
+      expect(work(await run(runs[1])).status).toBe('waiting');
+
+      // Malformed posts are refused as a whole and change nothing: no result, one task twice, one
+      // result malformed, too many results.
+      const ok2 = { attemptId: t2.attemptId, epoch: t2.epoch, status: 'succeeded', outputs: { width: 2 } };
+      for (const results of [
+        [],
+        [ok2, ok2],
+        [ok2, { attemptId: t1.attemptId, epoch: t1.epoch, status: 'failed' }],
+        Array.from({ length: 101 }, (_, i) => ({
+          ...ok2,
+          attemptId: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+        })),
+      ]) {
+        const bad = await post(results);
+        expect(bad.status).toBe(400);
+        expect(bad.body.error.code).toBe('VALIDATION_FAILED');
+      }
+      expect(work(await run(runs[1])).status).toBe('waiting');
+
+      // Another tenant's worker reaches neither this worker nor its tasks.
+      const b = await app.tenant(`wr-${process.pid}`);
+      const wb = await mint('default', b);
+      const idB = await register(wb, {});
+      expect((await post([ok2], wb, id)).status).toBe(404);
+      const foreign = await post([ok2], wb, idB);
+      expect(foreign.body.results).toEqual([
+        { attemptId: t2.attemptId, refused: { status: 404, code: 'TASK_NOT_FOUND', message: expect.any(String) } },
+      ]);
+      expect(work(await run(runs[1])).status).toBe('waiting');
+
+      const again = await post([
+        { attemptId: t1.attemptId, epoch: t1.epoch, status: 'succeeded', outputs: { width: 1 } },
+        ok2,
+      ]);
+      expect(again.body.results).toEqual([
+        { attemptId: t1.attemptId, answer: { outcome: 'succeeded', duplicate: true } },
+        { attemptId: t2.attemptId, answer: { outcome: 'succeeded', duplicate: false } },
+      ]);
+      expect((await waitForRun(app, as, runs[0])).status).toBe('succeeded');
+      expect((await waitForRun(app, as, runs[1])).status).toBe('succeeded');
+      expect((await waitForRun(app, as, runs[2])).status).toBe('failed');
+      expect(work(await run(runs[1])).outputs).toEqual({ width: 2 });
+      expect(work(await run(runs[2])).error).toMatchObject({ code: 'BROKEN' });
+    });
+
     it("frees a worker's slot once its result is in, while the result's transaction still waits", async () => {
       await publish('slot', { with: { taskType: 'resize' } });
       const w = await mint('default');

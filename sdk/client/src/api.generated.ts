@@ -1142,6 +1142,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/workers/{workerId}/tasks/results': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Post several tasks' results at once (up to 100), each applied and answered as its own post would be */
+    post: operations['postWorkerTaskResults'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/workers/{workerId}/tasks/sync': {
     parameters: {
       query?: never;
@@ -2892,6 +2909,70 @@ export interface components {
        * @enum {string}
        */
       outcome: 'succeeded' | 'failed';
+    };
+    WorkerTaskResults: {
+      results: (
+        | {
+            /**
+             * Format: uuid
+             * @description the task the result is for
+             */
+            attemptId: string;
+            epoch: number;
+            logs?: {
+              /** @enum {string} */
+              level: 'debug' | 'info' | 'warn' | 'error';
+              message: string;
+            }[];
+            namedStatus?: string;
+            outputs?: {
+              [key: string]: unknown;
+            };
+            /** @constant */
+            status: 'succeeded';
+          }
+        | {
+            /**
+             * Format: uuid
+             * @description the task the result is for
+             */
+            attemptId: string;
+            epoch: number;
+            error: {
+              /** @enum {string} */
+              class: 'transient' | 'permanent' | 'invalid_input';
+              code: string;
+              message: string;
+            };
+            logs?: {
+              /** @enum {string} */
+              level: 'debug' | 'info' | 'warn' | 'error';
+              message: string;
+            }[];
+            /** @constant */
+            status: 'failed';
+          }
+      )[];
+    };
+    WorkerTaskResultsAnswer: {
+      /** @description one answer a result, in the order posted */
+      results: (
+        | {
+            answer: components['schemas']['WorkerTaskResultAnswer'];
+            /** Format: uuid */
+            attemptId: string;
+          }
+        | {
+            /** Format: uuid */
+            attemptId: string;
+            /** @description the answer the result alone would have had (its status and error envelope): nothing changed */
+            refused: {
+              code: string;
+              message: string;
+              status: number;
+            };
+          }
+      )[];
     };
     WorkerTasks: {
       tasks: components['schemas']['WorkerTask'][];
@@ -6176,6 +6257,44 @@ export interface operations {
           [name: string]: unknown;
         };
         content?: never;
+      };
+      /** @description Error (see code) */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ErrorEnvelope'];
+        };
+      };
+    };
+  };
+  postWorkerTaskResults: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description the token's tenant: required with a bearer token; with the console's session cookie it may be left out (when sent, it must be the session's tenant) */
+        'X-Tenant-Id'?: string;
+      };
+      path: {
+        workerId: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['WorkerTaskResults'];
+      };
+    };
+    responses: {
+      /** @description One answer a result, in the order posted */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WorkerTaskResultsAnswer'];
+        };
       };
       /** @description Error (see code) */
       default: {

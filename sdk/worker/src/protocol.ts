@@ -88,6 +88,19 @@ export interface ResultAnswer {
   error?: { code: string; message: string };
 }
 
+/** Several results in one post (POST /api/v1/workers/{id}/tasks/results). */
+export interface ResultsBody {
+  results: ({ attemptId: string } & ResultBody)[];
+}
+
+/** One answer a posted result: the result's answer, or the refusal it alone would have had. */
+export interface ResultsAnswer {
+  results: (
+    | { attemptId: string; answer: ResultAnswer }
+    | { attemptId: string; refused: { status: number; code: string; message: string } }
+  )[];
+}
+
 export interface ProgressBody {
   epoch: number;
   percent?: number;

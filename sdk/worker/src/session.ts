@@ -10,11 +10,20 @@ import {
   type Registration,
   type ResultAnswer,
   type ResultBody,
+  type ResultsAnswer,
   type SyncAnswer,
   type Task,
 } from './protocol';
 
 export type TransportKind = 'websocket' | 'long-poll';
+
+/** A result waiting to be posted over HTTP. */
+interface OutboxEntry {
+  task: Task;
+  body: ResultBody;
+  bytes: number;
+  resolve: (answer: ResultAnswer | undefined | Promise<ResultAnswer | undefined>) => void;
+}
 
 /** What a session needs from the worker that owns it. */
 export interface SessionHost {
@@ -42,6 +51,9 @@ export interface SessionHost {
 }
 
 const CHANNEL_OPEN_TIMEOUT_MS = 10_000;
+/** Results a post carries at most (the server's limit), and their bytes as JSON at most (one larger goes alone). */
+const MAX_RESULTS_A_POST = 100;
+const MAX_RESULTS_POST_BYTES = 256 * 1024;
 /** The close code of a channel whose worker the server reports offline. */
 const CLOSE_OFFLINE = 4409;
 /** The most credit the server keeps for a channel (and takes in one `ready`). */
@@ -77,6 +89,9 @@ export class WorkerSession {
    * what the worker holds (sync), and the server delivers the others again.
    */
   private unsure = false;
+  /** Results waiting to be posted over HTTP (see postOutbox), and whether a post of them is under way. */
+  private readonly outbox: OutboxEntry[] = [];
+  private posting = false;
 
   constructor(
     readonly registration: Registration,
@@ -155,7 +170,69 @@ export class WorkerSession {
         // Not acknowledged on the channel: HTTP gives a definite answer (a repeated result is answered as a duplicate).
       }
     }
-    return this.postResultHttp(task, body, false);
+    return new Promise((resolve) => {
+      this.outbox.push({ task, body, bytes: Buffer.byteLength(JSON.stringify(body)), resolve });
+      if (this.outbox.length === 1 && !this.posting) setImmediate(() => void this.postOutbox());
+    });
+  }
+
+  /**
+   * Posts the results waiting over HTTP, several a post (the results route), one post at a time:
+   * the results that end while one is under way go together in the next, as the server applies
+   * them together.
+   */
+  private async postOutbox(): Promise<void> {
+    if (this.posting) return;
+    this.posting = true;
+    try {
+      while (this.outbox.length > 0) {
+        let n = 0;
+        let bytes = 0;
+        while (
+          n < this.outbox.length &&
+          n < MAX_RESULTS_A_POST &&
+          (n === 0 || bytes + this.outbox[n].bytes <= MAX_RESULTS_POST_BYTES)
+        )
+          bytes += this.outbox[n++].bytes;
+        const batch = this.outbox.splice(0, n);
+        if (batch.length === 1) batch[0].resolve(await this.postResultHttp(batch[0].task, batch[0].body, false));
+        else await this.postResultsHttp(batch);
+      }
+    } finally {
+      this.posting = false;
+    }
+  }
+
+  private async postResultsHttp(batch: OutboxEntry[]): Promise<void> {
+    let answers: ResultsAnswer['results'];
+    try {
+      const r = await this.host.client.call<ResultsAnswer>('POST', `${this.path}/tasks/results`, {
+        body: { results: batch.map((b) => ({ attemptId: b.task.attemptId, ...b.body })) },
+        tries: this.host.resultTries,
+        // Not the session's signal: results under way when the server drops the registration still get their answers.
+        signal: this.host.stopSignal,
+      });
+      answers = r.body?.results ?? [];
+    } catch (e) {
+      // A server without the route, or a post over its body limit: each result on its own.
+      if (e instanceof OrdoApiError && (e.status === 404 || e.status === 413) && !isWorkerGone(e)) {
+        for (const b of batch) b.resolve(await this.postResultHttp(b.task, b.body, false));
+        return;
+      }
+      for (const b of batch) b.resolve(this.resultFailed(b.task, b.body, e, false));
+      return;
+    }
+    const byAttempt = new Map(answers.map((a) => [a.attemptId, a]));
+    for (const b of batch) {
+      const a = byAttempt.get(b.task.attemptId);
+      if (a === undefined)
+        b.resolve(this.resultFailed(b.task, b.body, new Error(`no answer for ${b.task.attemptId}`), false));
+      else if ('answer' in a) b.resolve(a.answer);
+      else {
+        const e = new OrdoApiError(a.refused.status, a.refused.code, a.refused.message);
+        b.resolve(await this.resultFailed(b.task, b.body, e, false));
+      }
+    }
   }
 
   private async postResultHttp(task: Task, body: ResultBody, replacement: boolean): Promise<ResultAnswer | undefined> {
@@ -168,27 +245,37 @@ export class WorkerSession {
       );
       return r.body;
     } catch (e) {
-      if (e instanceof OrdoApiError && REFUSED_RESULT_CODES.has(e.code)) {
-        this.host.onRefused(task, e.code);
-        return undefined;
-      }
-      if (isWorkerGone(e)) {
-        this.lost((e as OrdoApiError).code);
-        return undefined;
-      }
-      if (e instanceof OrdoApiError && (e.status === 413 || e.status === 400) && !replacement) {
-        // The result itself is refused: the step fails for good with the reason, instead of waiting for its deadline.
-        const code = e.status === 413 ? 'OUTPUTS_TOO_LARGE' : 'RESULT_REJECTED';
-        const failed: ResultBody = {
-          epoch: body.epoch,
-          status: 'failed',
-          error: { class: 'permanent', code, message: e.message },
-        };
-        return this.postResultHttp(task, failed, true);
-      }
-      this.host.onWarning(e as Error);
+      return this.resultFailed(task, body, e, replacement);
+    }
+  }
+
+  /** A result the server did not take: dropped, replaced by a failure it takes, or warned of. */
+  private async resultFailed(
+    task: Task,
+    body: ResultBody,
+    e: unknown,
+    replacement: boolean,
+  ): Promise<ResultAnswer | undefined> {
+    if (e instanceof OrdoApiError && REFUSED_RESULT_CODES.has(e.code)) {
+      this.host.onRefused(task, e.code);
       return undefined;
     }
+    if (isWorkerGone(e)) {
+      this.lost((e as OrdoApiError).code);
+      return undefined;
+    }
+    if (e instanceof OrdoApiError && (e.status === 413 || e.status === 400) && !replacement) {
+      // The result itself is refused: the step fails for good with the reason, instead of waiting for its deadline.
+      const code = e.status === 413 ? 'OUTPUTS_TOO_LARGE' : 'RESULT_REJECTED';
+      const failed: ResultBody = {
+        epoch: body.epoch,
+        status: 'failed',
+        error: { class: 'permanent', code, message: e.message },
+      };
+      return this.postResultHttp(task, failed, true);
+    }
+    this.host.onWarning(e as Error);
+    return undefined;
   }
 
   /** Reports progress, best effort; while one post of a task is under way the latest report waits for it. */

@@ -321,6 +321,53 @@ describe('OrdoWorker', () => {
     expect(paths.indexOf('/tasks/sync')).toBeLessThan(paths.lastIndexOf('/tasks/next'));
   });
 
+  describe('results over HTTP', () => {
+    /** A long-poll worker whose four handlers end together, one of them with a stale epoch. */
+    const fourTogether = async () => {
+      const w = worker({ transport: 'long-poll', maxConcurrent: 4 });
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      let started = 0;
+      w.handle('t', {
+        run: async () => {
+          started++;
+          await gate;
+          return {};
+        },
+      });
+      await w.start();
+      const tasks = [1, 2, 3, 4].map(() => ordo.enqueue('t'));
+      await until(() => started === 4);
+      ordo.offered.get(tasks[3].attemptId)!.task.epoch = 2;
+      const refused = once<{ code: string }>(w, 'refused');
+      open();
+      return { w, tasks, refused };
+    };
+    const resultPosts = () =>
+      ordo.requests.filter((r) => r.method === 'POST' && /\/tasks\/(results|[^/]+\/result)$/.test(r.path));
+
+    it('posts results that end together in one post, each answered on its own', async () => {
+      const { tasks, refused } = await fourTogether();
+      expect((await refused).code).toBe('STALE_EPOCH');
+      await Promise.all(tasks.slice(0, 3).map((t) => ordo.waitForResult(t.attemptId)));
+      const posts = resultPosts();
+      expect(posts.map((p) => p.path.split('/').pop())).toEqual(['results']);
+      expect((posts[0].body as { results: { attemptId: string }[] }).results.map((r) => r.attemptId)).toEqual(
+        tasks.map((t) => t.attemptId),
+      );
+      expect(ordo.results.has(tasks[3].attemptId)).toBe(false);
+    });
+
+    it('posts each result on its own to a server without the results route', async () => {
+      ordo.failNext(/\/tasks\/results$/, 404, 'ROUTE_NOT_FOUND', 1_000);
+      const { tasks, refused } = await fourTogether();
+      expect((await refused).code).toBe('STALE_EPOCH');
+      await Promise.all(tasks.slice(0, 3).map((t) => ordo.waitForResult(t.attemptId)));
+      const singles = resultPosts().filter((p) => p.path.endsWith('/result'));
+      expect(singles.map((p) => p.path.split('/').slice(-2)[0]).sort()).toEqual(tasks.map((t) => t.attemptId).sort());
+    });
+  });
+
   it('goes on pulling from a server that has no sync route', async () => {
     const w = worker({ transport: 'long-poll' });
     w.handle('t', { run: () => ({}) });

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type net from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { ClientMessage, HeartbeatAnswer, RegisterRequest, ResultBody, Task } from '../src/protocol';
+import type { ClientMessage, HeartbeatAnswer, RegisterRequest, ResultBody, ResultsBody, Task } from '../src/protocol';
 
 /**
  * An in-memory stand-in for the worker routes of an Ordo server, for the SDK's unit tests: it
@@ -392,6 +392,15 @@ export class FakeOrdo {
     if (req.method === 'POST' && rest === '/tasks/sync') {
       if (!live) return fail(409, 'WORKER_OFFLINE');
       return send(200, this.sync(w, (body as { holding: string[] }).holding, 'http'));
+    }
+    if (req.method === 'POST' && rest === '/tasks/results') {
+      const results = (body as ResultsBody).results.map(({ attemptId, ...one }) => {
+        const r = this.result(w, attemptId, one, 'http');
+        return r.status === 200
+          ? { attemptId, answer: r.body }
+          : { attemptId, refused: { status: r.status, code: r.code!, message: r.code! } };
+      });
+      return send(200, { results });
     }
     const t = /^\/tasks\/([^/]+)\/(result|progress)$/.exec(rest);
     if (req.method === 'POST' && t) {

@@ -20,7 +20,15 @@ import { TaskInbox } from './task-inbox';
 import { TaskSchemas } from './task-schemas';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
-import type { ProgressBody, ResultAnswer, ResultBody, SyncAnswer, TaskDto } from './workers.dto';
+import type {
+  ProgressBody,
+  ResultAnswer,
+  ResultBody,
+  ResultsAnswer,
+  ResultsBody,
+  SyncAnswer,
+  TaskDto,
+} from './workers.dto';
 import { WorkersRepository, type TaskEnd, type TaskRow } from './workers.repository';
 
 /** Progress events a task may append to its run (more are kept on the task only). */
@@ -73,7 +81,7 @@ export class TasksService implements BeforeApplicationShutdown {
   private readonly log = new Logger('workers');
   readonly schemas = new TaskSchemas();
   private readonly lastProgress = new Map<string, number>();
-  private readonly results: PendingResult[] = [];
+  private readonly pending: PendingResult[] = [];
   /**
    * Whether a transaction of this process is applying results. One at a time: the results that
    * arrive meanwhile make the next batch larger, whereas two batches at once lock the same runs
@@ -310,12 +318,36 @@ export class TasksService implements BeforeApplicationShutdown {
     // Its worker's slot is free from now on for this process's dispatches (see TaskInbox.landed).
     const release = this.inbox.landed(w.tenantId, w.pool, taskId);
     const answer = await new Promise<ResultAnswer | 'late'>((resolve, reject) => {
-      this.results.push({ w, taskId, body, digest, resolve, reject });
+      this.pending.push({ w, taskId, body, digest, resolve, reject });
       this.flushSoon();
     }).finally(release);
     if (answer !== 'late') return answer;
     await this.recordLate(w, taskId, body);
     throw conflict('TASK_ORPHANED', `task ${taskId} was given up when its worker was lost: its result is refused`);
+  }
+
+  /**
+   * Several results of one worker in one post, each applied as `result` applies it (so together, in
+   * the same batches) and answered on its own: its answer, or the refusal it alone would have had
+   * (nothing changed for it). A refusal of the worker itself (unknown, offline) answers the whole
+   * post; so does an unexpected failure, after which the worker posts again (a result applied
+   * already answers duplicate).
+   */
+  async results(p: WorkerPrincipalT, workerId: string, body: ResultsBody): Promise<ResultsAnswer> {
+    await this.directory.get(p, workerId);
+    const settled = await Promise.allSettled(
+      body.results.map(({ attemptId, ...result }) => this.result(p, workerId, attemptId, result)),
+    );
+    const unexpected = settled.find((s) => s.status === 'rejected' && !(s.reason instanceof DomainError));
+    if (unexpected) throw (unexpected as PromiseRejectedResult).reason;
+    return {
+      results: settled.map((s, i) => {
+        const attemptId = body.results[i].attemptId;
+        if (s.status === 'fulfilled') return { attemptId, answer: s.value };
+        const e = s.reason as DomainError;
+        return { attemptId, refused: { status: e.status, code: e.code, message: e.message } };
+      }),
+    };
   }
 
   private flushSoon(): void {
@@ -326,7 +358,7 @@ export class TasksService implements BeforeApplicationShutdown {
         void this.flush().finally(() => {
           this.flushing = false;
           // A result queued after the last batch was taken, while this flush ended, waits for no other.
-          if (this.results.length > 0) this.flushSoon();
+          if (this.pending.length > 0) this.flushSoon();
         }),
     );
   }
@@ -337,11 +369,11 @@ export class TasksService implements BeforeApplicationShutdown {
    * fails as a whole is applied again one result at a time, so one bad result fails only itself.
    */
   private async flush(): Promise<void> {
-    while (this.results.length > 0) {
+    while (this.pending.length > 0) {
       const batch: PendingResult[] = [];
       const seen = new Set<string>();
       const later: PendingResult[] = [];
-      for (const r of this.results.splice(0, MAX_RESULT_BATCH)) {
+      for (const r of this.pending.splice(0, MAX_RESULT_BATCH)) {
         // A second result for the same task waits for the first one's batch.
         if (seen.has(r.taskId)) later.push(r);
         else {
@@ -349,7 +381,7 @@ export class TasksService implements BeforeApplicationShutdown {
           batch.push(r);
         }
       }
-      this.results.unshift(...later);
+      this.pending.unshift(...later);
       try {
         await this.applyResults(batch);
       } catch (e) {

@@ -29,6 +29,9 @@ import {
   resetReputationBody,
   resultAnswerSchema,
   resultBody,
+  resultsAnswerSchema,
+  resultsBody,
+  MAX_RESULTS_A_POST,
   syncAnswerSchema,
   syncBody,
   taskParams,
@@ -39,6 +42,7 @@ import {
   type ProgressBody,
   type RegisterWorkerBody,
   type ResultBody,
+  type ResultsBody,
   type SyncBody,
 } from './workers.dto';
 import { WorkersService } from './workers.service';
@@ -184,6 +188,22 @@ export class WorkersController {
   })
   result(@WorkerPrincipal() p: WorkerPrincipalT, @Params() params: TaskParams, @Body() body: ResultBody) {
     return this.tasks.result(p, params.workerId, params.attemptId, body);
+  }
+
+  @Post('workers/:workerId/tasks/results')
+  @HttpCode(200)
+  @Route({
+    operationId: 'postWorkerTaskResults',
+    summary: `Post several tasks' results at once (up to ${MAX_RESULTS_A_POST}), each applied and answered as its own post would be`,
+    tags: ['workers'],
+    access: 'worker',
+    idempotent: false,
+    params: workerParams,
+    body: resultsBody,
+    responses: { 200: { description: 'One answer a result, in the order posted', schema: resultsAnswerSchema } },
+  })
+  results(@WorkerPrincipal() p: WorkerPrincipalT, @Params() params: WorkerParams, @Body() body: ResultsBody) {
+    return this.tasks.results(p, params.workerId, body);
   }
 
   @Post('workers/:workerId/tasks/:attemptId/progress')

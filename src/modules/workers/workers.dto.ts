@@ -115,27 +115,45 @@ const logLine = z.strictObject({
   message: z.string().max(8_192),
 });
 
+const succeededResult = z.strictObject({
+  epoch: z.number().int().min(0),
+  status: z.literal('succeeded'),
+  outputs: z.record(z.string(), z.unknown()).optional(),
+  namedStatus: z.string().min(1).max(100).optional(),
+  logs: z.array(logLine).max(1_000).optional(),
+});
+
+const failedResult = z.strictObject({
+  epoch: z.number().int().min(0),
+  status: z.literal('failed'),
+  error: z.strictObject({
+    class: z.enum(ERROR_CLASSES),
+    code: z.string().regex(/^[A-Z][A-Z0-9_]{0,63}$/, 'an upper-case code such as RESIZE_FAILED'),
+    message: z.string().max(4_096),
+  }),
+  logs: z.array(logLine).max(1_000).optional(),
+});
+
 export const resultBody = z
-  .discriminatedUnion('status', [
-    z.strictObject({
-      epoch: z.number().int().min(0),
-      status: z.literal('succeeded'),
-      outputs: z.record(z.string(), z.unknown()).optional(),
-      namedStatus: z.string().min(1).max(100).optional(),
-      logs: z.array(logLine).max(1_000).optional(),
-    }),
-    z.strictObject({
-      epoch: z.number().int().min(0),
-      status: z.literal('failed'),
-      error: z.strictObject({
-        class: z.enum(ERROR_CLASSES),
-        code: z.string().regex(/^[A-Z][A-Z0-9_]{0,63}$/, 'an upper-case code such as RESIZE_FAILED'),
-        message: z.string().max(4_096),
-      }),
-      logs: z.array(logLine).max(1_000).optional(),
-    }),
-  ])
+  .discriminatedUnion('status', [succeededResult, failedResult])
   .meta({ id: 'WorkerTaskResult' });
+
+/** Results one post carries at most. */
+export const MAX_RESULTS_A_POST = 100;
+
+const attemptId = { attemptId: z.uuid().describe('the task the result is for') };
+
+export const resultsBody = z
+  .strictObject({
+    results: z
+      .array(z.discriminatedUnion('status', [succeededResult.extend(attemptId), failedResult.extend(attemptId)]))
+      .min(1)
+      .max(MAX_RESULTS_A_POST)
+      .refine((rs) => new Set(rs.map((r) => r.attemptId)).size === rs.length, {
+        message: 'each task at most once a post',
+      }),
+  })
+  .meta({ id: 'WorkerTaskResults' });
 
 export const resultAnswerSchema = z
   .object({
@@ -144,6 +162,24 @@ export const resultAnswerSchema = z
     error: z.object({ code: z.string(), message: z.string() }).optional(),
   })
   .meta({ id: 'WorkerTaskResultAnswer' });
+
+export const resultsAnswerSchema = z
+  .object({
+    results: z
+      .array(
+        z.union([
+          z.object({ attemptId: z.uuid(), answer: resultAnswerSchema }),
+          z.object({
+            attemptId: z.uuid(),
+            refused: z
+              .object({ status: z.number().int(), code: z.string(), message: z.string() })
+              .describe('the answer the result alone would have had (its status and error envelope): nothing changed'),
+          }),
+        ]),
+      )
+      .describe('one answer a result, in the order posted'),
+  })
+  .meta({ id: 'WorkerTaskResultsAnswer' });
 
 export const progressBody = z
   .strictObject({
@@ -235,6 +271,8 @@ export const poolSchema = z
 
 export type RegisterWorkerBody = z.infer<typeof registerWorkerBody>;
 export type ResultBody = z.infer<typeof resultBody>;
+export type ResultsBody = z.infer<typeof resultsBody>;
+export type ResultsAnswer = z.infer<typeof resultsAnswerSchema>;
 export type ProgressBody = z.infer<typeof progressBody>;
 export type SyncBody = z.infer<typeof syncBody>;
 export type SyncAnswer = z.infer<typeof syncAnswerSchema>;
