@@ -214,8 +214,9 @@ export class WorkerSession {
       });
       answers = r.body?.results ?? [];
     } catch (e) {
-      // A server without the route, or a post over its body limit: each result on its own.
-      if (e instanceof OrdoApiError && (e.status === 404 || e.status === 413) && !isWorkerGone(e)) {
+      // A server without the route, a post over its body limit or one it refuses as a whole (a
+      // malformed result among them): each result on its own, so that each gets its own answer.
+      if (e instanceof OrdoApiError && [400, 404, 413].includes(e.status) && !isWorkerGone(e)) {
         for (const b of batch) b.resolve(await this.postResultHttp(b.task, b.body, false));
         return;
       }

@@ -358,11 +358,16 @@ describe('OrdoWorker', () => {
       expect(ordo.results.has(tasks[3].attemptId)).toBe(false);
     });
 
-    it('posts each result on its own to a server without the results route', async () => {
-      ordo.failNext(/\/tasks\/results$/, 404, 'ROUTE_NOT_FOUND', 1_000);
+    it.each([
+      [404, 'ROUTE_NOT_FOUND', 'a server without the results route'],
+      [400, 'VALIDATION_FAILED', 'a post refused as a whole'],
+    ])('posts each result on its own after %s %s (%s)', async (status, code) => {
+      ordo.failNext(/\/tasks\/results$/, status, code, 1_000);
       const { tasks, refused } = await fourTogether();
       expect((await refused).code).toBe('STALE_EPOCH');
       await Promise.all(tasks.slice(0, 3).map((t) => ordo.waitForResult(t.attemptId)));
+      // Each result as the handler made it, not replaced by a failure.
+      for (const t of tasks.slice(0, 3)) expect(ordo.results.get(t.attemptId)!.body.status).toBe('succeeded');
       const singles = resultPosts().filter((p) => p.path.endsWith('/result'));
       expect(singles.map((p) => p.path.split('/').slice(-2)[0]).sort()).toEqual(tasks.map((t) => t.attemptId).sort());
     });
