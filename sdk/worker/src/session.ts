@@ -231,7 +231,7 @@ export class WorkerSession {
       else if ('answer' in a) b.resolve(a.answer);
       else {
         const e = new OrdoApiError(a.refused.status, a.refused.code, a.refused.message);
-        b.resolve(await this.resultFailed(b.task, b.body, e, false));
+        b.resolve(this.resultFailed(b.task, b.body, e, false));
       }
     }
   }

@@ -329,9 +329,9 @@ export class TasksService implements BeforeApplicationShutdown {
   /**
    * Several results of one worker in one post, each applied as `result` applies it (so together, in
    * the same batches) and answered on its own: its answer, or the refusal it alone would have had
-   * (nothing changed for it). A refusal of the worker itself (unknown, offline) answers the whole
-   * post; so does an unexpected failure, after which the worker posts again (a result applied
-   * already answers duplicate).
+   * (nothing changed for it). A worker unknown to the token's tenant and pool answers the whole
+   * post (404); so does an unexpected failure, after which the worker posts again (a result
+   * applied already answers duplicate).
    */
   async results(p: WorkerPrincipalT, workerId: string, body: ResultsBody): Promise<ResultsAnswer> {
     await this.directory.get(p, workerId);
