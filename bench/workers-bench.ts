@@ -41,7 +41,11 @@ Options:
   --ext-concurrency <n>      throughput: maxConcurrent of each of the 4 workers (default 16)
   --ext-latency-runs <n>     latency: runs per transport (default 200)
   --ext-idle-workers <n>     idle: workers (default 1000)
-  --ext-idle-seconds <s>     idle: window (default 30)`;
+  --ext-idle-seconds <s>     idle: window (default 30)
+Environment: ORDO_BENCH_STATEMENTS=1 (embedded server) prints each throughput phase's statements, those inside
+the functions too; ORDO_BENCH_ACTIVITY=1 samples the active sessions every 5 ms during each throughput phase and
+prints the top-level statements by their share of the samples on CPU (its own queries, some 200 a second,
+count in transactions per task).`;
 
 /** True when argv asks for this benchmark (`--only ext-workers`). */
 export function wantsExternalWorkers(argv: string[]): boolean {
@@ -195,6 +199,48 @@ interface IdleRow {
   perWorkerXactPerS: number;
 }
 
+/**
+ * With ORDO_BENCH_ACTIVITY=1: samples the database's active sessions every few milliseconds while a
+ * phase runs, from a session of its own, and counts each by what it waits on (CPU when nothing) and
+ * its top-level statement. The shares of the samples on CPU say where PostgreSQL's CPU went by
+ * statement, without the per-statement cost that tracking nested statements adds.
+ */
+function activitySampler(url: string): {
+  stop(): Promise<{ samples: number; onCpu: number; top: [string, number][] }>;
+} {
+  const c = pgClient(url);
+  const counts = new Map<string, number>();
+  let samples = 0;
+  let running = true;
+  const loop = (async () => {
+    await c.connect();
+    while (running) {
+      const r = await c.query<{ w: string; q: string }>(
+        `select coalesce(wait_event_type || ':' || wait_event, 'CPU') w,
+           left(regexp_replace(query, '\\s+', ' ', 'g'), 80) q
+         from pg_stat_activity
+         where datname = current_database() and state = 'active' and pid <> pg_backend_pid()
+           and backend_type = 'client backend'`,
+      );
+      samples++;
+      for (const row of r.rows) {
+        const k = `${row.w} ${row.q.trim()}`;
+        counts.set(k, (counts.get(k) ?? 0) + 1);
+      }
+      await sleep(5);
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      await c.end();
+      const onCpu = [...counts].reduce((sum, [k, v]) => (k.startsWith('CPU ') ? sum + v : sum), 0);
+      return { samples, onCpu, top: [...counts].sort((a, b) => b[1] - a[1]).slice(0, 12) };
+    },
+  };
+}
+
 /** Runs the external-workers benchmark (`npm run bench -- --only ext-workers`). */
 export async function runExternalWorkersBench(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -314,9 +360,18 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       await sleep(1_500);
       if (statements) await owner.query(`select pg_stat_statements_reset()`);
       const [xact0, cpu0] = [await xactCommitted(), cpu()];
+      const sampler = process.env.ORDO_BENCH_ACTIVITY === '1' ? activitySampler(db.ownerUrl) : null;
       const t0 = Date.now();
       const ids = await create(runCount, shape);
       while ((await remaining(ids)) > 0) await sleep(100);
+      if (sampler) {
+        const { samples, onCpu, top } = await sampler.stop();
+        console.log(`  active sessions in ${samples} samples (the shares of those on CPU):`);
+        for (const [k, v] of top)
+          console.log(
+            `  ${String(v).padStart(6)}${k.startsWith('CPU ') ? ` ${((v / onCpu) * 100).toFixed(0).padStart(3)} %` : '      '}  ${k}`,
+          );
+      }
       const end = (
         await owner.query<{ end: Date; ok: number }>(
           `select max(finished_at) as end, count(*) filter (where status = 'succeeded')::int ok from run where run_id = any($1::uuid[])`,

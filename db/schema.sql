@@ -2801,7 +2801,6 @@ CREATE FUNCTION public.ordo_task_dispatch(p_tenant text, p_pool text, p_takers j
 declare
   v_now timestamptz := clock_timestamp();
   v_t record;
-  v_w worker;
   v_ws worker[];
   v_held integer[];
   v_queued integer[];
@@ -2820,6 +2819,12 @@ declare
   v_k2 numeric;
   v_b1 integer;
   v_b2 numeric;
+  v_id uuid[];
+  v_max integer[];
+  v_cost numeric[];
+  v_fit boolean[];
+  v_warm boolean[];
+  v_key text;
   v_a_task uuid[] := '{}';
   v_a_worker uuid[] := '{}';
   v_a_deliver boolean[] := '{}';
@@ -2873,6 +2878,9 @@ begin
     v_room[v_i] := v_room[v_i] - v_n;
   end loop;
 
+  v_id := array(select w.worker_id from unnest(v_ws) w);
+  v_max := array(select w.max_concurrent from unnest(v_ws) w);
+  v_cost := array(select w.cost_per_second from unnest(v_ws) w);
   if v_free > 0 then
     for v_t in
       select t.task_id, t.task_type, t.requires, coalesce(t.strategy, v_strategy, 'default') as strategy
@@ -2882,26 +2890,32 @@ begin
       for update of t skip locked
     loop
       exit when v_free <= 0;
-      v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
+      -- Which workers fit the task, and which have its models loaded, read once per task type and
+      -- requirements in a row (the tasks of a burst share them).
+      if v_key is distinct from v_t.task_type || v_t.requires::text then
+        v_key := v_t.task_type || v_t.requires::text;
+        v_models := array(select jsonb_array_elements_text(coalesce(v_t.requires->'models', '[]')));
+        select coalesce(array_agg(ordo_worker_fits(w.status, w.last_seen_at, w.ttl_ms, w.task_types, w.gpu_count,
+            w.vram_bytes, w.cpu, w.memory_bytes, w.models, w.labels, v_t.task_type, v_t.requires) order by w.ordinality), '{}'),
+          coalesce(array_agg(cardinality(v_models) > 0 and w.loaded @> v_models order by w.ordinality), '{}')
+        into v_fit, v_warm
+        from unnest(v_ws) with ordinality as w;
+      end if;
       v_best := null;
       -- The best candidate by the strategy's order (k1, k2, then worker id: the array's order).
       for v_i in 1 .. array_length(v_ws, 1) loop
-        v_w := v_ws[v_i];
-        continue when v_held[v_i] >= v_w.max_concurrent;
-        continue when not ordo_worker_fits(v_w.status, v_w.last_seen_at, v_w.ttl_ms, v_w.task_types, v_w.gpu_count,
-          v_w.vram_bytes, v_w.cpu, v_w.memory_bytes, v_w.models, v_w.labels, v_t.task_type, v_t.requires);
+        continue when v_held[v_i] >= v_max[v_i] or not v_fit[v_i];
         v_k1 := case
           when v_t.strategy = 'default' then
-            case when v_last[v_i] is not distinct from v_t.task_type
-              or (cardinality(v_models) > 0 and v_w.loaded @> v_models) then 0 else 1 end
+            case when v_last[v_i] is not distinct from v_t.task_type or v_warm[v_i] then 0 else 1 end
           when v_t.strategy = 'round_robin' then
-            case when v_rr is not null and v_w.worker_id <= v_rr then 1 else 0 end
+            case when v_rr is not null and v_id[v_i] <= v_rr then 1 else 0 end
           else 0 end;
         v_k2 := case v_t.strategy
-          when 'default' then v_w.cost_per_second
-          when 'cheapest' then v_w.cost_per_second
+          when 'default' then v_cost[v_i]
+          when 'cheapest' then v_cost[v_i]
           when 'least_connections' then v_held[v_i]
-          when 'best_value' then (v_w.cost_per_second / greatest(v_score[v_i], 0.001))::numeric
+          when 'best_value' then (v_cost[v_i] / greatest(v_score[v_i], 0.001))::numeric
           else 0 end;
         if v_best is null or v_k1 < v_b1 or (v_k1 = v_b1 and v_k2 < v_b2) then
           v_best := v_i;
@@ -2911,13 +2925,13 @@ begin
       end loop;
       continue when v_best is null;
       v_a_task := v_a_task || v_t.task_id;
-      v_a_worker := v_a_worker || v_ws[v_best].worker_id;
+      v_a_worker := v_a_worker || v_id[v_best];
       v_a_deliver := v_a_deliver || (v_room[v_best] > 0);
       v_room[v_best] := v_room[v_best] - 1;
       v_held[v_best] := v_held[v_best] + 1;
       v_last[v_best] := v_t.task_type;
       if v_t.strategy = 'round_robin' then
-        v_rr := v_ws[v_best].worker_id;
+        v_rr := v_id[v_best];
         v_rr_moved := true;
       end if;
       v_free := v_free - 1;
@@ -2942,7 +2956,7 @@ begin
     )
     select to_jsonb(u) from u where u.status = 'delivered';
   update worker w set last_task_type = x.last
-  from unnest(array(select e.worker_id from unnest(v_ws) e), v_last) as x(worker_id, last)
+  from unnest(v_id, v_last) as x(worker_id, last)
   where w.tenant_id = p_tenant and w.worker_id = x.worker_id and x.last is distinct from w.last_task_type;
   if v_rr_moved then
     insert into worker_pool (tenant_id, pool, rr_last) values (p_tenant, p_pool, v_rr)

@@ -652,6 +652,26 @@ describe('external workers', () => {
         ),
       ).toEqual(['a', 'b', 'b']);
     });
+
+    it('tasks of different requirements pending together each go to a worker that fits them', async () => {
+      await publish('mix-gpu', { with: { taskType: 'resize', requires: { gpu: 1 }, strategy: 'cheapest' } });
+      await publish('mix-any', { with: { taskType: 'resize', strategy: 'cheapest' } });
+      // Pending before any worker: the first registration's dispatch looks at all four in one pass,
+      // the gpu tasks (no fit yet) between the others.
+      const gpuRuns = [await start('mix-gpu')];
+      const anyRuns = [await start('mix-any')];
+      gpuRuns.push(await start('mix-gpu'));
+      anyRuns.push(await start('mix-any'));
+      for (const id of [...gpuRuns, ...anyRuns])
+        await until('the task', async () => ((await run(id)).steps[0].task ? true : undefined));
+      const w = await mint('default');
+      await register(w, { name: 'mix-cpu', costPerSecond: 1, maxConcurrent: 10 });
+      await register(w, { name: 'mix-gpu', costPerSecond: 5, maxConcurrent: 10, resources: { gpu: { count: 1 } } });
+      const takers = async (ids: string[]) =>
+        Promise.all(ids.map((id) => until('the assignment', async () => work(await run(id)).task?.worker?.name)));
+      expect(await takers(anyRuns)).toEqual(['mix-cpu', 'mix-cpu']);
+      expect(await takers(gpuRuns)).toEqual(['mix-gpu', 'mix-gpu']);
+    });
   });
 
   describe('dispatch by warmth and value', () => {
