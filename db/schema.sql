@@ -2412,6 +2412,7 @@ $$;
 CREATE FUNCTION public.ordo_retention_purge(p_tenant text, p_cutoff timestamp with time zone, p_requires_export boolean, p_limit integer) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
 declare
   v_ids uuid[];

@@ -9,7 +9,9 @@
 -- just before its run), so older month partitions are not read. Returns the runs deleted.
 -- Security definer: the system role that calls it has no DELETE on these tables. Row-level
 -- security is forced on them, for their owner too: the function binds the transaction to the
--- tenant (app.tenant_id), so it reads and deletes that tenant's rows only.
+-- tenant (app.tenant_id), so it reads and deletes that tenant's rows only. Its statements are
+-- planned for each batch's values (a batch is rare and large): a generic plan cached from the
+-- session's earlier batches, made for smaller tables, can be many times slower.
 
 create or replace function ordo_retention_purge(p_tenant text, p_cutoff timestamptz, p_requires_export boolean,
   p_limit integer)
@@ -17,6 +19,7 @@ create or replace function ordo_retention_purge(p_tenant text, p_cutoff timestam
   language plpgsql
   security definer
   set search_path = pg_catalog, public
+  set plan_cache_mode = force_custom_plan
   as $$
 declare
   v_ids uuid[];
