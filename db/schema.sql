@@ -848,11 +848,14 @@ begin
     -- Which ready successors go to this worker: while it has room (topological order, ties by step
     -- id), and per tenant as many as its results freed, more only under the tenant's in-flight cap
     -- (its leased items, these results' released, counted up to the cap). A gated step (claim false
-    -- here) goes to the queue, where the claim takes it under its gate.
+    -- here) goes to the queue, where the claim takes it under its gate. Steps handed over with
+    -- `only` take no lease (the caller hands them back before its commit): the cap of leased steps
+    -- does not count them, and only the room does.
     v_ready := array(
       select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
         x.claim and x.n_all <= v_capacity
-          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= f.cap then x.want else greatest(0, f.cap - f.used) end
+          and (v_only is not null
+            or x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= f.cap then x.want else greatest(0, f.cap - f.used) end)
       )::ordo_adv_ready
       from (
         select x.*,

@@ -15,7 +15,7 @@
 --     successors to the reporting worker while it has room and their tenant is under its in-flight cap
 --     (topological order, ties by step id; a step under a concurrency gate always goes through the
 --     queue; with `only`, only steps of that plugin, which the caller hands back before its commit,
---     so they take no lease), queues the rest and wakes the workers;
+--     so they take no lease and only the room counts), queues the rest and wakes the workers;
 --   - ends the runs with no step left (failed if any step failed), with the hash of their steps'
 --     outputs, enters the failed ones of DAGs with `onFailure: deadletter` in their tenant's
 --     dead-letter, and admits runs waiting for their DAG's maxConcurrentRuns slot (ordo_admit_waiting);
@@ -388,11 +388,14 @@ begin
     -- Which ready successors go to this worker: while it has room (topological order, ties by step
     -- id), and per tenant as many as its results freed, more only under the tenant's in-flight cap
     -- (its leased items, these results' released, counted up to the cap). A gated step (claim false
-    -- here) goes to the queue, where the claim takes it under its gate.
+    -- here) goes to the queue, where the claim takes it under its gate. Steps handed over with
+    -- `only` take no lease (the caller hands them back before its commit): the cap of leased steps
+    -- does not count them, and only the room does.
     v_ready := array(
       select row(x.tenant_id, x.run_id, x.step_id, x.topo_index,
         x.claim and x.n_all <= v_capacity
-          and x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= f.cap then x.want else greatest(0, f.cap - f.used) end
+          and (v_only is not null
+            or x.n_tenant <= case when x.want <= x.rel and f.used + x.rel <= f.cap then x.want else greatest(0, f.cap - f.used) end)
       )::ordo_adv_ready
       from (
         select x.*,

@@ -452,6 +452,54 @@ describe('external workers', () => {
       ]);
     });
 
+    it("hands a queue step over while its tenant's built-in steps fill its in-flight cap (a hand-over takes no lease)", async () => {
+      const r = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'relay-capped',
+          steps: [
+            { id: 'first', plugin: 'queue', with: { taskType: 'resize' } },
+            { id: 'second', plugin: 'queue', dependsOn: ['first'], with: { taskType: 'resize' } },
+          ],
+        },
+      });
+      expect(r.status).toBe(201);
+      await publish('hold', { plugin: 'noop', with: { sleepMs: 4000 } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const runId = await start('relay-capped');
+      const first = await take(w, id);
+      const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
+      await owner.connect();
+      try {
+        await owner.query('update tenant_queue set max_in_flight = 1 where tenant_id = $1', [as.tenantId]);
+        // A built-in step holds the tenant's one slot in flight.
+        const held = await start('hold');
+        await until('the built-in step running', async () =>
+          work(await run(held)).status === 'running' ? true : undefined,
+        );
+        expect((await result(w, id, first, { status: 'succeeded', outputs: { width: 1 } })).status).toBe(200);
+        // Committed with the result, although the tenant is at its cap: the built-in queue would
+        // have kept it queued until the slot freed.
+        const { rows } = await owner.query<{ status: string; worker_id: string }>(
+          `select s.status, a.worker_id from step s
+           join attempt a on a.tenant_id = s.tenant_id and a.run_id = s.run_id and a.step_id = s.step_id
+           where s.run_id = $1 and s.step_id = 'second'`,
+          [runId],
+        );
+        expect(rows).toEqual([{ status: 'waiting', worker_id: expect.stringMatching(/:api$/) as unknown }]);
+        expect(work(await run(held)).status).toBe('running');
+        const second = await take(w, id);
+        expect(second).toMatchObject({ runId, stepId: 'second' });
+        expect((await result(w, id, second, { status: 'succeeded', outputs: { width: 2 } })).status).toBe(200);
+        expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+        expect((await waitForRun(app, as, held)).status).toBe('succeeded');
+      } finally {
+        await owner.query('update tenant_queue set max_in_flight = null where tenant_id = $1', [as.tenantId]);
+        await owner.end();
+      }
+    });
+
     it('fails the step with CONTRACT_VIOLATION when the outputs do not match the output schema', async () => {
       await publish('resize-bad', { with: { taskType: 'resize' } });
       const w = await mint('default');

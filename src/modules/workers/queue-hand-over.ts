@@ -14,7 +14,7 @@ import { SecretsService } from '../secrets/secrets.service';
 import { QUEUE_STEP_PLUGIN } from './worker-names';
 
 /** Queue steps one result transaction hands over at most (the rest go through the queue). */
-const HAND_OVER_CAPACITY = 64;
+const HAND_OVER_CAPACITY = 256;
 
 /**
  * Queue steps handed over in the transaction of the results that made them ready: an external
