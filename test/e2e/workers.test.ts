@@ -452,6 +452,82 @@ describe('external workers', () => {
       ]);
     });
 
+    it("applies other runs' results in a second transaction while a batch waits on its run, holding back that run's", async () => {
+      await publish('single', { with: { taskType: 'resize' } });
+      const r = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'pair',
+          steps: [
+            { id: 'a', plugin: 'queue', with: { taskType: 'resize' } },
+            { id: 'b', plugin: 'queue', with: { taskType: 'resize' } },
+          ],
+        },
+      });
+      expect(r.status).toBe(201);
+      const w = await mint('default');
+      const id = await register(w, { maxConcurrent: 40 });
+      const pair = await start('pair');
+      const singles: string[] = [];
+      for (let i = 0; i < 32; i++) singles.push(await start('single'));
+      const tasks: Task[] = [];
+      await until('all 34 tasks delivered', async () => {
+        const got = await next(w, id, 500, 40);
+        if (got.status === 200) tasks.push(...(got.body.tasks as Task[]));
+        return tasks.length === 34 ? true : undefined;
+      });
+      const [a, b] = ['a', 'b'].map((s) => tasks.find((t) => t.runId === pair && t.stepId === s)!);
+      const others = tasks.filter((t) => t.runId !== pair);
+      const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
+      await owner.connect();
+      try {
+        await owner.query('begin');
+        await owner.query('select 1 from run where run_id = $1 for update', [pair]);
+        const postedA = result(w, id, a, { status: 'succeeded', outputs: { width: 1 } });
+        await until('the first batch waiting for its run', async () =>
+          (
+            await owner.query(
+              `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+            )
+          ).rowCount
+            ? true
+            : undefined,
+        );
+        // The run's other result waits for the batch that holds the run; other runs' go on.
+        const postedB = result(w, id, b, { status: 'succeeded', outputs: { width: 2 } });
+        const many = await app.request('POST', `/api/v1/workers/${id}/tasks/results`, {
+          as: w,
+          body: {
+            results: others.map((t) => ({
+              attemptId: t.attemptId,
+              epoch: t.epoch,
+              status: 'succeeded',
+              outputs: { width: 3 },
+            })),
+          },
+        });
+        expect(many.status).toBe(200);
+        expect(
+          (many.body.results as { answer?: { outcome: string } }[]).every((x) => x.answer?.outcome === 'succeeded'),
+        ).toBe(true);
+        const steps = await owner.query<{ step_id: string; status: string }>(
+          'select step_id, status from step where run_id = $1 order by step_id',
+          [pair],
+        );
+        expect(steps.rows).toEqual([
+          { step_id: 'a', status: 'waiting' },
+          { step_id: 'b', status: 'waiting' },
+        ]);
+        await owner.query('rollback');
+        expect((await postedA).body).toEqual({ outcome: 'succeeded', duplicate: false });
+        expect((await postedB).body).toEqual({ outcome: 'succeeded', duplicate: false });
+        expect((await waitForRun(app, as, pair)).status).toBe('succeeded');
+        for (const runId of singles) expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      } finally {
+        await owner.end();
+      }
+    });
+
     it("hands a queue step over while its tenant's built-in steps fill its in-flight cap (a hand-over takes no lease)", async () => {
       const r = await app.request('POST', '/api/v1/dags', {
         as,

@@ -67,6 +67,19 @@ interface Applied {
 /** Results applied in one transaction at most. */
 const MAX_RESULT_BATCH = 200;
 
+/** Result transactions under way at once in a process, each over runs the others do not hold. */
+const MAX_RESULT_FLUSHES = 2;
+
+/**
+ * Results a batch needs to start while another is under way: fewer wait for the next batch, so
+ * results that come a few at a time (long-polls' posts) still go in batches about as large as with
+ * one transaction at a time.
+ */
+const MIN_CONCURRENT_BATCH = 32;
+
+/** Tasks handed over by this process whose runs it remembers (the oldest are forgotten past it). */
+const RUNS_REMEMBERED = 50_000;
+
 type Resolve = (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>;
 
 /**
@@ -83,11 +96,17 @@ export class TasksService implements BeforeApplicationShutdown {
   private readonly lastProgress = new Map<string, number>();
   private readonly pending: PendingResult[] = [];
   /**
-   * Whether a transaction of this process is applying results. One at a time: the results that
-   * arrive meanwhile make the next batch larger, whereas two batches at once lock the same runs
-   * and wait on each other's rows, which costs PostgreSQL more than their overlap gains.
+   * Transactions of this process applying results. At most MAX_RESULT_FLUSHES at once, and a batch
+   * takes no result of a run (or task) that a batch under way holds: two batches over the same runs
+   * would wait on each other's rows, which costs PostgreSQL more than their overlap gains. The
+   * results that arrive meanwhile make the next batches larger.
    */
-  private flushing = false;
+  private flushes = 0;
+  /** The runs and tasks of the batches under way. */
+  private readonly busyRuns = new Set<string>();
+  private readonly busyTasks = new Set<string>();
+  /** The run (tenant/run id) of each task this process handed to a worker, for the batches above. */
+  private readonly runOf = new Map<string, string>();
   /**
    * Aborted when the process stops, before its HTTP server closes: the long-polls waiting here are
    * answered at once (no task) instead of holding the close for up to their wait, and their
@@ -253,6 +272,8 @@ export class TasksService implements BeforeApplicationShutdown {
   async handOver(w: KnownWorker, rows: TaskRow[]): Promise<TaskDto[]> {
     const out: TaskDto[] = [];
     for (const t of rows) {
+      this.runOf.set(t.task_id, `${t.tenant_id}/${t.run_id}`);
+      if (this.runOf.size > RUNS_REMEMBERED) this.runOf.delete(this.runOf.keys().next().value!);
       const inputs = (
         t.inputs_sealed
           ? this.secrets.openJson(taskInputsContext(t.tenant_id, t.run_id, t.step_id, t.attempt), t.inputs_sealed)
@@ -351,16 +372,30 @@ export class TasksService implements BeforeApplicationShutdown {
   }
 
   private flushSoon(): void {
-    if (this.flushing) return;
-    this.flushing = true;
+    if (this.flushes >= MAX_RESULT_FLUSHES || this.freeCount(this.flushes === 0 ? 1 : MIN_CONCURRENT_BATCH) === 0)
+      return;
+    this.flushes++;
     setImmediate(
       () =>
         void this.flush().finally(() => {
-          this.flushing = false;
-          // A result queued after the last batch was taken, while this flush ended, waits for no other.
-          if (this.pending.length > 0) this.flushSoon();
+          this.flushes--;
+          // Results queued after the last batch was taken, or held back by a batch that has ended.
+          this.flushSoon();
         }),
     );
+  }
+
+  /** How many waiting results may join a new batch, counted up to `upTo`; 0 when fewer. */
+  private freeCount(upTo: number): number {
+    let n = 0;
+    for (const r of this.pending) if (this.free(r) && ++n >= upTo) return n;
+    return 0;
+  }
+
+  /** Whether a waiting result may join a new batch: no batch under way holds its task or run. */
+  private free(r: PendingResult): boolean {
+    const run = this.runOf.get(r.taskId);
+    return !this.busyTasks.has(r.taskId) && (run === undefined || !this.busyRuns.has(run));
   }
 
   /**
@@ -369,19 +404,24 @@ export class TasksService implements BeforeApplicationShutdown {
    * fails as a whole is applied again one result at a time, so one bad result fails only itself.
    */
   private async flush(): Promise<void> {
-    while (this.pending.length > 0) {
+    for (;;) {
+      // Alongside another batch, only a large enough one goes (see MIN_CONCURRENT_BATCH).
+      if (this.flushes > 1 && this.freeCount(MIN_CONCURRENT_BATCH) === 0) return;
       const batch: PendingResult[] = [];
-      const seen = new Set<string>();
       const later: PendingResult[] = [];
-      for (const r of this.pending.splice(0, MAX_RESULT_BATCH)) {
-        // A second result for the same task waits for the first one's batch.
-        if (seen.has(r.taskId)) later.push(r);
-        else {
-          seen.add(r.taskId);
+      // A second result for the same task, or one of a run a batch under way holds, waits for a later batch.
+      for (const r of this.pending) {
+        if (batch.length < MAX_RESULT_BATCH && this.free(r)) {
           batch.push(r);
-        }
+          this.busyTasks.add(r.taskId);
+          const run = this.runOf.get(r.taskId);
+          if (run !== undefined) this.busyRuns.add(run);
+        } else later.push(r);
       }
-      this.pending.unshift(...later);
+      this.pending.splice(0, this.pending.length, ...later);
+      if (batch.length === 0) return;
+      // What this batch left may go to another transaction meanwhile.
+      this.flushSoon();
       try {
         await this.applyResults(batch);
       } catch (e) {
@@ -391,6 +431,13 @@ export class TasksService implements BeforeApplicationShutdown {
             await this.applyResults([r]).catch((err: unknown) => {
               r.reject(err);
             });
+      } finally {
+        for (const r of batch) {
+          this.busyTasks.delete(r.taskId);
+          const run = this.runOf.get(r.taskId);
+          if (run !== undefined) this.busyRuns.delete(run);
+          this.runOf.delete(r.taskId);
+        }
       }
     }
   }
