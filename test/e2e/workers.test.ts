@@ -528,6 +528,48 @@ describe('external workers', () => {
       }
     });
 
+    it('applies the results of one run that arrive together in one transaction', async () => {
+      const r = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'pair-together',
+          steps: ['a', 'b', 'c'].map((id) => ({ id, plugin: 'queue', with: { taskType: 'resize' } })),
+        },
+      });
+      expect(r.status).toBe(201);
+      const w = await mint('default');
+      const id = await register(w, { maxConcurrent: 3 });
+      const runId = await start('pair-together');
+      const tasks: Task[] = [];
+      await until('the three tasks delivered', async () => {
+        const got = await next(w, id, 500, 3);
+        if (got.status === 200) tasks.push(...(got.body.tasks as Task[]));
+        return tasks.length === 3 ? true : undefined;
+      });
+      const posted = await app.request('POST', `/api/v1/workers/${id}/tasks/results`, {
+        as: w,
+        body: {
+          results: tasks.map((t) => ({
+            attemptId: t.attemptId,
+            epoch: t.epoch,
+            status: 'succeeded',
+            outputs: { width: 1 },
+          })),
+        },
+      });
+      expect(posted.status).toBe(200);
+      expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      const xids = await app.ordo.database.withSystem(
+        async (tx) =>
+          (
+            await sql<{ xid: string }>`
+              select distinct stream_xid::text as xid from run_event
+              where run_id = ${runId}::uuid and type = 'step.worker_result'`.execute(tx)
+          ).rows,
+      );
+      expect(xids).toHaveLength(1);
+    });
+
     it("hands a queue step over while its tenant's built-in steps fill its in-flight cap (a hand-over takes no lease)", async () => {
       const r = await app.request('POST', '/api/v1/dags', {
         as,

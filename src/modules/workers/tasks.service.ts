@@ -409,13 +409,19 @@ export class TasksService implements BeforeApplicationShutdown {
       if (this.flushes > 1 && this.freeCount(MIN_CONCURRENT_BATCH) === 0) return;
       const batch: PendingResult[] = [];
       const later: PendingResult[] = [];
-      // A second result for the same task, or one of a run a batch under way holds, waits for a later batch.
+      const mine = new Set<string>();
+      // The results of a run go together; a second result for the same task, or one of a run that
+      // another batch under way holds, waits for a later batch.
       for (const r of this.pending) {
-        if (batch.length < MAX_RESULT_BATCH && this.free(r)) {
+        const run = this.runOf.get(r.taskId);
+        const taken = run !== undefined && mine.has(run);
+        if (batch.length < MAX_RESULT_BATCH && !this.busyTasks.has(r.taskId) && (taken || this.free(r))) {
           batch.push(r);
           this.busyTasks.add(r.taskId);
-          const run = this.runOf.get(r.taskId);
-          if (run !== undefined) this.busyRuns.add(run);
+          if (run !== undefined && !taken) {
+            mine.add(run);
+            this.busyRuns.add(run);
+          }
         } else later.push(r);
       }
       this.pending.splice(0, this.pending.length, ...later);
@@ -434,10 +440,9 @@ export class TasksService implements BeforeApplicationShutdown {
       } finally {
         for (const r of batch) {
           this.busyTasks.delete(r.taskId);
-          const run = this.runOf.get(r.taskId);
-          if (run !== undefined) this.busyRuns.delete(run);
           this.runOf.delete(r.taskId);
         }
+        for (const run of mine) this.busyRuns.delete(run);
       }
     }
   }
