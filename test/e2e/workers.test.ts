@@ -88,6 +88,17 @@ describe('external workers', () => {
     }
     throw new Error(`${what} never happened`);
   };
+  /** Waits until a session of the test database waits for a lock (`what` names it in the failure). */
+  const lockWaited = (owner: pg.Client, what: string) =>
+    until(what, async () =>
+      (
+        await owner.query(
+          `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+        )
+      ).rowCount
+        ? true
+        : undefined,
+    );
   /** Opens a worker's channel; every message it receives lands in `inbox`. */
   const channel = async (w: As, id: string, opts: { autoPong?: boolean } = {}) => {
     const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
@@ -375,15 +386,7 @@ describe('external workers', () => {
         await owner.query('begin');
         await owner.query('select 1 from run where run_id = $1 for update', [first]);
         const posted = result(w, id, t1, { status: 'succeeded', outputs: { width: 1 } });
-        await until('the result waiting for its run', async () =>
-          (
-            await owner.query(
-              `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
-            )
-          ).rowCount
-            ? true
-            : undefined,
-        );
+        await lockWaited(owner, 'the result waiting for its run');
         // The next dispatch of the pool (a third run's task opened) counts the slot as free.
         await start('slot');
         const t2 = await take(w, id);
@@ -484,15 +487,7 @@ describe('external workers', () => {
         await owner.query('begin');
         await owner.query('select 1 from run where run_id = $1 for update', [pair]);
         const postedA = result(w, id, a, { status: 'succeeded', outputs: { width: 1 } });
-        await until('the first batch waiting for its run', async () =>
-          (
-            await owner.query(
-              `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
-            )
-          ).rowCount
-            ? true
-            : undefined,
-        );
+        await lockWaited(owner, 'the first batch waiting for its run');
         // The run's other result waits for the batch that holds the run; other runs' go on.
         const postedB = result(w, id, b, { status: 'succeeded', outputs: { width: 2 } });
         const many = await app.request('POST', `/api/v1/workers/${id}/tasks/results`, {
