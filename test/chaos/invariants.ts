@@ -73,6 +73,22 @@ export async function drain(
   }
 }
 
+type StepRow = { run_id: string; step_id: string; status: string; outputs: unknown; epoch: number };
+type AttemptRow = { run_id: string; step_id: string; attempt: number; epoch: number; status: string };
+type EventRow = {
+  run_id: string;
+  tenant_id: string;
+  seq: number;
+  created_at: Date;
+  type: string;
+  step_id: string | null;
+  attempt: number | null;
+  actor: string;
+  data: JsonObject;
+  prev_hash: string;
+  hash: string;
+};
+
 /**
  * The invariants over `submitted` and the runs created since `sinceIso`. With `scheduleRuns` false,
  * the schedule's runs are not required to be terminal: a check made while the schedule still fires
@@ -89,13 +105,44 @@ export async function checkRuns(
     if (examples.length > 0) violations.push(`${name}: ${examples.length} (e.g. ${examples.slice(0, 3).join('; ')})`);
   };
 
-  // Runs of this cell: the harness's own plus the schedules' (created since the cell began).
-  const rows = (
-    await db.query<RunRow>(
-      `select run_id, tenant_id, run_token, status from run where created_at >= $1 or run_id = any($2::uuid[])`,
-      [sinceIso, submitted.filter((s) => s.runId).map((s) => s.runId!)],
-    )
-  ).rows;
+  // Runs of this cell: the harness's own plus the schedules' (created since the cell began). Runs,
+  // steps, attempts and events are read in one snapshot: a run still going (the storm's check meets
+  // the steady load's runs) must not show a step read before its claim beside its attempt read after.
+  let rows: RunRow[];
+  let steps: StepRow[];
+  let attempts: AttemptRow[];
+  let events: EventRow[];
+  await db.query('begin isolation level repeatable read read only');
+  try {
+    rows = (
+      await db.query<RunRow>(
+        `select run_id, tenant_id, run_token, status from run where created_at >= $1 or run_id = any($2::uuid[])`,
+        [sinceIso, submitted.filter((s) => s.runId).map((s) => s.runId!)],
+      )
+    ).rows;
+    const runIds = rows.map((r) => r.run_id);
+    steps = (
+      await db.query<StepRow>(
+        `select run_id, step_id, status, outputs, epoch from step where run_id = any($1::uuid[])`,
+        [runIds],
+      )
+    ).rows;
+    attempts = (
+      await db.query<AttemptRow>(
+        `select run_id, step_id, attempt, epoch, status from attempt where run_id = any($1::uuid[])`,
+        [runIds],
+      )
+    ).rows;
+    events = (
+      await db.query<EventRow>(
+        `select run_id, tenant_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash
+           from run_event where run_id = any($1::uuid[]) order by run_id, seq`,
+        [runIds],
+      )
+    ).rows;
+  } finally {
+    await db.query('rollback');
+  }
   const byToken = new Map(rows.map((r) => [`${r.tenant_id} ${r.run_token}`, r]));
 
   const unacked = submitted.filter((s) => !s.runId).map((s) => s.token);
@@ -120,41 +167,8 @@ export async function checkRuns(
   add('zero lost runs (every run exists and is terminal)', lost);
   add('every run ends as its kind must', wrongStatus);
 
-  const runIds = rows.map((r) => r.run_id);
-  const steps = (
-    await db.query<{ run_id: string; step_id: string; status: string; outputs: unknown; epoch: number }>(
-      `select run_id, step_id, status, outputs, epoch from step where run_id = any($1::uuid[])`,
-      [runIds],
-    )
-  ).rows;
-  const attempts = (
-    await db.query<{ run_id: string; step_id: string; attempt: number; epoch: number; status: string }>(
-      `select run_id, step_id, attempt, epoch, status from attempt where run_id = any($1::uuid[])`,
-      [runIds],
-    )
-  ).rows;
-  const events = (
-    await db.query<{
-      run_id: string;
-      tenant_id: string;
-      seq: number;
-      created_at: Date;
-      type: string;
-      step_id: string | null;
-      attempt: number | null;
-      actor: string;
-      data: JsonObject;
-      prev_hash: string;
-      hash: string;
-    }>(
-      `select run_id, tenant_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash
-         from run_event where run_id = any($1::uuid[]) order by run_id, seq`,
-      [runIds],
-    )
-  ).rows;
-
   // Outputs exactly as expected, step by step.
-  const stepsByRun = new Map<string, Map<string, (typeof steps)[number]>>();
+  const stepsByRun = new Map<string, Map<string, StepRow>>();
   for (const s of steps) {
     if (!stepsByRun.has(s.run_id)) stepsByRun.set(s.run_id, new Map());
     stepsByRun.get(s.run_id)!.set(s.step_id, s);
@@ -174,7 +188,7 @@ export async function checkRuns(
   add('outputs exactly as expected', wrongOutputs);
 
   // No step applied twice; no success applied from a superseded epoch.
-  const succeeded = new Map<string, (typeof attempts)[number][]>();
+  const succeeded = new Map<string, AttemptRow[]>();
   for (const a of attempts) {
     if (a.status !== 'succeeded') continue;
     const key = `${a.run_id}/${a.step_id}`;
