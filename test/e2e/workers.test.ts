@@ -88,6 +88,22 @@ describe('external workers', () => {
     }
     throw new Error(`${what} never happened`);
   };
+  /** Pulls until `n` tasks have been delivered to the worker. */
+  const pullAll = async (w: As, id: string, n: number): Promise<Task[]> => {
+    const tasks: Task[] = [];
+    await until(`${n} tasks delivered`, async () => {
+      const got = await next(w, id, 500, n);
+      if (got.status === 200) tasks.push(...(got.body.tasks as Task[]));
+      return tasks.length === n ? true : undefined;
+    });
+    return tasks;
+  };
+  /** Posts a success with `outputs` for every task, in one `tasks/results` post. */
+  const succeedAll = (w: As, id: string, tasks: Task[], outputs: unknown) =>
+    app.request('POST', `/api/v1/workers/${id}/tasks/results`, {
+      as: w,
+      body: { results: tasks.map((t) => ({ attemptId: t.attemptId, epoch: t.epoch, status: 'succeeded', outputs })) },
+    });
   /** Waits until a session of the test database waits for a lock (`what` names it in the failure). */
   const lockWaited = (owner: pg.Client, what: string) =>
     until(what, async () =>
@@ -473,12 +489,7 @@ describe('external workers', () => {
       const pair = await start('pair');
       const singles: string[] = [];
       for (let i = 0; i < 32; i++) singles.push(await start('single'));
-      const tasks: Task[] = [];
-      await until('all 34 tasks delivered', async () => {
-        const got = await next(w, id, 500, 40);
-        if (got.status === 200) tasks.push(...(got.body.tasks as Task[]));
-        return tasks.length === 34 ? true : undefined;
-      });
+      const tasks = await pullAll(w, id, 34);
       const [a, b] = ['a', 'b'].map((s) => tasks.find((t) => t.runId === pair && t.stepId === s)!);
       const others = tasks.filter((t) => t.runId !== pair);
       const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
@@ -490,17 +501,7 @@ describe('external workers', () => {
         await lockWaited(owner, 'the first batch waiting for its run');
         // The run's other result waits for the batch that holds the run; other runs' go on.
         const postedB = result(w, id, b, { status: 'succeeded', outputs: { width: 2 } });
-        const many = await app.request('POST', `/api/v1/workers/${id}/tasks/results`, {
-          as: w,
-          body: {
-            results: others.map((t) => ({
-              attemptId: t.attemptId,
-              epoch: t.epoch,
-              status: 'succeeded',
-              outputs: { width: 3 },
-            })),
-          },
-        });
+        const many = await succeedAll(w, id, others, { width: 3 });
         expect(many.status).toBe(200);
         expect(
           (many.body.results as { answer?: { outcome: string } }[]).every((x) => x.answer?.outcome === 'succeeded'),
@@ -535,23 +536,8 @@ describe('external workers', () => {
       const w = await mint('default');
       const id = await register(w, { maxConcurrent: 3 });
       const runId = await start('pair-together');
-      const tasks: Task[] = [];
-      await until('the three tasks delivered', async () => {
-        const got = await next(w, id, 500, 3);
-        if (got.status === 200) tasks.push(...(got.body.tasks as Task[]));
-        return tasks.length === 3 ? true : undefined;
-      });
-      const posted = await app.request('POST', `/api/v1/workers/${id}/tasks/results`, {
-        as: w,
-        body: {
-          results: tasks.map((t) => ({
-            attemptId: t.attemptId,
-            epoch: t.epoch,
-            status: 'succeeded',
-            outputs: { width: 1 },
-          })),
-        },
-      });
+      const tasks = await pullAll(w, id, 3);
+      const posted = await succeedAll(w, id, tasks, { width: 1 });
       expect(posted.status).toBe(200);
       expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
       const xids = await app.ordo.database.withSystem(
