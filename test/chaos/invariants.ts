@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { verifyChain, type ChainedEvent } from '../../src/modules/runs/run-events';
-import type { JsonObject } from '../../src/modules/plugins/plugin';
+import { verifyChain } from '../../src/modules/runs/run-events';
+import { chainedEvent, RUN_EVENT_COLUMNS, type RunEventRow } from '../support/run-event-rows';
 import { sleep } from './cluster';
 import type { WorkerLine } from './fleet';
 import { expectedOutputs, expectedStatus, type Submitted } from './workload';
@@ -75,19 +75,6 @@ export async function drain(
 
 type StepRow = { run_id: string; step_id: string; status: string; outputs: unknown; epoch: number };
 type AttemptRow = { run_id: string; step_id: string; attempt: number; epoch: number; status: string };
-type EventRow = {
-  run_id: string;
-  tenant_id: string;
-  seq: number;
-  created_at: Date;
-  type: string;
-  step_id: string | null;
-  attempt: number | null;
-  actor: string;
-  data: JsonObject;
-  prev_hash: string;
-  hash: string;
-};
 
 /**
  * The invariants over `submitted` and the runs created since `sinceIso`. With `scheduleRuns` false,
@@ -111,7 +98,7 @@ export async function checkRuns(
   let rows: RunRow[];
   let steps: StepRow[];
   let attempts: AttemptRow[];
-  let events: EventRow[];
+  let events: RunEventRow[];
   await db.query('begin isolation level repeatable read read only');
   try {
     rows = (
@@ -134,9 +121,8 @@ export async function checkRuns(
       )
     ).rows;
     events = (
-      await db.query<EventRow>(
-        `select run_id, tenant_id, seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash
-           from run_event where run_id = any($1::uuid[]) order by run_id, seq`,
+      await db.query<RunEventRow>(
+        `select ${RUN_EVENT_COLUMNS} from run_event where run_id = any($1::uuid[]) order by run_id, seq`,
         [runIds],
       )
     ).rows;
@@ -217,19 +203,7 @@ export async function checkRuns(
   while (i < events.length) {
     let j = i;
     while (j < events.length && events[j].run_id === events[i].run_id) j++;
-    const chain: ChainedEvent[] = events.slice(i, j).map((e) => ({
-      tenantId: e.tenant_id,
-      runId: e.run_id,
-      seq: e.seq,
-      createdAt: e.created_at.toISOString(),
-      type: e.type,
-      stepId: e.step_id,
-      attempt: e.attempt,
-      actor: e.actor,
-      data: e.data,
-      prevHash: e.prev_hash,
-      hash: e.hash,
-    }));
+    const chain = events.slice(i, j).map(chainedEvent);
     const v = verifyChain(chain);
     if (!v.ok) badChains.push(`${events[i].run_id} seq ${v.seq}: ${v.problem}`);
     i = j;

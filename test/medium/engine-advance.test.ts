@@ -11,6 +11,7 @@ import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
 import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
+import { chainedEvent, RUN_EVENT_COLUMNS, type RunEventRow } from '../support/run-event-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 /** A fan-out of three branches and their join. */
@@ -54,30 +55,11 @@ describe('engine: the one-statement hop', () => {
   const publish = (tenantId: string, input: DagDefinitionInput) => publishDagVersion(t.db, tenantId, input);
 
   async function events(tenantId: string, runId: string): Promise<ChainedEvent[]> {
-    const r = await owner.query<{
-      seq: number;
-      created_at: Date;
-      type: string;
-      step_id: string | null;
-      attempt: number | null;
-      actor: string;
-      data: Record<string, unknown>;
-      prev_hash: string;
-      hash: string;
-    }>(`select * from run_event where tenant_id = $1 and run_id = $2 order by seq`, [tenantId, runId]);
-    return r.rows.map((e) => ({
-      tenantId,
-      runId,
-      seq: e.seq,
-      createdAt: e.created_at.toISOString(),
-      type: e.type,
-      stepId: e.step_id,
-      attempt: e.attempt,
-      actor: e.actor,
-      data: e.data as never,
-      prevHash: e.prev_hash,
-      hash: e.hash,
-    }));
+    const r = await owner.query<RunEventRow>(
+      `select ${RUN_EVENT_COLUMNS} from run_event where tenant_id = $1 and run_id = $2 order by seq`,
+      [tenantId, runId],
+    );
+    return r.rows.map(chainedEvent);
   }
 
   const stepStates = async (runId: string) =>

@@ -10,6 +10,7 @@ import { RunsRepository } from '../../src/modules/runs/runs.repository';
 import { RunsService } from '../../src/modules/runs/runs.service';
 import { succeeded } from '../support/completions';
 import { publishDagVersion } from '../support/publish-dag';
+import { chainedEvent, RUN_EVENT_COLUMNS, type RunEventRow } from '../support/run-event-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 /** A chain whose third step fans out to two, and their join. */
@@ -46,23 +47,11 @@ describe('engine: a chain of steps in one commit', () => {
   });
 
   async function events(tenantId: string, runId: string): Promise<ChainedEvent[]> {
-    const r = await owner.query(`select * from run_event where tenant_id = $1 and run_id = $2 order by seq`, [
-      tenantId,
-      runId,
-    ]);
-    return r.rows.map((e) => ({
-      tenantId,
-      runId,
-      seq: e.seq as number,
-      createdAt: (e.created_at as Date).toISOString(),
-      type: e.type as string,
-      stepId: e.step_id as string | null,
-      attempt: e.attempt as number | null,
-      actor: e.actor as string,
-      data: e.data as never,
-      prevHash: e.prev_hash as string,
-      hash: e.hash as string,
-    }));
+    const r = await owner.query<RunEventRow>(
+      `select ${RUN_EVENT_COLUMNS} from run_event where tenant_id = $1 and run_id = $2 order by seq`,
+      [tenantId, runId],
+    );
+    return r.rows.map(chainedEvent);
   }
 
   async function written(tenant: string, runId: string) {

@@ -5,7 +5,6 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import pg from 'pg';
 import type { OrdoConfig } from '../../src/core/config/config';
-import { canonicalJson } from '../../src/core/json/canonical-json';
 import { SigningKeys } from '../../src/modules/auth/signing-keys';
 import { ExportRepository } from '../../src/modules/export/export.repository';
 import { ExportService } from '../../src/modules/export/export.service';
@@ -13,6 +12,7 @@ import { PlansRepository } from '../../src/modules/plans/plans.repository';
 import { QuotaChecks } from '../../src/modules/plans/quota-checks';
 import { TenantLimits } from '../../src/modules/plans/tenant-limits';
 import { RetentionRepository } from '../../src/modules/retention/retention.repository';
+import { verifyChain } from '../../src/modules/runs/run-events';
 import {
   MAX_BATCHES_PER_TENANT,
   RETENTION_BATCH,
@@ -20,6 +20,7 @@ import {
   type RetentionPass,
 } from '../../src/modules/retention/retention.service';
 import { appendEvents, insertRun, insertStepWithAttempt, type FactoryRun } from '../factories/run-events';
+import { chainedEvent, RUN_EVENT_COLUMNS, type RunEventRow } from '../support/run-event-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 const DAY = 86_400_000;
@@ -69,40 +70,19 @@ describe('retention by partition and by batches', () => {
 
   /** Whether a run's events are numbered 1..n without gaps and hash-chained up to the head on its run row. */
   async function chainHolds(r: FactoryRun): Promise<boolean> {
-    const { rows } = await sql<{
-      seq: number;
-      created_at: Date;
-      type: string;
-      step_id: string | null;
-      attempt: number | null;
-      actor: string;
-      data: unknown;
-      prev_hash: string;
-      hash: string;
-    }>`
-      select seq, created_at, type, step_id, attempt, actor, data, prev_hash, hash from run_event
+    const { rows } = await sql<RunEventRow>`
+      select ${sql.raw(RUN_EVENT_COLUMNS)} from run_event
       where tenant_id = ${r.tenantId} and run_id = ${r.runId} order by seq`.execute(t.db.system);
     const head = await sql<{ event_seq: number; event_hash: string }>`
       select event_seq, event_hash from run where tenant_id = ${r.tenantId} and run_id = ${r.runId}`.execute(
       t.db.system,
     );
-    let prev = '';
-    for (const [i, e] of rows.entries()) {
-      if (e.seq !== i + 1 || e.prev_hash !== prev) return false;
-      const body = {
-        runId: r.runId,
-        seq: e.seq,
-        createdAt: e.created_at.toISOString(),
-        type: e.type,
-        stepId: e.step_id,
-        attempt: e.attempt,
-        actor: e.actor,
-        data: e.data,
-      };
-      prev = createHash('sha256').update(prev, 'utf8').update(canonicalJson(body), 'utf8').digest('hex');
-      if (prev !== e.hash) return false;
-    }
-    return rows.length > 0 && head.rows[0]?.event_seq === rows.length && head.rows[0]?.event_hash === prev;
+    return (
+      rows.length > 0 &&
+      verifyChain(rows.map(chainedEvent)).ok &&
+      head.rows[0]?.event_seq === rows.length &&
+      head.rows[0]?.event_hash === rows[rows.length - 1].hash
+    );
   }
 
   const count = async (table: string, tenant: string, runId: string) =>
