@@ -411,7 +411,8 @@ begin
         ) as used
         from (
           select d.tenant_id, ordo_in_flight_cap(tq.max_in_flight, tq.weight, p) as cap
-          from (select distinct x.tenant_id from unnest(v_ready) x) d
+          -- (With `only` the cap does not apply: no tenant's leases are counted.)
+          from (select distinct x.tenant_id from unnest(v_ready) x where v_only is null) d
           left join tenant_queue tq on tq.tenant_id = d.tenant_id
         ) w
       ) f on f.tenant_id = x.tenant_id
