@@ -272,8 +272,6 @@ export class TasksService implements BeforeApplicationShutdown {
   async handOver(w: KnownWorker, rows: TaskRow[]): Promise<TaskDto[]> {
     const out: TaskDto[] = [];
     for (const t of rows) {
-      this.runOf.set(t.task_id, `${t.tenant_id}/${t.run_id}`);
-      if (this.runOf.size > RUNS_REMEMBERED) this.runOf.delete(this.runOf.keys().next().value!);
       const inputs = (
         t.inputs_sealed
           ? this.secrets.openJson(taskInputsContext(t.tenant_id, t.run_id, t.step_id, t.attempt), t.inputs_sealed)
@@ -285,6 +283,8 @@ export class TasksService implements BeforeApplicationShutdown {
         await this.refuseInputs(w, t, mismatch);
         continue;
       }
+      this.runOf.set(t.task_id, `${t.tenant_id}/${t.run_id}`);
+      if (this.runOf.size > RUNS_REMEMBERED) this.runOf.delete(this.runOf.keys().next().value!);
       out.push({
         attemptId: t.task_id,
         runId: t.run_id,
