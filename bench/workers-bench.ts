@@ -36,7 +36,8 @@ process (api, worker and scheduler roles, dist/src/main.js); every step is a que
 Options:
   --db <url>                 PostgreSQL server URL (default DATABASE_URL, else embedded)
   --out <dir>                results directory (default bench/results; writes ext-workers-<time>.json)
-  --ext-tasks <n>            throughput: tasks per transport and shape (default 2000)
+  --ext-tasks <n>            throughput: tasks per transport and shape (default 7000: the built-in burst's 700 runs
+                             of ten steps, so the two figures are measured over the same work)
   --ext-shapes <list>        throughput: comma list of one,burst (default both)
   --ext-concurrency <n>      throughput: maxConcurrent of each of the 4 workers (default 16)
   --ext-latency-runs <n>     latency: runs per transport (default 200)
@@ -249,7 +250,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       only: { type: 'string' },
       db: { type: 'string' },
       out: { type: 'string', default: 'bench/results' },
-      'ext-tasks': { type: 'string', default: '2000' },
+      'ext-tasks': { type: 'string', default: '7000' },
       'ext-shapes': { type: 'string', default: 'one,burst' },
       'ext-concurrency': { type: 'string', default: '16' },
       'ext-latency-runs': { type: 'string', default: '200' },
