@@ -30,7 +30,8 @@ process (api, worker and scheduler roles, dist/src/main.js); every step is a que
               one (a one-step DAG per task: a run created and ended per task) and burst (the engine burst's
               DAGs, 5 chains of 10 to 2 diamonds 1 → 8 → 1: ten tasks a run)
   latency     dispatch latency, task opened (worker_task.created_at) → handler start, and run created → handler start,
-              p50/p99 of runs started one at a time, by long-poll and by WebSocket
+              p50/p99 of runs started one at a time, by long-poll and by WebSocket; and of as many two-step chains,
+              one at a time, the first step's no-op handler → its successor's handler start
   idle        transactions/s (pg_stat_database xact_commit delta) of 1,000 idle long-polling workers, beside the same
               window with no worker
 Options:
@@ -58,12 +59,15 @@ export function wantsExternalWorkers(argv: string[]): boolean {
 
 const POOL = 'bench';
 const DAG_ID = 'ext-noop';
+/** The latency phase's two-step chain (s01 → s02). */
+const PAIR_ID = 'ext-pair';
 
 /** Messages between the benchmark and its worker processes. */
-type ChildMessage = { type: 'ready' } | { type: 'start'; attemptId: string; runId: string; t: number };
+type ChildMessage = { type: 'ready' } | { type: 'start'; attemptId: string; runId: string; stepId: string; t: number };
 
 interface WorkerGroup {
   child: ChildProcess;
+  /** When each step's handler started (Date.now() in the worker process), by `runId/stepId`. */
   starts: Map<string, number>;
   ready: Promise<void>;
   stop(): Promise<void>;
@@ -96,7 +100,7 @@ function workerGroup(
   const ready = new Promise<void>((resolve, reject) => {
     child.on('message', (m: ChildMessage) => {
       if (m.type === 'ready') resolve();
-      else starts.set(m.runId, m.t);
+      else starts.set(`${m.runId}/${m.stepId}`, m.t);
     });
     child.once('exit', (code) => reject(new Error(`worker process ${opts.name} exited with ${code}`)));
   });
@@ -133,7 +137,13 @@ async function workerProcess(): Promise<void> {
     w.handle('noop', {
       run: (_input, ctx) => {
         if (env.REPORT_STARTS)
-          process.send!({ type: 'start', attemptId: ctx.attemptId, runId: ctx.runId, t: Date.now() });
+          process.send!({
+            type: 'start',
+            attemptId: ctx.attemptId,
+            runId: ctx.runId,
+            stepId: ctx.stepId,
+            t: Date.now(),
+          });
         return {};
       },
     });
@@ -189,6 +199,12 @@ interface LatencyRow {
   dispatchMs: Stats;
   /** Run created (the create call answered) → handler start, ms. */
   endToEndMs: Stats;
+  /**
+   * A two-step chain's first handler (a no-op: it returns as it starts) → its successor's handler
+   * start, ms: the successor made ready by the first one's result, dispatched in that result's
+   * transaction (the built-in figure's "predecessor's plugin returned → successor's plugin started").
+   */
+  successorMs: Stats;
 }
 
 interface IdleRow {
@@ -284,6 +300,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     const queueStep = { plugin: 'queue', timeout: '10m', with: { taskType: 'noop', pool: POOL } };
     await publishDag(ordo.url, creds, { id: DAG_ID, steps: [{ id: 'work', ...queueStep }] });
     await publishDag(ordo.url, creds, chainDag('ext-chain', 10, queueStep));
+    await publishDag(ordo.url, creds, chainDag(PAIR_ID, 2, queueStep));
     await publishDag(ordo.url, creds, diamondDag('ext-diamond', queueStep));
     const minted = await fetch(`${ordo.url}/api/v1/tokens`, {
       method: 'POST',
@@ -302,12 +319,12 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       // Their registrations end offline (they left): the next phase starts with none.
     };
     let seq = 0;
-    /** Creates `n` runs, of the one-step DAG or of the burst's mix. */
-    const create = async (n: number, shape: RunShape = 'one') => {
+    /** Creates `n` runs, of the one-step DAG, of the burst's mix, or of the two-step chain. */
+    const create = async (n: number, shape: RunShape | 'pair' = 'one') => {
       const made: string[] = [];
       for (let i = 0; i < n; i += 500) {
         const batch = Array.from({ length: Math.min(500, n - i) }, (_, j) => ({
-          dagId: shape === 'one' ? DAG_ID : `ext-${shapeOf(i + j)}`,
+          dagId: shape === 'one' ? DAG_ID : shape === 'pair' ? PAIR_ID : `ext-${shapeOf(i + j)}`,
           inputs: {},
           runToken: `ext-${++seq}`,
           requestedBy: 'bench',
@@ -454,19 +471,33 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       await g.ready;
       const dispatch: number[] = [];
       const endToEnd: number[] = [];
+      const successor: number[] = [];
       for (let i = 0; i < Number(values['ext-latency-runs']); i++) {
         const [runId] = await create(1);
         const created = Date.now();
-        while (!g.starts.has(runId)) await sleep(2);
+        const started = `${runId}/work`;
+        while (!g.starts.has(started)) await sleep(2);
         while ((await remaining([runId])) > 0) await sleep(5);
         const opened = (
           await owner.query<{ t: Date }>(`select created_at t from worker_task where run_id = $1`, [runId])
         ).rows[0].t;
-        dispatch.push(g.starts.get(runId)! - opened.getTime());
-        endToEnd.push(g.starts.get(runId)! - created);
+        dispatch.push(g.starts.get(started)! - opened.getTime());
+        endToEnd.push(g.starts.get(started)! - created);
+        const [pairId] = await create(1, 'pair');
+        while ((await remaining([pairId])) > 0) await sleep(5);
+        successor.push(g.starts.get(`${pairId}/s02`)! - g.starts.get(`${pairId}/s01`)!);
       }
-      const row = { transport, runs: dispatch.length, dispatchMs: stats(dispatch), endToEndMs: stats(endToEnd) };
-      log(`ext-workers latency ${transport}: dispatch p50 ${row.dispatchMs.p50} ms, p99 ${row.dispatchMs.p99} ms`);
+      const row = {
+        transport,
+        runs: dispatch.length,
+        dispatchMs: stats(dispatch),
+        endToEndMs: stats(endToEnd),
+        successorMs: stats(successor),
+      };
+      log(
+        `ext-workers latency ${transport}: dispatch p50 ${row.dispatchMs.p50} ms, p99 ${row.dispatchMs.p99} ms; ` +
+          `successor p50 ${row.successorMs.p50} ms, p99 ${row.successorMs.p99} ms`,
+      );
       latency.push(row);
       await stopAll();
     }
@@ -542,11 +573,11 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       if (r.stagesMs)
         console.log(`| ${r.transport} | ${r.shape} | ${STAGES.map(([k]) => r.stagesMs![k].join(' / ')).join(' | ')} |`);
     console.log(
-      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|`,
+      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms | predecessor → successor p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|`,
     );
     for (const r of latency) {
       console.log(
-        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} |`,
+        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} | ${r.successorMs.p50} | ${r.successorMs.p99} |`,
       );
     }
     console.log(`\n| idle long-polling workers | xact/s | xact/s with none | per worker |\n|---|---|---|---|`);
