@@ -484,8 +484,10 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         dispatch.push(g.starts.get(started)! - opened.getTime());
         endToEnd.push(g.starts.get(started)! - created);
         const [pairId] = await create(1, 'pair');
+        const next = `${pairId}/s02`;
+        while (!g.starts.has(next)) await sleep(2);
         while ((await remaining([pairId])) > 0) await sleep(5);
-        successor.push(g.starts.get(`${pairId}/s02`)! - g.starts.get(`${pairId}/s01`)!);
+        successor.push(g.starts.get(next)! - g.starts.get(`${pairId}/s01`)!);
       }
       const row = {
         transport,
