@@ -59,7 +59,9 @@ export function wantsExternalWorkers(argv: string[]): boolean {
 
 const POOL = 'bench';
 const DAG_ID = 'ext-noop';
-/** The latency phase's two-step chain (s01 → s02). */
+/** The one-step DAG's step. */
+const STEP_ID = 'work';
+/** The latency phase's two-step chain. */
 const PAIR_ID = 'ext-pair';
 
 /** Messages between the benchmark and its worker processes. */
@@ -298,9 +300,11 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     const ordo = await procs.start('api,worker,scheduler');
     const creds = procs.credentials();
     const queueStep = { plugin: 'queue', timeout: '10m', with: { taskType: 'noop', pool: POOL } };
-    await publishDag(ordo.url, creds, { id: DAG_ID, steps: [{ id: 'work', ...queueStep }] });
+    await publishDag(ordo.url, creds, { id: DAG_ID, steps: [{ id: STEP_ID, ...queueStep }] });
     await publishDag(ordo.url, creds, chainDag('ext-chain', 10, queueStep));
-    await publishDag(ordo.url, creds, chainDag(PAIR_ID, 2, queueStep));
+    const pair = chainDag(PAIR_ID, 2, queueStep);
+    const [pairFirst, pairNext] = pair.steps.map((s) => s.id);
+    await publishDag(ordo.url, creds, pair);
     await publishDag(ordo.url, creds, diamondDag('ext-diamond', queueStep));
     const minted = await fetch(`${ordo.url}/api/v1/tokens`, {
       method: 'POST',
@@ -475,7 +479,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       for (let i = 0; i < Number(values['ext-latency-runs']); i++) {
         const [runId] = await create(1);
         const created = Date.now();
-        const started = `${runId}/work`;
+        const started = `${runId}/${STEP_ID}`;
         while (!g.starts.has(started)) await sleep(2);
         while ((await remaining([runId])) > 0) await sleep(5);
         const opened = (
@@ -484,10 +488,10 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         dispatch.push(g.starts.get(started)! - opened.getTime());
         endToEnd.push(g.starts.get(started)! - created);
         const [pairId] = await create(1, 'pair');
-        const next = `${pairId}/s02`;
+        const next = `${pairId}/${pairNext}`;
         while (!g.starts.has(next)) await sleep(2);
         while ((await remaining([pairId])) > 0) await sleep(5);
-        successor.push(g.starts.get(next)! - g.starts.get(`${pairId}/s01`)!);
+        successor.push(g.starts.get(next)! - g.starts.get(`${pairId}/${pairFirst}`)!);
       }
       const row = {
         transport,
