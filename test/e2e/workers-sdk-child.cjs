@@ -1,13 +1,14 @@
-// An SDK worker run as a child process by test/e2e/workers-sdk*.test.ts (compiled SDK from the
-// test's build of the tree). Its handlers:
+// An SDK worker run as a child process by test/e2e/workers-sdk*.test.ts and sdk-packages.test.ts
+// (the SDK of the test's build of the tree, or a packed one). Its handlers:
 //   echo        answers { value, worker }
 //   sleep       reports progress 10, waits WORKER_HOLD_MS or inputs.ms (aborted by ctx.signal), then answers { worker }
 //   block       blocks its thread for WORKER_HOLD_MS or inputs.ms (as a CPU-bound handler would), then answers { worker }
 //   bad-output  declares { n: integer } and answers { n: 'many' } (a contract violation)
 //   noop        answers {} (the bench)
 // It prints one JSON line per SDK event on stdout. Configured by the environment: ORDO_SDK (the
-// compiled SDK), ORDO_URLS (comma-separated), ORDO_TOKEN, ORDO_TENANT, WORKER_NAME, WORKER_POOL,
-// WORKER_TRANSPORT, WORKER_MAX_CONCURRENT, WORKER_TASK_TYPES (comma-separated; default all), WORKER_HOLD_MS.
+// SDK's module or package folder), ORDO_URLS (comma-separated), ORDO_TOKEN, ORDO_TENANT,
+// WORKER_NAME, WORKER_POOL, WORKER_TRANSPORT, WORKER_MAX_CONCURRENT, WORKER_TASK_TYPES
+// (comma-separated; default all), WORKER_HOLD_MS.
 'use strict';
 const { OrdoWorker, TaskError } = require(process.env.ORDO_SDK);
 

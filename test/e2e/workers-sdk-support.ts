@@ -33,13 +33,15 @@ export interface ChildWorkerOptions {
   taskTypes?: string[];
   /** How long its sleep and block handlers hold a task, whatever the task's inputs say. */
   holdMs?: number;
+  /** The SDK to load (a module path or a package folder): by default the one compiled into this jest run's tree. */
+  sdk?: string;
 }
 
 const CHILD = path.join(__dirname, 'workers-sdk-child.cjs');
 
-/** Starts an SDK worker in a child process (the SDK compiled into this jest run's tree). */
+/** Starts an SDK worker in a child process (the SDK compiled into this jest run's tree unless `opts.sdk` names another). */
 export function startChildWorker(opts: ChildWorkerOptions, started: ChildProcess[]): ChildWorker {
-  const sdk = path.join(buildPrivateDist().dir, 'sdk', 'worker', 'src', 'index.js');
+  const sdk = opts.sdk ?? path.join(buildPrivateDist().dir, 'sdk', 'worker', 'src', 'index.js');
   const child = spawn(process.execPath, [CHILD], {
     env: {
       PATH: process.env.PATH,
