@@ -10,7 +10,9 @@
  *   ORDO_POOL           the pool (default "gpu")
  *   ORDO_WORKER_NAME    the worker's name (default "resize-1")
  *   ORDO_TRANSPORT      websocket (default) or long-poll
- * Prints one JSON line per event on stdout; SIGTERM or SIGINT drains it.
+ * Prints one JSON line per event on stdout; SIGTERM or SIGINT drains it. It imports the SDK from
+ * this repository's sources; a worker of your own imports the package, `@ordo/worker-sdk`
+ * (sdk/worker: `npm pack` there makes its tarball).
  */
 import { z } from 'zod';
 import { OrdoWorker, TaskError, type TransportKind } from '../../sdk/worker/src';
