@@ -1137,6 +1137,23 @@ describe('external workers', () => {
       ws.close();
     });
 
+    it("replaces a worker's channel with its newer one: the older is closed (4410) and tasks go to the newer", async () => {
+      await publish('chan-replaced', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const first = await channel(w, id);
+      first.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const closed = new Promise<number>((resolve) => first.ws.once('close', (code) => resolve(code)));
+      const second = await channel(w, id);
+      expect(await closed).toBe(4410);
+      second.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const runId = await start('chan-replaced');
+      const offer = await until('the offer', async () => second.inbox.find((m) => m.type === 'task'));
+      expect((offer.task as Task).runId).toBe(runId);
+      expect(first.inbox.filter((m) => m.type === 'task')).toEqual([]);
+      second.ws.close();
+    });
+
     it('pushes a cancel on the channel when the run of an offered task is cancelled', async () => {
       await publish('chan-cancel', { with: { taskType: 'resize' } });
       const w = await mint('default');

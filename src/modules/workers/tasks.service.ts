@@ -302,6 +302,17 @@ export class TasksService implements BeforeApplicationShutdown {
     return out;
   }
 
+  /**
+   * Tasks delivered to `w` that never reached it (its channel closed before they were sent):
+   * assigned to it again, and it is told, so its next channel or pull gets them.
+   */
+  async giveBack(w: KnownWorker, taskIds: string[]): Promise<void> {
+    await this.repo.undeliver(
+      this.db.system,
+      taskIds.map((task_id) => ({ tenant_id: w.tenantId, task_id, worker_id: w.workerId })),
+    );
+  }
+
   private async refuseInputs(w: KnownWorker, t: TaskRow, mismatch: string): Promise<void> {
     const message = `the task's inputs do not match the input schema of ${t.task_type} on worker ${w.name}: ${mismatch}`;
     await this.store.withResolve(async (tx, resolve) => {

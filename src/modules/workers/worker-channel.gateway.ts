@@ -20,8 +20,9 @@ export const WORKER_CHANNEL_PATH = '/api/v1/workers/:workerId/channel';
 const CHANNEL = /^\/api\/v1\/workers\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/channel$/;
 const BEARER = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i;
 const MAX_PAYLOAD = 2 * 1024 * 1024;
-/** Close codes: the token or worker is no longer valid; a message could not be read. */
+/** Close codes: the token is no longer valid; a newer channel of the worker replaced this one; the worker is offline. */
 const CLOSE_UNAUTHORIZED = 4401;
+const CLOSE_REPLACED = 4410;
 const CLOSE_OFFLINE = 4409;
 
 interface Session {
@@ -53,6 +54,8 @@ export class WorkerChannelGateway
   implements OnGatewayInit<WebSocketServer>, OnGatewayConnection<WebSocket>, OnModuleDestroy
 {
   private server?: WebSocketServer;
+  /** The open channel of each worker in this process (tenant and worker id). */
+  private readonly channels = new Map<string, Session>();
   private readonly upgrades = new WeakMap<IncomingMessage, { p: WorkerPrincipalT; w: KnownWorker; exp: number }>();
   private readonly log = rootLogger().child({ component: 'workers' });
 
@@ -128,6 +131,13 @@ export class WorkerChannelGateway
       again: false,
       queue: Promise.resolve(),
     };
+    // A worker has one channel here: a newer one replaces the older, which is closed at once (its
+    // socket may be dead without this process knowing yet), so nothing is offered on it after the
+    // worker synced on the newer one.
+    const k = `${s.w.tenantId}\u0000${s.w.workerId}`;
+    const older = this.channels.get(k);
+    this.channels.set(k, s);
+    if (older) older.ws.close(CLOSE_REPLACED, 'replaced by a newer channel of this worker');
     // The worker is heard from when it sends a message or answers a ping: an open socket alone
     // proves nothing (a paused or hung worker keeps its connection open).
     const seen = () => this.liveness.seen(s.w.tenantId, s.w.workerId);
@@ -177,6 +187,7 @@ export class WorkerChannelGateway
       },
     });
     ws.on('close', () => {
+      if (this.channels.get(k) === s) this.channels.delete(k);
       clearInterval(alive);
       unsubscribe();
       untake();
@@ -267,6 +278,7 @@ export class WorkerChannelGateway
       .then(
         (ts) => {
           s.credit += n - ts.length;
+          if (this.gone(s, ts)) return;
           for (const t of ts) {
             s.held.set(t.attemptId, t.runId);
             this.send(s, { type: 'task', task: t });
@@ -299,6 +311,7 @@ export class WorkerChannelGateway
       .then(
         (tasks) => {
           if (tasks.length === 0) this.inbox.foundNothing(s.w.tenantId, s.w.workerId, mark);
+          if (this.gone(s, tasks)) return;
           for (const t of tasks) {
             s.credit -= 1;
             s.held.set(t.attemptId, t.runId);
@@ -311,6 +324,24 @@ export class WorkerChannelGateway
         s.pulling = false;
         if (s.again) this.offer(s);
       });
+  }
+
+  /**
+   * Whether the channel closed (or is closing) while `tasks` were being delivered to it: they are
+   * then given back to the worker, to be offered on its next channel or pull.
+   */
+  private gone(s: Session, tasks: TaskDto[]): boolean {
+    if (s.ws.readyState === s.ws.OPEN) return false;
+    if (tasks.length > 0)
+      this.tasks
+        .giveBack(
+          s.w,
+          tasks.map((t) => t.attemptId),
+        )
+        .catch((e: unknown) => {
+          this.log.warn({ err: e, workerId: s.w.workerId }, 'giving tasks back failed');
+        });
+    return true;
   }
 
   private send(s: Session, msg: object): void {
