@@ -20,10 +20,10 @@ export const WORKER_CHANNEL_PATH = '/api/v1/workers/:workerId/channel';
 const CHANNEL = /^\/api\/v1\/workers\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/channel$/;
 const BEARER = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i;
 const MAX_PAYLOAD = 2 * 1024 * 1024;
-/** Close codes: the token is no longer valid; a newer channel of the worker replaced this one; the worker is offline. */
+/** Close codes: the token is no longer valid; the worker is offline; a newer channel of the worker replaced this one. */
 const CLOSE_UNAUTHORIZED = 4401;
-const CLOSE_REPLACED = 4410;
 const CLOSE_OFFLINE = 4409;
+const CLOSE_REPLACED = 4410;
 
 interface Session {
   ws: WebSocket;
@@ -332,15 +332,11 @@ export class WorkerChannelGateway
    */
   private gone(s: Session, tasks: TaskDto[]): boolean {
     if (s.ws.readyState === s.ws.OPEN) return false;
-    if (tasks.length > 0)
-      this.tasks
-        .giveBack(
-          s.w,
-          tasks.map((t) => t.attemptId),
-        )
-        .catch((e: unknown) => {
-          this.log.warn({ err: e, workerId: s.w.workerId }, 'giving tasks back failed');
-        });
+    if (tasks.length === 0) return true;
+    const ids = tasks.map((t) => t.attemptId);
+    this.tasks.giveBack(s.w, ids).catch((e: unknown) => {
+      this.log.warn({ err: e, workerId: s.w.workerId }, 'giving tasks back failed');
+    });
     return true;
   }
 
