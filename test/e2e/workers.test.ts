@@ -1154,6 +1154,46 @@ describe('external workers', () => {
       second.ws.close();
     });
 
+    it('gives a task delivered to a channel that closed meanwhile back to its worker: its next channel gets it', async () => {
+      await publish('chan-gone', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const first = await channel(w, id);
+      const runId = await start('chan-gone');
+      await until('the task assigned to the worker', async () =>
+        work(await run(runId)).task?.status === 'assigned' ? true : undefined,
+      );
+      const owner = new pg.Client({ connectionString: app.testDb.ownerUrl });
+      await owner.connect();
+      try {
+        // The tasks table is locked: the channel's delivery waits for it while the channel closes.
+        await owner.query('begin');
+        await owner.query('lock table worker_task in exclusive mode');
+        first.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+        // (Within a transaction the activity view is a snapshot: cleared before each look.)
+        await until('the delivery waiting', async () => {
+          await owner.query('select pg_stat_clear_snapshot()');
+          const waiting = await owner.query(`select 1 from pg_stat_activity where datname = current_database()
+            and wait_event_type = 'Lock' and query like '%delivered_at = clock_timestamp()%'`);
+          return waiting.rowCount ? true : undefined;
+        });
+        await new Promise((resolve) => {
+          first.ws.once('close', resolve);
+          first.ws.close();
+        });
+        await owner.query('commit');
+      } finally {
+        await owner.end();
+      }
+      // A client that does not sync gets the task on its next channel all the same.
+      const second = await channel(w, id);
+      second.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const offer = await until('the offer', async () => second.inbox.find((m) => m.type === 'task'));
+      expect(offer.task).toMatchObject({ runId, attempt: 1 });
+      expect(first.inbox.filter((m) => m.type === 'task')).toEqual([]);
+      second.ws.close();
+    });
+
     it('pushes a cancel on the channel when the run of an offered task is cancelled', async () => {
       await publish('chan-cancel', { with: { taskType: 'resize' } });
       const w = await mint('default');
