@@ -104,17 +104,21 @@ describe('external workers', () => {
       as: w,
       body: { results: tasks.map((t) => ({ attemptId: t.attemptId, epoch: t.epoch, status: 'succeeded', outputs })) },
     });
-  /** Waits until a session of the test database waits for a lock (`what` names it in the failure). */
-  const lockWaited = (owner: pg.Client, what: string) =>
-    until(what, async () =>
-      (
-        await owner.query(
-          `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
-        )
-      ).rowCount
-        ? true
-        : undefined,
-    );
+  /**
+   * Waits until a session of the test database waits for a lock (whose statement contains `statement`
+   * when given; `what` names it in the failure). Within the caller's transaction the activity view is
+   * a snapshot taken at its first look: it is cleared before each look.
+   */
+  const lockWaited = (owner: pg.Client, what: string, statement = '') =>
+    until(what, async () => {
+      await owner.query('select pg_stat_clear_snapshot()');
+      const waiting = await owner.query(
+        `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'
+          and strpos(query, $1) > 0`,
+        [statement],
+      );
+      return waiting.rowCount ? true : undefined;
+    });
   /** Opens a worker's channel; every message it receives lands in `inbox`. */
   const channel = async (w: As, id: string, opts: { autoPong?: boolean } = {}) => {
     const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
@@ -1170,13 +1174,7 @@ describe('external workers', () => {
         await owner.query('begin');
         await owner.query('lock table worker_task in exclusive mode');
         first.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
-        // (Within a transaction the activity view is a snapshot: cleared before each look.)
-        await until('the delivery waiting', async () => {
-          await owner.query('select pg_stat_clear_snapshot()');
-          const waiting = await owner.query(`select 1 from pg_stat_activity where datname = current_database()
-            and wait_event_type = 'Lock' and query like '%delivered_at = clock_timestamp()%'`);
-          return waiting.rowCount ? true : undefined;
-        });
+        await lockWaited(owner, 'the delivery waiting', 'delivered_at = clock_timestamp()');
         await new Promise((resolve) => {
           first.ws.once('close', resolve);
           first.ws.close();
