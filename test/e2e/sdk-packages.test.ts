@@ -119,6 +119,8 @@ describe('SDK packages (npm pack, installed elsewhere)', () => {
   let project: string;
   let worker: Packed;
   let client: Packed;
+  /** The installed worker SDK's folder. */
+  let sdk: string;
   const started: ChildProcess[] = [];
 
   beforeAll(async () => {
@@ -126,6 +128,8 @@ describe('SDK packages (npm pack, installed elsewhere)', () => {
     [worker, client] = await Promise.all([pack('worker', out), pack('client', out)]);
     project = fs.mkdtempSync(path.join(os.tmpdir(), 'ordo-sdk-consumer-'));
     fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true }));
+    sdk = await install(worker, project);
+    await install(client, project);
     app = await startTestApp({ ORDO_ROLES: 'api,worker,scheduler' });
   });
   afterAll(async () => {
@@ -149,8 +153,6 @@ describe('SDK packages (npm pack, installed elsewhere)', () => {
   });
 
   it("type-checks a consumer's code against the packed declarations", async () => {
-    await install(worker, project);
-    await install(client, project);
     link(project, '@types/node');
     fs.writeFileSync(path.join(project, 'consumer.ts'), CONSUMER_TS);
     const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
@@ -173,8 +175,6 @@ describe('SDK packages (npm pack, installed elsewhere)', () => {
   }, 120_000);
 
   it('runs a queue step on a worker of the packed SDK, and reads its run through the packed client', async () => {
-    const sdk = await install(worker, project);
-    await install(client, project);
     const as = { token: app.adminToken, tenantId: app.tenantId };
     await publishDagJson(app, as, {
       id: 'packed-echo',
