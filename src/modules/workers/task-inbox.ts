@@ -34,7 +34,8 @@ const key = (tenantId: string, workerId: string) => `${tenantId}\u0000${workerId
  * The wake-ups of external workers in an api process, from one LISTEN connection: `ordo_task`
  * (a task was assigned to a worker), `ordo_dispatch` (a pool has pending tasks: this process
  * runs its dispatch, ordo_task_dispatch, one at a time per pool, again if woken meanwhile),
- * `ordo_worker` (a worker's status changed) and `ordo_cancel` (a run was cancelled). It also knows
+ * `ordo_worker` (a worker's status changed), `ordo_cancel` (a run was cancelled) and
+ * `ordo_channel` (a worker's channel opened in some api process). It also knows
  * which workers surely have nothing assigned (a pull found nothing and no wake-up came since, while
  * the connection listened): their next pull waits without a query, so idle long-polls cost none.
  * A dispatch run here delivers at once to the workers of the pool that wait here with room (their
@@ -56,6 +57,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   private readonly landing = new Map<string, Map<string, number>>();
   private readonly listener: PgListener;
   private readonly statusHooks: ((tenantId: string, workerId: string, status: string) => void)[] = [];
+  private readonly channelHooks: ((tenantId: string, workerId: string, stamp: number) => void)[] = [];
   private stopping = false;
 
   constructor(
@@ -65,7 +67,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     this.listener = new PgListener({
       url: db.urls.system,
       applicationName: 'ordo:workers-listen',
-      channels: ['ordo_task', 'ordo_dispatch', 'ordo_worker', 'ordo_cancel'],
+      channels: ['ordo_task', 'ordo_dispatch', 'ordo_worker', 'ordo_cancel', 'ordo_channel'],
       onNotification: (channel, payload) => this.notified(channel, payload),
       // Wake-ups may have been missed while no connection listened: every worker may have work.
       onConnected: () => this.forgetIdle(),
@@ -132,6 +134,11 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   /** Calls `hook` with every worker status change announced (ordo_worker). */
   onStatus(hook: (tenantId: string, workerId: string, status: string) => void): void {
     this.statusHooks.push(hook);
+  }
+
+  /** Calls `hook` with every channel of a worker opened in any api process (ordo_channel, with its stamp). */
+  onChannel(hook: (tenantId: string, workerId: string, stamp: number) => void): void {
+    this.channelHooks.push(hook);
   }
 
   /** Whether a pull for the worker needs a query (it may have a task assigned). */
@@ -242,6 +249,11 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     const [tenantId, id, status] = p as string[];
     if (channel === 'ordo_dispatch') {
       void this.dispatch(tenantId, id);
+      return;
+    }
+    if (channel === 'ordo_channel') {
+      const stamp = Number(status);
+      if (Number.isSafeInteger(stamp)) for (const h of this.channelHooks) h(tenantId, id, stamp);
       return;
     }
     const k = key(tenantId, id);

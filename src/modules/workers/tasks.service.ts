@@ -313,6 +313,15 @@ export class TasksService implements BeforeApplicationShutdown {
     );
   }
 
+  /**
+   * A channel of `w` opened in this process: the api processes are told (a worker has one channel,
+   * the newest), and its stamp is returned, by which they order it against theirs (see
+   * WorkerChannelGateway).
+   */
+  channelOpened(w: KnownWorker): Promise<number> {
+    return this.repo.announceChannel(this.db.system, w.tenantId, w.workerId);
+  }
+
   private async refuseInputs(w: KnownWorker, t: TaskRow, mismatch: string): Promise<void> {
     const message = `the task's inputs do not match the input schema of ${t.task_type} on worker ${w.name}: ${mismatch}`;
     await this.store.withResolve(async (tx, resolve) => {

@@ -36,6 +36,12 @@ interface Session {
   reserved: number;
   /** Tasks offered on this channel and not yet answered, by task id: their run. */
   held: Map<string, string>;
+  /** When the channel opened, by the database's clock (µs), once announced to the api processes. */
+  stamp?: number;
+  /** The newest stamp heard of another channel of the worker before this one's was known. */
+  newer?: number;
+  /** Closed because a newer channel of the worker opened (here or in another api process). */
+  replaced: boolean;
   pulling: boolean;
   again: boolean;
   /** Messages handled one after another. */
@@ -67,7 +73,9 @@ export class WorkerChannelGateway
     private readonly liveness: WorkerLiveness,
     private readonly tasks: TasksService,
     private readonly workers: WorkersService,
-  ) {}
+  ) {
+    inbox.onChannel((tenantId, workerId, stamp) => this.openedElsewhere(channelKey(tenantId, workerId), stamp));
+  }
 
   afterInit(server: WebSocketServer): void {
     this.server = server;
@@ -127,17 +135,25 @@ export class WorkerChannelGateway
       credit: 0,
       reserved: 0,
       held: new Map(),
+      replaced: false,
       pulling: false,
       again: false,
       queue: Promise.resolve(),
     };
-    // A worker has one channel here: a newer one replaces the older, which is closed at once (its
-    // socket may be dead without this process knowing yet), so nothing is offered on it after the
-    // worker synced on the newer one.
-    const k = `${s.w.tenantId}\u0000${s.w.workerId}`;
+    // A worker has one channel: a newer one replaces the older, here or in another api process,
+    // which is closed at once (its socket may be dead without that process knowing yet), so
+    // nothing is offered on it after the worker synced on the newer one.
+    const k = channelKey(s.w.tenantId, s.w.workerId);
     const older = this.channels.get(k);
     this.channels.set(k, s);
-    if (older) older.ws.close(CLOSE_REPLACED, 'replaced by a newer channel of this worker');
+    if (older) this.replace(older);
+    this.tasks.channelOpened(s.w).then(
+      (stamp) => {
+        s.stamp = stamp;
+        if (s.newer !== undefined && s.newer > stamp) this.replace(s);
+      },
+      (e: unknown) => this.log.warn({ err: e, workerId: s.w.workerId }, 'announcing the channel failed'),
+    );
     // The worker is heard from when it sends a message or answers a ping: an open socket alone
     // proves nothing (a paused or hung worker keeps its connection open).
     const seen = () => this.liveness.seen(s.w.tenantId, s.w.workerId);
@@ -259,6 +275,30 @@ export class WorkerChannelGateway
     }
   }
 
+  /** Another channel of the worker opened, in this api process or another, stamped `stamp`. */
+  private openedElsewhere(k: string, stamp: number): void {
+    const s = this.channels.get(k);
+    if (!s) return;
+    if (s.stamp === undefined) s.newer = Math.max(s.newer ?? 0, stamp);
+    else if (stamp > s.stamp) this.replace(s);
+  }
+
+  /**
+   * Closes a channel a newer one of its worker replaced. The tasks offered on it and not answered
+   * may have gone into a dead socket after the worker synced on the newer channel: they are given
+   * back to the worker, offered again on its newer channel (the SDK runs an attempt it holds once).
+   */
+  private replace(s: Session): void {
+    if (s.replaced) return;
+    s.replaced = true;
+    if (this.channels.get(channelKey(s.w.tenantId, s.w.workerId)) === s)
+      this.channels.delete(channelKey(s.w.tenantId, s.w.workerId));
+    s.ws.close(CLOSE_REPLACED, 'replaced by a newer channel of this worker');
+    const held = [...s.held.keys()];
+    s.held.clear();
+    if (held.length > 0) this.giveBack(s, held);
+  }
+
   /** Answers a message that failed with its error (an unexpected one is logged and answered INTERNAL). */
   private fail(s: Session, attemptId: string | undefined, e: unknown): void {
     const err = e instanceof DomainError ? e : null;
@@ -332,17 +372,27 @@ export class WorkerChannelGateway
    */
   private gone(s: Session, tasks: TaskDto[]): boolean {
     if (s.ws.readyState === s.ws.OPEN) return false;
-    if (tasks.length === 0) return true;
-    const ids = tasks.map((t) => t.attemptId);
-    this.tasks.giveBack(s.w, ids).catch((e: unknown) => {
+    if (tasks.length > 0)
+      this.giveBack(
+        s,
+        tasks.map((t) => t.attemptId),
+      );
+    return true;
+  }
+
+  private giveBack(s: Session, taskIds: string[]): void {
+    this.tasks.giveBack(s.w, taskIds).catch((e: unknown) => {
       this.log.warn({ err: e, workerId: s.w.workerId }, 'giving tasks back failed');
     });
-    return true;
   }
 
   private send(s: Session, msg: object): void {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(msg));
   }
+}
+
+function channelKey(tenantId: string, workerId: string): string {
+  return `${tenantId}\u0000${workerId}`;
 }
 
 /**

@@ -466,6 +466,18 @@ export class WorkersRepository {
     await sql`select pg_notify('ordo_dispatch', ${JSON.stringify([tenantId, pool])})`.execute(tx);
   }
 
+  /**
+   * Tells the api processes a channel of the worker opened, stamped by the database's clock in
+   * microseconds (one clock for every process, so the stamps order the channels); returns the stamp.
+   */
+  async announceChannel(db: SystemDb, tenantId: string, workerId: string): Promise<number> {
+    const r = await sql<{ stamp: string }>`
+      with c as (select (extract(epoch from clock_timestamp()) * 1000000)::bigint::text as stamp)
+      select c.stamp, pg_notify('ordo_channel', json_build_array(${tenantId}::text, ${workerId}::text, c.stamp)::text)
+      from c`.execute(db);
+    return Number(r.rows[0].stamp);
+  }
+
   /** Tells the api processes a worker's status changed (their caches). */
   async announceWorker(tx: SystemTx, tenantId: string, workerId: string, status: string): Promise<void> {
     await sql`select pg_notify('ordo_worker', ${JSON.stringify([tenantId, workerId, status])})`.execute(tx);

@@ -1,0 +1,145 @@
+import pino from 'pino';
+import WebSocket from 'ws';
+import { startOrdo, type RunningOrdo } from '../../src/ordo';
+import { startTestApp, type TestApp } from '../support/test-app';
+import { waitForRun } from './runs-support';
+
+type As = { token: string; tenantId: string };
+type Task = { attemptId: string; runId: string; epoch: number };
+type Channel = { ws: WebSocket; inbox: Record<string, unknown>[]; closed: Promise<number> };
+
+const CLOSE_REPLACED = 4410;
+
+/**
+ * A worker's channel across two api replicas on one database: a worker has one channel, the newest
+ * opened in any replica. The replica holding an older one closes it (4410) as soon as the newer
+ * opens, and the tasks it offered on it that were not answered are offered on the newer one, so a
+ * task sent into a socket the older replica still took for open does not wait for its deadline.
+ */
+describe('worker channels across api replicas', () => {
+  let a: TestApp;
+  let b: RunningOrdo;
+  let as: As;
+  let seq = 0;
+
+  beforeAll(async () => {
+    a = await startTestApp({ ORDO_ROLES: 'api,worker,scheduler' });
+    b = await startOrdo({ ...a.config, ORDO_ROLES: ['api'] }, pino({ level: 'silent' }), {
+      appUrl: a.testDb.appUrl,
+      systemUrl: a.testDb.systemUrl,
+      ownerUrl: a.testDb.ownerUrl,
+    });
+    as = { token: a.adminToken, tenantId: a.tenantId };
+  });
+  afterAll(async () => {
+    await b?.close();
+    await a?.close();
+  });
+
+  const until = async <T>(what: string, probe: () => Promise<T | undefined> | T | undefined): Promise<T> => {
+    for (let i = 0; i < 400; i++) {
+      const v = await probe();
+      if (v !== undefined) return v;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`${what} never happened`);
+  };
+  /** A worker alone in its pool `pool`. */
+  const worker = async (pool: string): Promise<{ w: As; id: string }> => {
+    const t = await a.request('POST', '/api/v1/tokens', {
+      as,
+      body: { scopes: ['worker'], pool, subject: `w-${++seq}` },
+    });
+    expect(t.status).toBe(201);
+    const w = { token: t.body.token as string, tenantId: as.tenantId };
+    const r = await a.request('POST', '/api/v1/workers', {
+      as: w,
+      body: { name: `replica-worker-${++seq}`, taskTypes: [{ name: 'resize' }] },
+    });
+    expect(r.status).toBe(201);
+    return { w, id: r.body.workerId as string };
+  };
+  /** Opens the worker's channel on the replica at `url`; every message it receives lands in `inbox`. */
+  const channel = async (url: string, w: As, id: string): Promise<Channel> => {
+    const ws = new WebSocket(`${url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+      headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
+    });
+    const inbox: Record<string, unknown>[] = [];
+    ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
+    const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    return { ws, inbox, closed };
+  };
+  const tasks = (c: Channel) => c.inbox.filter((m) => m.type === 'task').map((m) => m.task as Task);
+  const start = async (dagId: string) => {
+    const r = await a.request('POST', '/api/v1/runs', {
+      as,
+      body: { dagId, inputs: {}, runToken: `${dagId}-${++seq}` },
+    });
+    expect(r.status).toBe(201);
+    return r.body.runId as string;
+  };
+  /** A DAG of one queue step, its task for pool `id`. */
+  const publish = async (id: string) => {
+    const r = await a.request('POST', '/api/v1/dags', {
+      as,
+      body: { id, steps: [{ id: 'work', plugin: 'queue', with: { taskType: 'resize', pool: id } }] },
+    });
+    expect(r.status).toBe(201);
+  };
+
+  it('closes the older channel on the other replica (4410) and offers its unanswered task on the newer one', async () => {
+    await publish('replica-moved');
+    const { w, id } = await worker('replica-moved');
+    const older = await channel(a.url, w, id);
+    older.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+    const runId = await start('replica-moved');
+    const offered = await until('the offer on the older channel', () => tasks(older)[0]);
+    expect(offered.runId).toBe(runId);
+
+    // The worker comes back on replica B without saying what it holds (no sync): the task offered
+    // on A and never answered comes to it there, the same attempt at the same epoch.
+    const newer = await channel(b.url, w, id);
+    expect(await older.closed).toBe(CLOSE_REPLACED);
+    newer.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+    const again = await until('the offer on the newer channel', () => tasks(newer)[0]);
+    expect(again).toMatchObject({ attemptId: offered.attemptId, epoch: offered.epoch, runId });
+
+    newer.ws.send(
+      JSON.stringify({
+        type: 'result',
+        attemptId: again.attemptId,
+        epoch: again.epoch,
+        status: 'succeeded',
+        outputs: {},
+      }),
+    );
+    const ack = await until('the ack', () => newer.inbox.find((m) => m.type === 'ack'));
+    expect(ack).toMatchObject({ attemptId: offered.attemptId, outcome: 'succeeded', duplicate: false });
+    expect((await waitForRun(a, as, runId)).status).toBe('succeeded');
+    expect(newer.ws.readyState).toBe(WebSocket.OPEN);
+    newer.ws.close();
+  });
+
+  it('keeps the newest channel whichever replica it opened on: back on A, the one on B is closed', async () => {
+    await publish('replica-back');
+    const { w, id } = await worker('replica-back');
+    const first = await channel(a.url, w, id);
+    const second = await channel(b.url, w, id);
+    expect(await first.closed).toBe(CLOSE_REPLACED);
+    const third = await channel(a.url, w, id);
+    expect(await second.closed).toBe(CLOSE_REPLACED);
+
+    // The third is the worker's channel: it stays open and is offered the next task.
+    third.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+    const runId = await start('replica-back');
+    const offer = await until('the offer on the newest channel', () => tasks(third)[0]);
+    expect(offer.runId).toBe(runId);
+    expect(third.ws.readyState).toBe(WebSocket.OPEN);
+    expect(tasks(first).concat(tasks(second))).toEqual([]);
+    third.ws.close();
+  });
+});
