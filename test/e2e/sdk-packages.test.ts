@@ -16,6 +16,9 @@ interface Packed {
   tarball: string;
 }
 
+/** A compiled file of no source, left in the staged copy's dist/ before it is packed. */
+const LEFT_OVER = 'left-over';
+
 /**
  * Packs `sdk/<folder>` as `npm publish` would, its `prepack` script building it: from a copy beside
  * a copy of the project's tsconfig.json (which the package's extends), inside the project so the
@@ -31,6 +34,10 @@ async function pack(folder: string, out: string): Promise<Packed> {
       recursive: true,
       filter: (src) => !['dist', 'node_modules'].includes(path.basename(src)),
     });
+    // What an earlier build left of a source since removed: the pack's build starts clean.
+    fs.mkdirSync(path.join(dir, 'dist'));
+    fs.writeFileSync(path.join(dir, 'dist', `${LEFT_OVER}.js`), 'module.exports = {};\n');
+    fs.writeFileSync(path.join(dir, 'dist', `${LEFT_OVER}.d.ts`), 'export {};\n');
     // Only what a shell gives npm: the variables `npm test` sets for its own script stay out.
     const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', out], {
       cwd: dir,
@@ -147,6 +154,7 @@ describe('SDK packages (npm pack, installed elsewhere)', () => {
       // Compiled code only: no sources, tests or specs.
       expect(p.files.filter((f) => !/^(README\.md|package\.json|dist\/[\w.-]+\.(js|d\.ts))$/.test(f))).toEqual([]);
       expect(p.files.some((f) => f.includes('.spec.'))).toBe(false);
+      expect(p.files.filter((f) => f.includes(LEFT_OVER))).toEqual([]);
     }
     expect(worker.name).toBe('@ordo/worker-sdk');
     expect(client.name).toBe('@ordo/client');
