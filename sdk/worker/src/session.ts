@@ -449,6 +449,8 @@ export class WorkerSession {
             onTask: (task) => {
               this.credit = Math.max(0, this.credit - 1);
               this.host.onTask(task, this);
+              // An attempt offered again while it runs here took a credit and no slot: asked for again.
+              this.grantCredit();
             },
             onCancel: (attemptId, reason) => this.host.onCancel(attemptId, reason),
             onHeartbeat: (answer) => this.onHeartbeat(answer),

@@ -309,6 +309,33 @@ describe('OrdoWorker', () => {
     expect(Object.fromEntries(runs)).toEqual({ [held.attemptId]: 1, [lost.attemptId]: 1 });
   });
 
+  it('runs an attempt offered again while it runs once, and asks for the credit that offer took', async () => {
+    const w = worker({ transport: 'websocket', maxConcurrent: 2 });
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const runs = new Map<string, number>();
+    w.handle('t', {
+      run: async (input, ctx) => {
+        runs.set(ctx.attemptId, (runs.get(ctx.attemptId) ?? 0) + 1);
+        if ((input as { hold?: boolean }).hold) await released;
+        return {};
+      },
+    });
+    await w.start();
+    await once(w, 'transport');
+    const held = ordo.enqueue('t', { hold: true });
+    await once<{ attemptId: string }>(w, 'task', (t) => t.attemptId === held.attemptId);
+    await until(() => ordo.workers.get(w.workerId!)!.credit === 1);
+    // The held attempt comes again on the worker's one free credit; the next task still gets a slot.
+    ordo.reoffer(held.attemptId);
+    const next = ordo.enqueue('t');
+    await ordo.waitForResult(next.attemptId);
+    expect(ordo.results.has(held.attemptId)).toBe(false);
+    release();
+    await ordo.waitForResult(held.attemptId);
+    expect(Object.fromEntries(runs)).toEqual({ [held.attemptId]: 1, [next.attemptId]: 1 });
+  });
+
   it('after a long-poll whose answer was lost, says what it holds before it pulls again, and gets the task again', async () => {
     const w = worker({ transport: 'long-poll' });
     w.handle('t', { run: () => ({}) });

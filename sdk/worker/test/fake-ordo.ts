@@ -136,6 +136,15 @@ export class FakeOrdo {
     for (const p of this.polls.filter((x) => x.workerId === workerId)) p.resolve(undefined);
   }
 
+  /** Offers a task offered already once more, first (as a server gives back a replaced channel's tasks). */
+  reoffer(attemptId: string): void {
+    const o = this.offered.get(attemptId);
+    if (!o) throw new Error(`task ${attemptId} was not offered`);
+    this.offered.delete(attemptId);
+    this.queue.unshift(o.task);
+    this.dispatch();
+  }
+
   /** Drops a worker's channel connection without a close handshake. */
   dropChannel(workerId: string): void {
     this.workers.get(workerId)?.socket?.terminate();

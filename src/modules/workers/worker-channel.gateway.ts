@@ -291,8 +291,8 @@ export class WorkerChannelGateway
   private replace(s: Session): void {
     if (s.replaced) return;
     s.replaced = true;
-    if (this.channels.get(channelKey(s.w.tenantId, s.w.workerId)) === s)
-      this.channels.delete(channelKey(s.w.tenantId, s.w.workerId));
+    const k = channelKey(s.w.tenantId, s.w.workerId);
+    if (this.channels.get(k) === s) this.channels.delete(k);
     s.ws.close(CLOSE_REPLACED, 'replaced by a newer channel of this worker');
     const held = [...s.held.keys()];
     s.held.clear();
@@ -372,11 +372,8 @@ export class WorkerChannelGateway
    */
   private gone(s: Session, tasks: TaskDto[]): boolean {
     if (s.ws.readyState === s.ws.OPEN) return false;
-    if (tasks.length > 0)
-      this.giveBack(
-        s,
-        tasks.map((t) => t.attemptId),
-      );
+    const ids = tasks.map((t) => t.attemptId);
+    if (ids.length > 0) this.giveBack(s, ids);
     return true;
   }
 
