@@ -280,7 +280,11 @@ describe('OrdoWorker', () => {
     expect(ordo.results.get(task.attemptId)!.via).toBe('websocket');
   });
 
-  it('after the channel drops, says what it holds: a task offered on the lost connection comes again, a held one does not', async () => {
+  /**
+   * A worker on the channel with two slots, counting the runs of each attempt, one of them running
+   * the `held` task until `release`.
+   */
+  const holding = async () => {
     const w = worker({ transport: 'websocket', maxConcurrent: 2 });
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
@@ -296,6 +300,11 @@ describe('OrdoWorker', () => {
     await once(w, 'transport');
     const held = ordo.enqueue('t', { hold: true });
     await once<{ attemptId: string }>(w, 'task', (t) => t.attemptId === held.attemptId);
+    return { w, held, runs, release };
+  };
+
+  it('after the channel drops, says what it holds: a task offered on the lost connection comes again, a held one does not', async () => {
+    const { w, held, runs, release } = await holding();
     ordo.loseOffers = 1;
     const lost = ordo.enqueue('t');
     await until(() => ordo.offered.has(lost.attemptId));
@@ -310,21 +319,7 @@ describe('OrdoWorker', () => {
   });
 
   it('runs an attempt offered again while it runs once, and asks for the credit that offer took', async () => {
-    const w = worker({ transport: 'websocket', maxConcurrent: 2 });
-    let release!: () => void;
-    const released = new Promise<void>((r) => (release = r));
-    const runs = new Map<string, number>();
-    w.handle('t', {
-      run: async (input, ctx) => {
-        runs.set(ctx.attemptId, (runs.get(ctx.attemptId) ?? 0) + 1);
-        if ((input as { hold?: boolean }).hold) await released;
-        return {};
-      },
-    });
-    await w.start();
-    await once(w, 'transport');
-    const held = ordo.enqueue('t', { hold: true });
-    await once<{ attemptId: string }>(w, 'task', (t) => t.attemptId === held.attemptId);
+    const { w, held, runs, release } = await holding();
     await until(() => ordo.workers.get(w.workerId!)!.credit === 1);
     // The held attempt comes again on the worker's one free credit; the next task still gets a slot.
     ordo.reoffer(held.attemptId);
