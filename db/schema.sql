@@ -3878,6 +3878,7 @@ CREATE TABLE public.worker (
     last_seen_at timestamp with time zone DEFAULT date_trunc('milliseconds'::text, now()) NOT NULL,
     offline_at timestamp with time zone,
     last_task_type text,
+    channel_stamp bigint,
     CONSTRAINT worker_capacity_check CHECK ((((max_concurrent >= 1) AND (max_concurrent <= 10000)) AND (cost_per_second >= (0)::numeric))),
     CONSTRAINT worker_status_check CHECK ((status = ANY (ARRAY['online'::text, 'draining'::text, 'offline'::text])))
 );

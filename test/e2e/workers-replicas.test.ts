@@ -1,3 +1,4 @@
+import pg from 'pg';
 import pino from 'pino';
 import WebSocket from 'ws';
 import { startOrdo, type RunningOrdo } from '../../src/ordo';
@@ -73,6 +74,20 @@ describe('worker channels across api replicas', () => {
     });
     return { ws, inbox, closed };
   };
+  /** A worker's call to replica B. */
+  const onB = async (method: string, path: string, w: As, body?: unknown): Promise<{ status: number; body: any }> => {
+    const res = await fetch(`${b.url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${w.token}`,
+        'x-tenant-id': w.tenantId,
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : undefined };
+  };
   const tasks = (c: Channel) => c.inbox.filter((m) => m.type === 'task').map((m) => m.task as Task);
   const start = async (dagId: string) => {
     const r = await a.request('POST', '/api/v1/runs', {
@@ -141,5 +156,65 @@ describe('worker channels across api replicas', () => {
     expect(third.ws.readyState).toBe(WebSocket.OPEN);
     expect(tasks(first).concat(tasks(second))).toEqual([]);
     third.ws.close();
+  });
+
+  it('closes the channel on A when the worker syncs over HTTP on B, and its unanswered task comes to the long-poll', async () => {
+    await publish('replica-polls');
+    const { w, id } = await worker('replica-polls');
+    const older = await channel(a.url, w, id);
+    older.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+    const runId = await start('replica-polls');
+    const offered = await until('the offer on the channel', () => tasks(older)[0]);
+
+    // The worker fell back to long-poll on B: its sync says it holds nothing (the offer went into a
+    // socket it lost), and A's channel, which A still takes for open, is closed.
+    const sync = await onB('POST', `/api/v1/workers/${id}/tasks/sync`, w, { holding: [] });
+    expect(sync.status).toBe(200);
+    expect(await older.closed).toBe(CLOSE_REPLACED);
+    const pulled = await onB('GET', `/api/v1/workers/${id}/tasks/next?waitMs=5000`, w);
+    expect(pulled.status).toBe(200);
+    expect(pulled.body.tasks).toEqual([
+      expect.objectContaining({ attemptId: offered.attemptId, epoch: offered.epoch, runId }),
+    ]);
+    const result = await onB('POST', `/api/v1/workers/${id}/tasks/${offered.attemptId}/result`, w, {
+      epoch: offered.epoch,
+      status: 'succeeded',
+      outputs: {},
+    });
+    expect(result.body).toMatchObject({ outcome: 'succeeded', duplicate: false });
+    expect((await waitForRun(a, as, runId)).status).toBe('succeeded');
+  });
+
+  it('closes an older channel once its replica listens again, when the newer one opened while it did not', async () => {
+    await publish('replica-deaf');
+    const { w, id } = await worker('replica-deaf');
+    const older = await channel(a.url, w, id);
+    const owner = new pg.Client({ connectionString: a.testDb.ownerUrl });
+    await owner.connect();
+    const listeners = async () =>
+      (
+        await owner.query<{ n: number }>(
+          `select count(*)::int n from pg_stat_activity
+           where application_name = 'ordo:workers-listen' and datname = current_database()`,
+        )
+      ).rows[0].n;
+    let newer: Channel;
+    try {
+      expect(await listeners()).toBe(2);
+      // Both replicas' listening connections end (waited for), and the newer channel opens on B
+      // before they listen again (after a backoff): A never hears its announcement.
+      await owner.query(
+        `select pg_terminate_backend(pid, 5000) from pg_stat_activity
+         where application_name = 'ordo:workers-listen' and datname = current_database()`,
+      );
+      newer = await channel(b.url, w, id);
+      for (let i = 0; i < 200 && (await listeners()) < 2; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(await listeners()).toBe(2);
+    } finally {
+      await owner.end();
+    }
+    expect(await older.closed).toBe(CLOSE_REPLACED);
+    expect(newer.ws.readyState).toBe(WebSocket.OPEN);
+    newer.ws.close();
   });
 });

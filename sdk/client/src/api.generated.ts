@@ -1168,7 +1168,7 @@ export interface paths {
     };
     get?: never;
     put?: never;
-    /** After a lost connection: the tasks delivered to the worker that it does not hold are delivered again */
+    /** After a lost connection: the tasks delivered to the worker that it does not hold are delivered again; its channel, if open anywhere, is closed */
     post: operations['syncWorkerTasks'];
     delete?: never;
     options?: never;

@@ -539,6 +539,7 @@ export interface TrustKey {
 }
 
 export interface Worker {
+  channel_stamp: number | null;
   cost_per_second: Generated<Numeric>;
   cpu: Numeric | null;
   gpu_count: Generated<number>;

@@ -58,6 +58,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   private readonly listener: PgListener;
   private readonly statusHooks: ((tenantId: string, workerId: string, status: string) => void)[] = [];
   private readonly channelHooks: ((tenantId: string, workerId: string, stamp: number) => void)[] = [];
+  private readonly listeningHooks: (() => void)[] = [];
   private stopping = false;
 
   constructor(
@@ -69,8 +70,12 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
       applicationName: 'ordo:workers-listen',
       channels: ['ordo_task', 'ordo_dispatch', 'ordo_worker', 'ordo_cancel', 'ordo_channel'],
       onNotification: (channel, payload) => this.notified(channel, payload),
-      // Wake-ups may have been missed while no connection listened: every worker may have work.
-      onConnected: () => this.forgetIdle(),
+      // Wake-ups may have been missed while no connection listened: every worker may have work,
+      // and any of its channels may have been replaced.
+      onConnected: () => {
+        this.forgetIdle();
+        for (const h of this.listeningHooks) h();
+      },
       onLost: () => this.forgetIdle(),
       log: this.log,
     });
@@ -139,6 +144,14 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   /** Calls `hook` with every channel of a worker opened in any api process (ordo_channel, with its stamp). */
   onChannel(hook: (tenantId: string, workerId: string, stamp: number) => void): void {
     this.channelHooks.push(hook);
+  }
+
+  /**
+   * Calls `hook` each time the listening connection is made (again): the notifications sent while
+   * none listened, `ordo_channel` among them, were not heard.
+   */
+  onListening(hook: () => void): void {
+    this.listeningHooks.push(hook);
   }
 
   /** Whether a pull for the worker needs a query (it may have a task assigned). */

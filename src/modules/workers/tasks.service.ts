@@ -192,11 +192,14 @@ export class TasksService implements BeforeApplicationShutdown {
    * The worker's tasks delivered to it that it does not hold are delivered again: a channel or a
    * long-poll answer lost on the way (a dropped connection) leaves a task delivered that the worker
    * never got. The worker says what it holds after such a loss, before it pulls again; the same
-   * attempt at the same epoch comes back, so a result stays idempotent.
+   * attempt at the same epoch comes back, so a result stays idempotent. A sync over HTTP says the
+   * worker pulls by long-poll: a channel of it still taken for open anywhere (its socket may be
+   * dead without its process knowing yet) is closed, and its unanswered tasks come to the pulls.
    */
-  async sync(p: WorkerPrincipalT, workerId: string, holding: string[]): Promise<SyncAnswer> {
+  async sync(p: WorkerPrincipalT, workerId: string, holding: string[], via: 'channel' | 'http'): Promise<SyncAnswer> {
     const w = await this.directory.live(p, workerId);
     this.liveness.seen(w.tenantId, w.workerId);
+    if (via === 'http') await this.repo.announceConnection(this.db.system, w.tenantId, w.workerId);
     const redelivered = await this.db.withWorkerPool(w.tenantId, w.pool, (tx) =>
       this.repo.redeliver(tx, w.workerId, holding),
     );
@@ -319,7 +322,15 @@ export class TasksService implements BeforeApplicationShutdown {
    * WorkerChannelGateway).
    */
   channelOpened(w: KnownWorker): Promise<number> {
-    return this.repo.announceChannel(this.db.system, w.tenantId, w.workerId);
+    return this.repo.announceConnection(this.db.system, w.tenantId, w.workerId);
+  }
+
+  /** The stamps of these workers' newest connections (a channel opened, or a sync over HTTP). */
+  async newestConnections(
+    workers: { tenantId: string; workerId: string }[],
+  ): Promise<{ tenantId: string; workerId: string; stamp: number }[]> {
+    const rows = await this.repo.channelStamps(this.db.system, workers);
+    return rows.map((r) => ({ tenantId: r.tenant_id, workerId: r.worker_id, stamp: r.stamp }));
   }
 
   private async refuseInputs(w: KnownWorker, t: TaskRow, mismatch: string): Promise<void> {

@@ -75,6 +75,7 @@ export class WorkerChannelGateway
     private readonly workers: WorkersService,
   ) {
     inbox.onChannel((tenantId, workerId, stamp) => this.openedElsewhere(channelKey(tenantId, workerId), stamp));
+    inbox.onListening(() => void this.recheck());
   }
 
   afterInit(server: WebSocketServer): void {
@@ -257,7 +258,7 @@ export class WorkerChannelGateway
           const { holding } = bodyOf(syncBody, msg);
           // Handled before the messages after it (a `ready` among them): nothing is offered on this
           // channel before the tasks given back are assigned again.
-          const answer = await this.tasks.sync(s.p, s.w.workerId, holding);
+          const answer = await this.tasks.sync(s.p, s.w.workerId, holding, 'channel');
           this.send(s, { type: 'sync', ...answer });
           return;
         }
@@ -281,6 +282,23 @@ export class WorkerChannelGateway
     if (!s) return;
     if (s.stamp === undefined) s.newer = Math.max(s.newer ?? 0, stamp);
     else if (stamp > s.stamp) this.replace(s);
+  }
+
+  /**
+   * The stamps of the newest connections of the workers with a channel here, read again: an
+   * announcement made while this process's listening connection was down never reached it.
+   */
+  private async recheck(): Promise<void> {
+    const open = [...this.channels.values()];
+    if (open.length === 0) return;
+    try {
+      const newest = await this.tasks.newestConnections(
+        open.map((s) => ({ tenantId: s.w.tenantId, workerId: s.w.workerId })),
+      );
+      for (const n of newest) this.openedElsewhere(channelKey(n.tenantId, n.workerId), n.stamp);
+    } catch (e) {
+      this.log.warn({ err: e }, "reading the workers' newest connections failed");
+    }
   }
 
   /**

@@ -162,7 +162,8 @@ export class WorkersController {
   @HttpCode(200)
   @Route({
     operationId: 'syncWorkerTasks',
-    summary: 'After a lost connection: the tasks delivered to the worker that it does not hold are delivered again',
+    summary:
+      'After a lost connection: the tasks delivered to the worker that it does not hold are delivered again; its channel, if open anywhere, is closed',
     tags: ['workers'],
     access: 'worker',
     idempotent: false,
@@ -171,7 +172,7 @@ export class WorkersController {
     responses: { 200: { description: 'Given back to the worker', schema: syncAnswerSchema } },
   })
   sync(@WorkerPrincipal() p: WorkerPrincipalT, @Params() params: WorkerParams, @Body() body: SyncBody) {
-    return this.tasks.sync(p, params.workerId, body.holding);
+    return this.tasks.sync(p, params.workerId, body.holding, 'http');
   }
 
   @Post('workers/:workerId/tasks/:attemptId/result')

@@ -467,15 +467,36 @@ export class WorkersRepository {
   }
 
   /**
-   * Tells the api processes a channel of the worker opened, stamped by the database's clock in
-   * microseconds (one clock for every process, so the stamps order the channels); returns the stamp.
+   * A new connection of the worker: a channel opened, or a sync over HTTP (it pulls by long-poll).
+   * Stamped by the database's clock in microseconds (one clock for every process, so the stamps
+   * order the worker's connections), kept on the worker (see channelStamps) and told to the api
+   * processes, which close any older channel of the worker; returns the stamp.
    */
-  async announceChannel(db: SystemDb, tenantId: string, workerId: string): Promise<number> {
+  async announceConnection(db: SystemDb, tenantId: string, workerId: string): Promise<number> {
     const r = await sql<{ stamp: string }>`
-      with c as (select (extract(epoch from clock_timestamp()) * 1000000)::bigint::text as stamp)
-      select c.stamp, pg_notify('ordo_channel', json_build_array(${tenantId}::text, ${workerId}::text, c.stamp)::text)
+      with c as (select (extract(epoch from clock_timestamp()) * 1000000)::bigint as stamp),
+      kept as (
+        update worker w set channel_stamp = greatest(w.channel_stamp, c.stamp) from c
+        where w.tenant_id = ${tenantId} and w.worker_id = ${workerId}
+      )
+      select c.stamp::text as stamp,
+        pg_notify('ordo_channel', json_build_array(${tenantId}::text, ${workerId}::text, c.stamp::text)::text)
       from c`.execute(db);
     return Number(r.rows[0].stamp);
+  }
+
+  /** The stamps of these workers' newest connections (see announceConnection), by tenant and worker id. */
+  async channelStamps(
+    db: SystemDb,
+    workers: { tenantId: string; workerId: string }[],
+  ): Promise<{ tenant_id: string; worker_id: string; stamp: number }[]> {
+    if (workers.length === 0) return [];
+    const r = await sql<{ tenant_id: string; worker_id: string; stamp: string }>`
+      select w.tenant_id, w.worker_id, w.channel_stamp::text as stamp
+      from unnest(${workers.map((w) => w.tenantId)}::text[], ${workers.map((w) => w.workerId)}::uuid[]) as k(tenant_id, worker_id)
+      join worker w on w.tenant_id = k.tenant_id and w.worker_id = k.worker_id
+      where w.channel_stamp is not null`.execute(db);
+    return r.rows.map((x) => ({ tenant_id: x.tenant_id, worker_id: x.worker_id, stamp: Number(x.stamp) }));
   }
 
   /** Tells the api processes a worker's status changed (their caches). */
