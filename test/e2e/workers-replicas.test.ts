@@ -4,10 +4,8 @@ import WebSocket from 'ws';
 import { startOrdo, type RunningOrdo } from '../../src/ordo';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { waitForRun } from './runs-support';
-
-type As = { token: string; tenantId: string };
-type Task = { attemptId: string; runId: string; epoch: number };
-type Channel = { ws: WebSocket; inbox: Record<string, unknown>[]; closed: Promise<number> };
+import { offeredTasks, openChannel, type TestChannel, type WorkerAs } from './worker-channel-support';
+import { until } from './workers-sdk-support';
 
 const CLOSE_REPLACED = 4410;
 
@@ -20,7 +18,7 @@ const CLOSE_REPLACED = 4410;
 describe('worker channels across api replicas', () => {
   let a: TestApp;
   let b: RunningOrdo;
-  let as: As;
+  let as: { token: string; tenantId: string };
   let seq = 0;
 
   beforeAll(async () => {
@@ -37,16 +35,8 @@ describe('worker channels across api replicas', () => {
     await a?.close();
   });
 
-  const until = async <T>(what: string, probe: () => Promise<T | undefined> | T | undefined): Promise<T> => {
-    for (let i = 0; i < 400; i++) {
-      const v = await probe();
-      if (v !== undefined) return v;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    throw new Error(`${what} never happened`);
-  };
   /** A worker alone in its pool `pool`. */
-  const worker = async (pool: string): Promise<{ w: As; id: string }> => {
+  const worker = async (pool: string): Promise<{ w: WorkerAs; id: string }> => {
     const t = await a.request('POST', '/api/v1/tokens', {
       as,
       body: { scopes: ['worker'], pool, subject: `w-${++seq}` },
@@ -60,22 +50,13 @@ describe('worker channels across api replicas', () => {
     expect(r.status).toBe(201);
     return { w, id: r.body.workerId as string };
   };
-  /** Opens the worker's channel on the replica at `url`; every message it receives lands in `inbox`. */
-  const channel = async (url: string, w: As, id: string): Promise<Channel> => {
-    const ws = new WebSocket(`${url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-      headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
-    });
-    const inbox: Record<string, unknown>[] = [];
-    ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
-    const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
-    await new Promise((resolve, reject) => {
-      ws.once('open', resolve);
-      ws.once('error', reject);
-    });
-    return { ws, inbox, closed };
-  };
   /** A worker's call to replica B. */
-  const onB = async (method: string, path: string, w: As, body?: unknown): Promise<{ status: number; body: any }> => {
+  const onB = async (
+    method: string,
+    path: string,
+    w: WorkerAs,
+    body?: unknown,
+  ): Promise<{ status: number; body: any }> => {
     const res = await fetch(`${b.url}${path}`, {
       method,
       headers: {
@@ -88,7 +69,6 @@ describe('worker channels across api replicas', () => {
     const text = await res.text();
     return { status: res.status, body: text ? JSON.parse(text) : undefined };
   };
-  const tasks = (c: Channel) => c.inbox.filter((m) => m.type === 'task').map((m) => m.task as Task);
   const start = async (dagId: string) => {
     const r = await a.request('POST', '/api/v1/runs', {
       as,
@@ -109,18 +89,18 @@ describe('worker channels across api replicas', () => {
   it('closes the older channel on the other replica (4410) and offers its unanswered task on the newer one', async () => {
     await publish('replica-moved');
     const { w, id } = await worker('replica-moved');
-    const older = await channel(a.url, w, id);
+    const older = await openChannel(a.url, w, id);
     older.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
     const runId = await start('replica-moved');
-    const offered = await until('the offer on the older channel', () => tasks(older)[0]);
+    const offered = await until('the offer on the older channel', async () => offeredTasks(older)[0]);
     expect(offered.runId).toBe(runId);
 
     // The worker comes back on replica B without saying what it holds (no sync): the task offered
     // on A and never answered comes to it there, the same attempt at the same epoch.
-    const newer = await channel(b.url, w, id);
+    const newer = await openChannel(b.url, w, id);
     expect(await older.closed).toBe(CLOSE_REPLACED);
     newer.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
-    const again = await until('the offer on the newer channel', () => tasks(newer)[0]);
+    const again = await until('the offer on the newer channel', async () => offeredTasks(newer)[0]);
     expect(again).toMatchObject({ attemptId: offered.attemptId, epoch: offered.epoch, runId });
 
     newer.ws.send(
@@ -132,7 +112,7 @@ describe('worker channels across api replicas', () => {
         outputs: {},
       }),
     );
-    const ack = await until('the ack', () => newer.inbox.find((m) => m.type === 'ack'));
+    const ack = await until('the ack', async () => newer.inbox.find((m) => m.type === 'ack'));
     expect(ack).toMatchObject({ attemptId: offered.attemptId, outcome: 'succeeded', duplicate: false });
     expect((await waitForRun(a, as, runId)).status).toBe('succeeded');
     expect(newer.ws.readyState).toBe(WebSocket.OPEN);
@@ -142,29 +122,29 @@ describe('worker channels across api replicas', () => {
   it('keeps the newest channel whichever replica it opened on: back on A, the one on B is closed', async () => {
     await publish('replica-back');
     const { w, id } = await worker('replica-back');
-    const first = await channel(a.url, w, id);
-    const second = await channel(b.url, w, id);
+    const first = await openChannel(a.url, w, id);
+    const second = await openChannel(b.url, w, id);
     expect(await first.closed).toBe(CLOSE_REPLACED);
-    const third = await channel(a.url, w, id);
+    const third = await openChannel(a.url, w, id);
     expect(await second.closed).toBe(CLOSE_REPLACED);
 
     // The third is the worker's channel: it stays open and is offered the next task.
     third.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
     const runId = await start('replica-back');
-    const offer = await until('the offer on the newest channel', () => tasks(third)[0]);
+    const offer = await until('the offer on the newest channel', async () => offeredTasks(third)[0]);
     expect(offer.runId).toBe(runId);
     expect(third.ws.readyState).toBe(WebSocket.OPEN);
-    expect(tasks(first).concat(tasks(second))).toEqual([]);
+    expect(offeredTasks(first).concat(offeredTasks(second))).toEqual([]);
     third.ws.close();
   });
 
   it('closes the channel on A when the worker syncs over HTTP on B, and its unanswered task comes to the long-poll', async () => {
     await publish('replica-polls');
     const { w, id } = await worker('replica-polls');
-    const older = await channel(a.url, w, id);
+    const older = await openChannel(a.url, w, id);
     older.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
     const runId = await start('replica-polls');
-    const offered = await until('the offer on the channel', () => tasks(older)[0]);
+    const offered = await until('the offer on the channel', async () => offeredTasks(older)[0]);
 
     // The worker fell back to long-poll on B: its sync says it holds nothing (the offer went into a
     // socket it lost), and A's channel, which A still takes for open, is closed.
@@ -188,7 +168,7 @@ describe('worker channels across api replicas', () => {
   it('closes an older channel once its replica listens again, when the newer one opened while it did not', async () => {
     await publish('replica-deaf');
     const { w, id } = await worker('replica-deaf');
-    const older = await channel(a.url, w, id);
+    const older = await openChannel(a.url, w, id);
     const owner = new pg.Client({ connectionString: a.testDb.ownerUrl });
     await owner.connect();
     const listeners = async () =>
@@ -198,7 +178,7 @@ describe('worker channels across api replicas', () => {
            where application_name = 'ordo:workers-listen' and datname = current_database()`,
         )
       ).rows[0].n;
-    let newer: Channel;
+    let newer: TestChannel;
     try {
       expect(await listeners()).toBe(2);
       // Both replicas' listening connections end (waited for), and the newer channel opens on B
@@ -207,7 +187,7 @@ describe('worker channels across api replicas', () => {
         `select pg_terminate_backend(pid, 5000) from pg_stat_activity
          where application_name = 'ordo:workers-listen' and datname = current_database()`,
       );
-      newer = await channel(b.url, w, id);
+      newer = await openChannel(b.url, w, id);
       for (let i = 0; i < 200 && (await listeners()) < 2; i++) await new Promise((r) => setTimeout(r, 50));
       expect(await listeners()).toBe(2);
     } finally {

@@ -3,6 +3,7 @@ import pg from 'pg';
 import WebSocket from 'ws';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { runEvents, waitForRun } from './runs-support';
+import { offeredTasks, openChannel, type TestChannel } from './worker-channel-support';
 
 type As = { token: string; tenantId: string };
 type Task = { attemptId: string; runId: string; stepId: string; epoch: number; inputs: unknown; taskType: string };
@@ -119,20 +120,9 @@ describe('external workers', () => {
       );
       return waiting.rowCount ? true : undefined;
     });
-  /** Opens a worker's channel; every message it receives lands in `inbox`. */
-  const channel = async (w: As, id: string, opts: { autoPong?: boolean } = {}) => {
-    const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-      headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
-      ...opts,
-    });
-    const inbox: Record<string, unknown>[] = [];
-    ws.on('message', (d) => inbox.push(JSON.parse((d as Buffer).toString('utf8')) as Record<string, unknown>));
-    await new Promise((resolve, reject) => {
-      ws.once('open', resolve);
-      ws.once('error', reject);
-    });
-    return { ws, inbox };
-  };
+  const channel = (w: As, id: string, opts: { autoPong?: boolean } = {}) => openChannel(app.url, w, id, opts);
+  /** The first task offered on a channel, once it is. */
+  const firstOffer = (c: TestChannel) => until('the offer', async () => offeredTasks<Task>(c)[0]);
   /** Takes every worker of the tenant out of dispatch (each test starts from its own fixed worker set). */
   const retireAll = async () => {
     await app.ordo.database.withSystem(async (tx) => {
@@ -1147,14 +1137,12 @@ describe('external workers', () => {
       const id = await register(w, {});
       const first = await channel(w, id);
       first.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
-      const closed = new Promise<number>((resolve) => first.ws.once('close', (code) => resolve(code)));
       const second = await channel(w, id);
-      expect(await closed).toBe(4410);
+      expect(await first.closed).toBe(4410);
       second.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
       const runId = await start('chan-replaced');
-      const offer = await until('the offer', async () => second.inbox.find((m) => m.type === 'task'));
-      expect((offer.task as Task).runId).toBe(runId);
-      expect(first.inbox.filter((m) => m.type === 'task')).toEqual([]);
+      expect((await firstOffer(second)).runId).toBe(runId);
+      expect(offeredTasks(first)).toEqual([]);
       second.ws.close();
     });
 
@@ -1175,10 +1163,8 @@ describe('external workers', () => {
         await owner.query('lock table worker_task in exclusive mode');
         first.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
         await lockWaited(owner, 'the delivery waiting', 'delivered_at = clock_timestamp()');
-        await new Promise((resolve) => {
-          first.ws.once('close', resolve);
-          first.ws.close();
-        });
+        first.ws.close();
+        await first.closed;
         await owner.query('commit');
       } finally {
         await owner.end();
@@ -1186,9 +1172,8 @@ describe('external workers', () => {
       // A client that does not sync gets the task on its next channel all the same.
       const second = await channel(w, id);
       second.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
-      const offer = await until('the offer', async () => second.inbox.find((m) => m.type === 'task'));
-      expect(offer.task).toMatchObject({ runId, attempt: 1 });
-      expect(first.inbox.filter((m) => m.type === 'task')).toEqual([]);
+      expect(await firstOffer(second)).toMatchObject({ runId, attempt: 1 });
+      expect(offeredTasks(first)).toEqual([]);
       second.ws.close();
     });
 
@@ -1211,11 +1196,10 @@ describe('external workers', () => {
       const w = await mint('default');
       const id = await register(w, {}, { quiet: true });
       // A hung worker: its socket stays open, it sends nothing and answers no ping.
-      const { ws, inbox } = await channel(w, id, { autoPong: false });
+      const { ws, inbox, closed } = await channel(w, id, { autoPong: false });
       ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
       const runId = await start('chan-hung');
       await until('the offer', async () => inbox.find((m) => m.type === 'task'));
-      const closed = new Promise<number>((resolve) => ws.once('close', (code) => resolve(code)));
       await until('the worker offline', async () => {
         const r = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body as { status: string };
         return r.status === 'offline' ? true : undefined;
