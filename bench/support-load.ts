@@ -177,12 +177,14 @@ export function embeddedServerLog(): ((line: string) => void) | undefined {
 
 /**
  * A fresh, migrated database: on `serverUrl` (DATABASE_URL) when given, else on an embedded
- * PostgreSQL in a temporary directory (durable defaults: fsync and synchronous_commit on).
+ * PostgreSQL in a temporary directory (durable defaults: fsync and synchronous_commit on). On the
+ * embedded server, `statements` preloads pg_stat_statements and `commitTimestamps` turns on
+ * track_commit_timestamp (when each transaction committed: pg_xact_commit_timestamp).
  */
 export async function freshDatabase(
   serverUrl: string | undefined,
   name: string,
-  opts: { statements?: boolean } = {},
+  opts: { statements?: boolean; commitTimestamps?: boolean } = {},
 ): Promise<LoadDatabase> {
   let embedded: EmbeddedPostgresHandle | undefined;
   let tmp: string | undefined;
@@ -193,22 +195,26 @@ export async function freshDatabase(
     const port = 51000 + (process.pid % 3000);
     const log = embeddedServerLog();
     embedded = await startEmbeddedPostgres(tmp, { port, database: 'postgres', log });
-    if (opts.statements) {
-      // pg_stat_statements must be preloaded: set it and restart the server once. With
-      // ORDO_BENCH_AUTO_EXPLAIN=<duration> auto_explain too: the plans of statements that took longer,
-      // those inside functions included, with their buffers, in the server's log (ORDO_BENCH_PG_LOG).
-      const explainOver = process.env.ORDO_BENCH_AUTO_EXPLAIN;
+    if (opts.statements || opts.commitTimestamps) {
+      // Both settings take a restart of the server, once.
       const c = pgClient(embedded.ownerUrl);
       await c.connect();
-      await c.query(
-        `alter system set shared_preload_libraries = ${explainOver ? 'pg_stat_statements, auto_explain' : 'pg_stat_statements'}`,
-      );
-      await c.query(`alter system set pg_stat_statements.track_planning = on`);
-      if (explainOver) {
-        if (!/^\d+(us|ms|s)?$/.test(explainOver)) throw new Error(`ORDO_BENCH_AUTO_EXPLAIN: a duration, e.g. 5ms`);
-        await c.query(`alter system set auto_explain.log_min_duration = '${explainOver}'`);
-        for (const setting of ['log_nested_statements', 'log_analyze', 'log_buffers']) {
-          await c.query(`alter system set auto_explain.${setting} = on`);
+      if (opts.commitTimestamps) await c.query(`alter system set track_commit_timestamp = on`);
+      if (opts.statements) {
+        // pg_stat_statements must be preloaded. With ORDO_BENCH_AUTO_EXPLAIN=<duration> auto_explain
+        // too: the plans of statements that took longer, those inside functions included, with their
+        // buffers, in the server's log (ORDO_BENCH_PG_LOG).
+        const explainOver = process.env.ORDO_BENCH_AUTO_EXPLAIN;
+        await c.query(
+          `alter system set shared_preload_libraries = ${explainOver ? 'pg_stat_statements, auto_explain' : 'pg_stat_statements'}`,
+        );
+        await c.query(`alter system set pg_stat_statements.track_planning = on`);
+        if (explainOver) {
+          if (!/^\d+(us|ms|s)?$/.test(explainOver)) throw new Error(`ORDO_BENCH_AUTO_EXPLAIN: a duration, e.g. 5ms`);
+          await c.query(`alter system set auto_explain.log_min_duration = '${explainOver}'`);
+          for (const setting of ['log_nested_statements', 'log_analyze', 'log_buffers']) {
+            await c.query(`alter system set auto_explain.${setting} = on`);
+          }
         }
       }
       await c.end();

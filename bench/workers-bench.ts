@@ -32,7 +32,9 @@ process (api, worker and scheduler roles, dist/src/main.js); every step is a que
   latency     dispatch latency, task opened (worker_task.created_at) → handler start, and run created → handler start,
               p50/p99 of runs started one at a time, by long-poll and by WebSocket; and of as many two-step chains,
               one at a time, the first step's no-op handler → its successor's handler start, and the successor's
-              task opened (the start of the result transaction that made it ready) → its handler start
+              task opened (the start of the result transaction that made it ready) → its handler start; and
+              from the commit of the transaction that opened the task (for a successor: the commit that made
+              it ready) → handler start (embedded server: track_commit_timestamp)
   idle        transactions/s (pg_stat_database xact_commit delta) of 1,000 idle long-polling workers, beside the same
               window with no worker
 Options:
@@ -214,6 +216,15 @@ interface LatencyRow {
    * ready → its handler starts (a little more: the transaction's lock and resolve come before).
    */
   successorDispatchMs: Stats;
+  /**
+   * The commit of the transaction that opened the task → its handler start, ms: the one-step runs'
+   * tasks (opened when the built-in worker hands their step back), and the successors' (opened in
+   * the transaction of the result that made the step ready, so its commit is when the step became
+   * ready). From the commit timestamps of the embedded server (track_commit_timestamp): empty
+   * with --db.
+   */
+  committedMs: Stats;
+  successorCommittedMs: Stats;
 }
 
 interface IdleRow {
@@ -291,7 +302,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
   // ORDO_BENCH_STATEMENTS=1 on the embedded server: the statements of each throughput phase (pg_stat_statements,
   // the statements inside Ordo's SQL functions included).
   const statements = process.env.ORDO_BENCH_STATEMENTS === '1';
-  const db = await freshDatabase(values.db ?? process.env.DATABASE_URL, 'extw', { statements });
+  const db = await freshDatabase(values.db ?? process.env.DATABASE_URL, 'extw', { statements, commitTimestamps: true });
   const procs = new Processes(db);
   const groups: WorkerGroup[] = [];
   const release = cleanupOnSignals();
@@ -477,6 +488,19 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
 
     // ---- dispatch latency ----
     const latency: LatencyRow[] = [];
+    const commitTimes =
+      (await owner.query<{ on: string }>(`select current_setting('track_commit_timestamp') as on`)).rows[0].on === 'on';
+    // When the transaction that opened the step's task committed: its step.waiting event was written
+    // in it, and events are never updated.
+    const openedCommitted = async (runId: string, stepId: string): Promise<number | undefined> => {
+      if (!commitTimes) return undefined;
+      const r = await owner.query<{ t: Date | null }>(
+        `select pg_xact_commit_timestamp(e.xmin) t from run_event e
+         where e.tenant_id = $1 and e.run_id = $2 and e.step_id = $3 and e.type = 'step.waiting'`,
+        [creds.tenantId, runId, stepId],
+      );
+      return r.rows.length === 1 ? (r.rows[0].t?.getTime() ?? undefined) : undefined;
+    };
     for (const transport of ['long-poll', 'websocket'] as const) {
       const g = group({ count: 1, transport, maxConcurrent: 1, reportStarts: true, name: `lat-${transport}` });
       await g.ready;
@@ -484,6 +508,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       const endToEnd: number[] = [];
       const successor: number[] = [];
       const successorDispatch: number[] = [];
+      const committed: number[] = [];
+      const successorCommitted: number[] = [];
       for (let i = 0; i < Number(values['ext-latency-runs']); i++) {
         const [runId] = await create(1);
         const created = Date.now();
@@ -494,6 +520,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
           await owner.query<{ t: Date }>(`select created_at t from worker_task where run_id = $1`, [runId])
         ).rows[0].t;
         dispatch.push(g.starts.get(started)! - opened.getTime());
+        const openedAt = await openedCommitted(runId, STEP_ID);
+        if (openedAt !== undefined) committed.push(g.starts.get(started)! - openedAt);
         endToEnd.push(g.starts.get(started)! - created);
         const [pairId] = await create(1, 'pair');
         const next = `${pairId}/${pairNext}`;
@@ -507,6 +535,8 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
           ])
         ).rows[0].t;
         successorDispatch.push(g.starts.get(next)! - nextOpened.getTime());
+        const readyAt = await openedCommitted(pairId, pairNext);
+        if (readyAt !== undefined) successorCommitted.push(g.starts.get(next)! - readyAt);
       }
       const row = {
         transport,
@@ -515,11 +545,15 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         endToEndMs: stats(endToEnd),
         successorMs: stats(successor),
         successorDispatchMs: stats(successorDispatch),
+        committedMs: stats(committed),
+        successorCommittedMs: stats(successorCommitted),
       };
       log(
         `ext-workers latency ${transport}: dispatch p50 ${row.dispatchMs.p50} ms, p99 ${row.dispatchMs.p99} ms; ` +
           `successor p50 ${row.successorMs.p50} ms, p99 ${row.successorMs.p99} ms; ` +
-          `successor's task opened → handler p50 ${row.successorDispatchMs.p50} ms, p99 ${row.successorDispatchMs.p99} ms`,
+          `successor's task opened → handler p50 ${row.successorDispatchMs.p50} ms, p99 ${row.successorDispatchMs.p99} ms; ` +
+          `from the commit that opened the task: p50 ${row.committedMs.p50} ms, p99 ${row.committedMs.p99} ms, ` +
+          `successor's p50 ${row.successorCommittedMs.p50} ms, p99 ${row.successorCommittedMs.p99} ms`,
       );
       latency.push(row);
       await stopAll();
@@ -596,11 +630,11 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       if (r.stagesMs)
         console.log(`| ${r.transport} | ${r.shape} | ${STAGES.map(([k]) => r.stagesMs![k].join(' / ')).join(' | ')} |`);
     console.log(
-      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms | predecessor → successor p50 ms | p99 ms | successor's task opened → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|`,
+      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms | predecessor → successor p50 ms | p99 ms | successor's task opened → handler p50 ms | p99 ms | task's commit → handler p50 ms | p99 ms | successor's ready (commit) → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`,
     );
     for (const r of latency) {
       console.log(
-        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} | ${r.successorMs.p50} | ${r.successorMs.p99} | ${r.successorDispatchMs.p50} | ${r.successorDispatchMs.p99} |`,
+        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} | ${r.successorMs.p50} | ${r.successorMs.p99} | ${r.successorDispatchMs.p50} | ${r.successorDispatchMs.p99} | ${r.committedMs.p50} | ${r.committedMs.p99} | ${r.successorCommittedMs.p50} | ${r.successorCommittedMs.p99} |`,
       );
     }
     console.log(`\n| idle long-polling workers | xact/s | xact/s with none | per worker |\n|---|---|---|---|`);
