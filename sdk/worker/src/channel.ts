@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import WebSocket from 'ws';
 import { OrdoApiError } from './errors';
 import type { ClientMessage, HeartbeatAnswer, ResultAnswer, ResultBody, ServerMessage, Task } from './protocol';
@@ -39,9 +40,12 @@ interface PendingResult {
 export class Channel {
   private readonly pending = new Map<string, PendingResult>();
   private closedByUs = false;
+  private corked = false;
 
   private constructor(
     private readonly ws: WebSocket,
+    /** The connection, corked while the messages of one turn of the event loop are sent (see send). */
+    private readonly socket: Socket | undefined,
     private readonly handlers: ChannelHandlers,
   ) {
     ws.on('message', (data: WebSocket.RawData) => this.receive(data));
@@ -66,6 +70,8 @@ export class Channel {
   ): Promise<Channel> {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, { headers, handshakeTimeout: timeoutMs, perMessageDeflate: false });
+      let socket: Socket | undefined;
+      ws.once('upgrade', (res) => (socket = res.socket));
       const fail = (e: Error) => {
         ws.removeAllListeners();
         ws.on('error', () => undefined);
@@ -91,7 +97,7 @@ export class Channel {
       ws.once('open', () => {
         ws.removeAllListeners('unexpected-response');
         ws.removeAllListeners('error');
-        resolve(new Channel(ws, handlers));
+        resolve(new Channel(ws, socket, handlers));
       });
     });
   }
@@ -100,9 +106,23 @@ export class Channel {
     return this.ws.readyState === WebSocket.OPEN;
   }
 
-  /** Sends a message; false when the connection is not open. */
+  /**
+   * Sends a message; false when the connection is not open. The messages sent in one turn of the
+   * event loop (a result and the credit its slot frees, the results of handlers that ended
+   * together) leave in one write: each write to a socket is a system call, which costs more than
+   * the frame.
+   */
   send(message: ClientMessage): boolean {
     if (!this.isOpen) return false;
+    const socket = this.socket;
+    if (socket && !this.corked) {
+      this.corked = true;
+      socket.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        socket.uncork();
+      });
+    }
     this.ws.send(JSON.stringify(message));
     return true;
   }

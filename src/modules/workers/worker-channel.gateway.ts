@@ -1,6 +1,7 @@
 import type { OnModuleDestroy } from '@nestjs/common';
 import { WebSocketGateway, type OnGatewayConnection, type OnGatewayInit } from '@nestjs/websockets';
 import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } from 'ws';
 import type { z } from 'zod';
 import { DomainError } from '../../core/errors/domain-error';
@@ -27,6 +28,9 @@ const CLOSE_REPLACED = 4410;
 
 interface Session {
   ws: WebSocket;
+  /** The channel's connection, corked while the frames of one turn of the event loop are sent (see send). */
+  socket: Socket;
+  corked: boolean;
   w: KnownWorker;
   p: WorkerPrincipalT;
   exp: number;
@@ -130,6 +134,8 @@ export class WorkerChannelGateway
     }
     const s: Session = {
       ws,
+      socket: req.socket,
+      corked: false,
       w: who.w,
       p: who.p,
       exp: who.exp,
@@ -401,9 +407,25 @@ export class WorkerChannelGateway
     });
   }
 
+  /**
+   * Sends a message. The frames sent to a channel in one turn of the event loop (the acks of a
+   * result batch, the tasks of a dispatch) leave in one write: each write to a socket is a system
+   * call, which costs more than the frame.
+   */
   private send(s: Session, msg: object): void {
-    if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(msg));
+    if (s.ws.readyState !== s.ws.OPEN) return;
+    if (!s.corked) {
+      s.corked = true;
+      s.socket.cork();
+      process.nextTick(uncork, s);
+    }
+    s.ws.send(JSON.stringify(msg));
   }
+}
+
+function uncork(s: Session): void {
+  s.corked = false;
+  s.socket.uncork();
 }
 
 function channelKey(tenantId: string, workerId: string): string {
