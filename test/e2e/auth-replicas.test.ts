@@ -1,6 +1,6 @@
-import pg from 'pg';
 import pino from 'pino';
 import { startOrdo, type RunningOrdo } from '../../src/ordo';
+import { cutListeners } from '../support/listeners';
 import { startTestApp, type TestApp } from '../support/test-app';
 
 /**
@@ -70,29 +70,12 @@ describe('token revocation across api replicas', () => {
   it('does not trust what it knew before its listening connection was cut, as notifications may have been missed', async () => {
     const t = await mint();
     expect((await onB(t.token, a.tenantId)).status).toBe(200);
-    const owner = new pg.Client({ connectionString: a.testDb.ownerUrl });
-    await owner.connect();
-    const listeners = async () =>
-      (
-        await owner.query<{ n: number }>(
-          `select count(*)::int n from pg_stat_activity
-           where application_name = 'ordo:auth-listen' and datname = current_database()`,
-        )
-      ).rows[0].n;
-    try {
-      expect(await listeners()).toBe(2);
-      await owner.query(
-        `select pg_terminate_backend(pid) from pg_stat_activity
-         where application_name = 'ordo:auth-listen' and datname = current_database()`,
-      );
-      // Revoked straight in the database while the replicas' listeners are being cut.
-      await owner.query(`update api_token set revoked_at = now(), revoked_by = 'test' where jti = $1`, [t.jti]);
-      // Both replicas listen again (with backoff) once they noticed the loss.
-      for (let i = 0; i < 200 && (await listeners()) < 2; i++) await new Promise((r) => setTimeout(r, 50));
-      expect(await listeners()).toBe(2);
-    } finally {
-      await owner.end();
-    }
+    // Revoked straight in the database while the replicas' listeners are cut; both listen again
+    // (after a backoff) once they noticed the loss.
+    const cut = await cutListeners(a.testDb.ownerUrl, 'ordo:auth-listen', (owner) =>
+      owner.query(`update api_token set revoked_at = now(), revoked_by = 'test' where jti = $1`, [t.jti]),
+    );
+    expect(cut).toMatchObject({ before: 2, after: 2 });
     const r = await onB(t.token, a.tenantId);
     expect(r.status).toBe(401);
     expect(r.body.error?.code).toBe('TOKEN_REVOKED');

@@ -1,10 +1,10 @@
-import pg from 'pg';
 import pino from 'pino';
 import WebSocket from 'ws';
 import { startOrdo, type RunningOrdo } from '../../src/ordo';
+import { cutListeners } from '../support/listeners';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { waitForRun } from './runs-support';
-import { offeredTasks, openChannel, type TestChannel, type WorkerAs } from './worker-channel-support';
+import { offeredTasks, openChannel, type WorkerAs } from './worker-channel-support';
 import { until } from './workers-sdk-support';
 
 const CLOSE_REPLACED = 4410;
@@ -86,14 +86,20 @@ describe('worker channels across api replicas', () => {
     expect(r.status).toBe(201);
   };
 
-  it('closes the older channel on the other replica (4410) and offers its unanswered task on the newer one', async () => {
-    await publish('replica-moved');
-    const { w, id } = await worker('replica-moved');
+  /** A worker alone in pool `name`, its channel open on A, and its run's task offered there. */
+  const offeredOnA = async (name: string) => {
+    await publish(name);
+    const { w, id } = await worker(name);
     const older = await openChannel(a.url, w, id);
     older.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
-    const runId = await start('replica-moved');
-    const offered = await until('the offer on the older channel', async () => offeredTasks(older)[0]);
+    const runId = await start(name);
+    const offered = await until('the offer on A', async () => offeredTasks(older)[0]);
     expect(offered.runId).toBe(runId);
+    return { w, id, older, runId, offered };
+  };
+
+  it('closes the older channel on the other replica (4410) and offers its unanswered task on the newer one', async () => {
+    const { w, id, older, runId, offered } = await offeredOnA('replica-moved');
 
     // The worker comes back on replica B without saying what it holds (no sync): the task offered
     // on A and never answered comes to it there, the same attempt at the same epoch.
@@ -139,12 +145,7 @@ describe('worker channels across api replicas', () => {
   });
 
   it('closes the channel on A when the worker syncs over HTTP on B, and its unanswered task comes to the long-poll', async () => {
-    await publish('replica-polls');
-    const { w, id } = await worker('replica-polls');
-    const older = await openChannel(a.url, w, id);
-    older.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
-    const runId = await start('replica-polls');
-    const offered = await until('the offer on the channel', async () => offeredTasks(older)[0]);
+    const { w, id, older, runId, offered } = await offeredOnA('replica-polls');
 
     // The worker fell back to long-poll on B: its sync says it holds nothing (the offer went into a
     // socket it lost), and A's channel, which A still takes for open, is closed.
@@ -169,30 +170,11 @@ describe('worker channels across api replicas', () => {
     await publish('replica-deaf');
     const { w, id } = await worker('replica-deaf');
     const older = await openChannel(a.url, w, id);
-    const owner = new pg.Client({ connectionString: a.testDb.ownerUrl });
-    await owner.connect();
-    const listeners = async () =>
-      (
-        await owner.query<{ n: number }>(
-          `select count(*)::int n from pg_stat_activity
-           where application_name = 'ordo:workers-listen' and datname = current_database()`,
-        )
-      ).rows[0].n;
-    let newer: TestChannel;
-    try {
-      expect(await listeners()).toBe(2);
-      // Both replicas' listening connections end (waited for), and the newer channel opens on B
-      // before they listen again (after a backoff): A never hears its announcement.
-      await owner.query(
-        `select pg_terminate_backend(pid, 5000) from pg_stat_activity
-         where application_name = 'ordo:workers-listen' and datname = current_database()`,
-      );
-      newer = await openChannel(b.url, w, id);
-      for (let i = 0; i < 200 && (await listeners()) < 2; i++) await new Promise((r) => setTimeout(r, 50));
-      expect(await listeners()).toBe(2);
-    } finally {
-      await owner.end();
-    }
+    // Both replicas' listening connections end, and the newer channel opens on B before they
+    // listen again (after a backoff): A never hears its announcement.
+    const cut = await cutListeners(a.testDb.ownerUrl, 'ordo:workers-listen', () => openChannel(b.url, w, id));
+    expect(cut).toMatchObject({ before: 2, after: 2 });
+    const newer = cut.result;
     expect(await older.closed).toBe(CLOSE_REPLACED);
     expect(newer.ws.readyState).toBe(WebSocket.OPEN);
     newer.ws.close();
