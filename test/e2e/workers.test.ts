@@ -1018,6 +1018,30 @@ describe('external workers', () => {
     const sync = (w: As, id: string, body: unknown) =>
       app.request('POST', `/api/v1/workers/${id}/tasks/sync`, { as: w, body });
 
+    it("closes the worker's channel on its own sync over HTTP, never on another tenant's or pool's", async () => {
+      await publish('lost-sync-chan', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const c = await channel(w, id);
+      // Another tenant's and another pool's worker tokens name this worker: 404, the channel stays.
+      const b = await app.tenant(`ws-${process.pid}`);
+      const foreign = await mint('default', b);
+      await register(foreign, {});
+      const otherPool = await mint('other-pool');
+      expect((await sync(foreign, id, { holding: [] })).status).toBe(404);
+      expect((await sync(otherPool, id, { holding: [] })).status).toBe(404);
+      c.ws.send(JSON.stringify({ type: 'ready', credit: 1 }));
+      const runId = await start('lost-sync-chan');
+      const offer = await firstOffer(c);
+      expect(offer.runId).toBe(runId);
+      expect(c.ws.readyState).toBe(WebSocket.OPEN);
+      // The worker's own sync (it pulls by long-poll now) closes the channel, and the offer comes to
+      // its pull.
+      expect((await sync(w, id, { holding: [] })).status).toBe(200);
+      expect(await c.closed).toBe(4410);
+      expect(await take(w, id)).toMatchObject({ attemptId: offer.attemptId, epoch: offer.epoch, runId });
+    });
+
     it('delivers again, at the same attempt and epoch, a task the worker says it does not hold', async () => {
       await publish('lost', { with: { taskType: 'resize' } });
       const w = await mint('default');
