@@ -28,14 +28,16 @@ export interface TaskTaker {
   settle(rows: TaskRow[], reserved: number): boolean;
 }
 
-const key = (tenantId: string, workerId: string) => `${tenantId}\u0000${workerId}`;
+/** A worker's (or a pool's) key in this process's maps: its tenant and id. */
+export const workerKey = (tenantId: string, id: string) => `${tenantId}\u0000${id}`;
 
 /**
  * The wake-ups of external workers in an api process, from one LISTEN connection: `ordo_task`
  * (a task was assigned to a worker), `ordo_dispatch` (a pool has pending tasks: this process
  * runs its dispatch, ordo_task_dispatch, one at a time per pool, again if woken meanwhile),
  * `ordo_worker` (a worker's status changed), `ordo_cancel` (a run was cancelled) and
- * `ordo_channel` (a worker's channel opened in some api process). It also knows
+ * `ordo_channel` (a worker's newer connection: a channel opened in some api process, or a sync over
+ * HTTP). It also knows
  * which workers surely have nothing assigned (a pull found nothing and no wake-up came since, while
  * the connection listened): their next pull waits without a query, so idle long-polls cost none.
  * A dispatch run here delivers at once to the workers of the pool that wait here with room (their
@@ -93,7 +95,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
 
   /** Hears `workerId`'s wake-ups until the returned function is called. */
   subscribe(tenantId: string, workerId: string, l: InboxListener): () => void {
-    const k = key(tenantId, workerId);
+    const k = workerKey(tenantId, workerId);
     let set = this.listeners.get(k);
     if (!set) this.listeners.set(k, (set = new Set()));
     set.add(l);
@@ -105,7 +107,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
 
   /** Offers `t` the tasks dispatched here for its worker until the returned function is called. */
   addTaker(t: TaskTaker): () => void {
-    const k = key(t.tenantId, t.pool);
+    const k = workerKey(t.tenantId, t.pool);
     let set = this.takers.get(k);
     if (!set) this.takers.set(k, (set = new Set()));
     set.add(t);
@@ -121,7 +123,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
    * for its transaction.
    */
   landed(tenantId: string, pool: string, taskId: string): () => void {
-    const k = key(tenantId, pool);
+    const k = workerKey(tenantId, pool);
     let ids = this.landing.get(k);
     if (!ids) this.landing.set(k, (ids = new Map()));
     ids.set(taskId, (ids.get(taskId) ?? 0) + 1);
@@ -141,7 +143,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     this.statusHooks.push(hook);
   }
 
-  /** Calls `hook` with every channel of a worker opened in any api process (ordo_channel, with its stamp). */
+  /** Calls `hook` with every newer connection of a worker, from any api process (ordo_channel, with its stamp). */
   onChannel(hook: (tenantId: string, workerId: string, stamp: number) => void): void {
     this.channelHooks.push(hook);
   }
@@ -156,23 +158,23 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
 
   /** Whether a pull for the worker needs a query (it may have a task assigned). */
   mayHaveWork(tenantId: string, workerId: string): boolean {
-    return !this.idle.has(key(tenantId, workerId));
+    return !this.idle.has(workerKey(tenantId, workerId));
   }
 
   /** A mark to pass to `foundNothing` after a pull that found nothing. */
   mark(tenantId: string, workerId: string): number {
-    return this.wakes.get(key(tenantId, workerId)) ?? 0;
+    return this.wakes.get(workerKey(tenantId, workerId)) ?? 0;
   }
 
   /** A pull that started at `mark` found nothing: unless a wake-up came since, the worker is idle. */
   foundNothing(tenantId: string, workerId: string, mark: number): void {
-    const k = key(tenantId, workerId);
+    const k = workerKey(tenantId, workerId);
     if (this.listener.connected && (this.wakes.get(k) ?? 0) === mark) this.idle.add(k);
   }
 
   /** The worker is gone from this process's view (offline): its state is dropped. */
   forget(tenantId: string, workerId: string): void {
-    const k = key(tenantId, workerId);
+    const k = workerKey(tenantId, workerId);
     this.idle.delete(k);
     this.wakes.delete(k);
   }
@@ -182,7 +184,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
    * delivering to the pool's takers here what it assigns to their workers.
    */
   dispatch(tenantId: string, pool: string): Promise<void> {
-    const k = key(tenantId, pool);
+    const k = workerKey(tenantId, pool);
     const running = this.dispatching.get(k);
     if (running) {
       this.again.add(k);
@@ -207,7 +209,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   private async dispatchOnce(tenantId: string, pool: string): Promise<void> {
     const reserved: { t: TaskTaker; n: number }[] = [];
     const room = new Map<string, number>();
-    for (const t of this.takers.get(key(tenantId, pool)) ?? []) {
+    for (const t of this.takers.get(workerKey(tenantId, pool)) ?? []) {
       const n = t.reserve();
       if (n <= 0) continue;
       reserved.push({ t, n });
@@ -220,7 +222,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
         tenantId,
         pool,
         [...room].map(([workerId, n]) => ({ workerId, room: n })),
-        [...(this.landing.get(key(tenantId, pool))?.keys() ?? [])],
+        [...(this.landing.get(workerKey(tenantId, pool))?.keys() ?? [])],
       );
     } finally {
       // Each taker gets its worker's tasks, in delivery order, up to what it reserved.
@@ -269,7 +271,7 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
       if (Number.isSafeInteger(stamp)) for (const h of this.channelHooks) h(tenantId, id, stamp);
       return;
     }
-    const k = key(tenantId, id);
+    const k = workerKey(tenantId, id);
     if (channel === 'ordo_task') {
       this.idle.delete(k);
       this.wakes.set(k, (this.wakes.get(k) ?? 0) + 1);

@@ -12,7 +12,7 @@ import { TokenStatusCache } from '../auth/token-status-cache';
 import { TasksService } from './tasks.service';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
-import { TaskInbox } from './task-inbox';
+import { TaskInbox, workerKey } from './task-inbox';
 import { heartbeatBody, progressBody, resultBody, syncBody, type TaskDto } from './workers.dto';
 import { WorkersService } from './workers.service';
 
@@ -78,7 +78,7 @@ export class WorkerChannelGateway
     private readonly tasks: TasksService,
     private readonly workers: WorkersService,
   ) {
-    inbox.onChannel((tenantId, workerId, stamp) => this.openedElsewhere(channelKey(tenantId, workerId), stamp));
+    inbox.onChannel((tenantId, workerId, stamp) => this.openedElsewhere(workerKey(tenantId, workerId), stamp));
     inbox.onListening(() => void this.recheck());
   }
 
@@ -150,7 +150,7 @@ export class WorkerChannelGateway
     // A worker has one channel: a newer one replaces the older, here or in another api process,
     // which is closed at once (its socket may be dead without that process knowing yet), so
     // nothing is offered on it after the worker synced on the newer one.
-    const k = channelKey(s.w.tenantId, s.w.workerId);
+    const k = workerKey(s.w.tenantId, s.w.workerId);
     const older = this.channels.get(k);
     this.channels.set(k, s);
     if (older) this.replace(older);
@@ -301,7 +301,7 @@ export class WorkerChannelGateway
       const newest = await this.tasks.newestConnections(
         open.map((s) => ({ tenantId: s.w.tenantId, workerId: s.w.workerId })),
       );
-      for (const n of newest) this.openedElsewhere(channelKey(n.tenantId, n.workerId), n.stamp);
+      for (const n of newest) this.openedElsewhere(workerKey(n.tenantId, n.workerId), n.stamp);
     } catch (e) {
       this.log.warn({ err: e }, "reading the workers' newest connections failed");
     }
@@ -315,7 +315,7 @@ export class WorkerChannelGateway
   private replace(s: Session): void {
     if (s.replaced) return;
     s.replaced = true;
-    const k = channelKey(s.w.tenantId, s.w.workerId);
+    const k = workerKey(s.w.tenantId, s.w.workerId);
     if (this.channels.get(k) === s) this.channels.delete(k);
     s.ws.close(CLOSE_REPLACED, 'replaced by a newer channel of this worker');
     const held = [...s.held.keys()];
@@ -426,10 +426,6 @@ export class WorkerChannelGateway
 function uncork(s: Session): void {
   s.corked = false;
   s.socket.uncork();
-}
-
-function channelKey(tenantId: string, workerId: string): string {
-  return `${tenantId}\u0000${workerId}`;
 }
 
 /**
