@@ -342,11 +342,12 @@ export class Processes {
     return proc;
   }
 
-  /** The first start's tenant and admin token (written by the api process). */
-  credentials(): { tenantId: string; adminToken: string } {
+  /** The first start's tenant, admin token and platform operator token (written by the api process). */
+  credentials(): { tenantId: string; adminToken: string; platformToken: string } {
     return JSON.parse(fs.readFileSync(path.join(this.home, 'admin-credentials.json'), 'utf8')) as {
       tenantId: string;
       adminToken: string;
+      platformToken: string;
     };
   }
 

@@ -189,6 +189,8 @@ interface ThroughputRow {
   succeeded: number;
   /** Transactions committed in the database per task (pg_stat_database xact_commit). */
   xactPerTask: number;
+  /** Dispatches of the pool per task (the Ordo process's orchestrator_task_dispatches_total{by="wake-up"}). */
+  dispatchesPerTask: number;
   /** CPU per task, ms: the Ordo process, the 4 worker processes, and PostgreSQL (embedded server only). */
   ordoCpuMsPerTask: number;
   workersCpuMsPerTask: number;
@@ -225,6 +227,8 @@ interface LatencyRow {
    */
   committedMs: Stats;
   successorCommittedMs: Stats;
+  /** Dispatches of the pool per task, the one-step runs' and the chains' tasks together (see ThroughputRow). */
+  dispatchesPerTask: number | null;
 }
 
 interface IdleRow {
@@ -317,6 +321,13 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       );
     const ordo = await procs.start('api,worker,scheduler');
     const creds = procs.credentials();
+    /** The dispatches the Ordo process has run on wake-ups so far (its /metrics). */
+    const dispatches = async () => {
+      const r = await fetch(`${ordo.url}/metrics`, { headers: { authorization: `Bearer ${creds.platformToken}` } });
+      const m = /^orchestrator_task_dispatches_total\{by="wake-up"\} (\d+)$/m.exec(await r.text());
+      if (!m) throw new Error(`/metrics answered ${r.status} without orchestrator_task_dispatches_total`);
+      return Number(m[1]);
+    };
     const queueStep = { plugin: 'queue', timeout: '10m', with: { taskType: 'noop', pool: POOL } };
     await publishDag(ordo.url, creds, { id: DAG_ID, steps: [{ id: STEP_ID, ...queueStep }] });
     await publishDag(ordo.url, creds, chainDag('ext-chain', 10, queueStep));
@@ -399,7 +410,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       });
       await sleep(1_500);
       if (statements) await owner.query(`select pg_stat_statements_reset()`);
-      const [xact0, cpu0] = [await xactCommitted(), cpu()];
+      const [xact0, cpu0, dispatches0] = [await xactCommitted(), cpu(), await dispatches()];
       const sampler = process.env.ORDO_BENCH_ACTIVITY === '1' ? activitySampler(db.ownerUrl) : null;
       const t0 = Date.now();
       const ids = await create(runCount, shape);
@@ -431,13 +442,14 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         tasksPerS: Math.round(n / seconds),
         succeeded: end.ok,
         xactPerTask: round((xact1 - xact0) / n, 2),
+        dispatchesPerTask: round(((await dispatches()) - dispatches0) / n, 2),
         ordoCpuMsPerTask: round((cpu1.ordo - cpu0.ordo) / n, 3),
         workersCpuMsPerTask: round((cpu1.workers - cpu0.workers) / n, 3),
         pgCpuMsPerTask: cpu1.pg === null || cpu0.pg === null ? null : round((cpu1.pg - cpu0.pg) / n, 3),
       };
       log(
         `ext-workers throughput ${transport}, ${shape}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()}), ` +
-          `${row.xactPerTask} transactions/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
+          `${row.xactPerTask} transactions/task, ${row.dispatchesPerTask} dispatches/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
           `PostgreSQL ${row.pgCpuMsPerTask ?? 'not measured (--db)'}`,
       );
       // Where a task's time went (database clocks): its step ready → claimed by the built-in worker →
@@ -510,6 +522,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       const successorDispatch: number[] = [];
       const committed: number[] = [];
       const successorCommitted: number[] = [];
+      const dispatches0 = await dispatches();
       for (let i = 0; i < Number(values['ext-latency-runs']); i++) {
         const [runId] = await create(1);
         const created = Date.now();
@@ -547,13 +560,17 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         successorDispatchMs: stats(successorDispatch),
         committedMs: stats(committed),
         successorCommittedMs: stats(successorCommitted),
+        // Each round: a one-step run and a two-step chain.
+        dispatchesPerTask:
+          dispatch.length === 0 ? null : round(((await dispatches()) - dispatches0) / (3 * dispatch.length), 2),
       };
       log(
         `ext-workers latency ${transport}: dispatch p50 ${row.dispatchMs.p50} ms, p99 ${row.dispatchMs.p99} ms; ` +
           `successor p50 ${row.successorMs.p50} ms, p99 ${row.successorMs.p99} ms; ` +
           `successor's task opened → handler p50 ${row.successorDispatchMs.p50} ms, p99 ${row.successorDispatchMs.p99} ms; ` +
           `from the commit that opened the task: p50 ${row.committedMs.p50} ms, p99 ${row.committedMs.p99} ms, ` +
-          `successor's p50 ${row.successorCommittedMs.p50} ms, p99 ${row.successorCommittedMs.p99} ms`,
+          `successor's p50 ${row.successorCommittedMs.p50} ms, p99 ${row.successorCommittedMs.p99} ms; ` +
+          `${row.dispatchesPerTask} dispatches/task`,
       );
       latency.push(row);
       await stopAll();
@@ -617,11 +634,11 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     const result = { machine: machine(), database: db.embedded ? 'embedded' : 'server', throughput, latency, idle };
     const file = writeResult(values.out, 'ext-workers', result);
     console.log(
-      `\n| transport | shape | tasks | tasks/s | transactions/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|---|`,
+      `\n| transport | shape | tasks | tasks/s | transactions/task | dispatches/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|---|---|`,
     );
     for (const r of throughput)
       console.log(
-        `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
+        `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.dispatchesPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
       );
     console.log(
       `\n| transport | shape | ready → claimed (built-in worker or hand-over) ms p50/p90/p99 | claim → opened | opened → delivered | delivered → result applied |\n|---|---|---|---|---|---|`,
@@ -630,11 +647,11 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       if (r.stagesMs)
         console.log(`| ${r.transport} | ${r.shape} | ${STAGES.map(([k]) => r.stagesMs![k].join(' / ')).join(' | ')} |`);
     console.log(
-      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms | predecessor → successor p50 ms | p99 ms | successor's task opened → handler p50 ms | p99 ms | task's commit → handler p50 ms | p99 ms | successor's ready (commit) → handler p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`,
+      `\n| transport | runs | dispatch p50 ms | dispatch p99 ms | created → handler p50 ms | p99 ms | predecessor → successor p50 ms | p99 ms | successor's task opened → handler p50 ms | p99 ms | task's commit → handler p50 ms | p99 ms | successor's ready (commit) → handler p50 ms | p99 ms | dispatches/task |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`,
     );
     for (const r of latency) {
       console.log(
-        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} | ${r.successorMs.p50} | ${r.successorMs.p99} | ${r.successorDispatchMs.p50} | ${r.successorDispatchMs.p99} | ${r.committedMs.p50} | ${r.committedMs.p99} | ${r.successorCommittedMs.p50} | ${r.successorCommittedMs.p99} |`,
+        `| ${r.transport} | ${r.runs} | ${r.dispatchMs.p50} | ${r.dispatchMs.p99} | ${r.endToEndMs.p50} | ${r.endToEndMs.p99} | ${r.successorMs.p50} | ${r.successorMs.p99} | ${r.successorDispatchMs.p50} | ${r.successorDispatchMs.p99} | ${r.committedMs.p50} | ${r.committedMs.p99} | ${r.successorCommittedMs.p50} | ${r.successorCommittedMs.p99} | ${r.dispatchesPerTask} |`,
       );
     }
     console.log(`\n| idle long-polling workers | xact/s | xact/s with none | per worker |\n|---|---|---|---|`);

@@ -593,6 +593,45 @@ describe('external workers', () => {
       }
     });
 
+    it('dispatches a pool once for each commit that opens its tasks or frees its slots: a result that readies a queue step wakes no second dispatch', async () => {
+      const r = await app.request('POST', '/api/v1/dags', {
+        as,
+        body: {
+          id: 'relay-counted',
+          steps: [
+            { id: 'first', plugin: 'queue', with: { taskType: 'resize', pool: 'counted' } },
+            { id: 'second', plugin: 'queue', dependsOn: ['first'], with: { taskType: 'resize', pool: 'counted' } },
+          ],
+        },
+      });
+      expect(r.status).toBe(201);
+      const w = await mint('counted');
+      const id = await register(w, {});
+      const wakeUps = async () => {
+        const m = await app.request('GET', '/metrics', { as: { token: app.platformToken } });
+        expect(m.status).toBe(200);
+        return Number(/^orchestrator_task_dispatches_total\{by="wake-up"\} (\d+)$/m.exec(m.text)![1]);
+      };
+      // The registration's wake-up has had its dispatch.
+      await new Promise((go) => setTimeout(go, 500));
+      const before = await wakeUps();
+      const runs = 4;
+      for (let i = 0; i < runs; i++) {
+        const runId = await start('relay-counted');
+        const first = await take(w, id);
+        expect((await result(w, id, first, { status: 'succeeded', outputs: { width: 1 } })).status).toBe(200);
+        const second = await take(w, id);
+        expect(second).toMatchObject({ runId, stepId: 'second' });
+        expect((await result(w, id, second, { status: 'succeeded', outputs: { width: 2 } })).status).toBe(200);
+        expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      }
+      // A run's dispatches: the first task opened; its result, which frees the slot and opens the
+      // second task in one commit; the second's result.
+      await until('the dispatches', async () => ((await wakeUps()) - before >= 3 * runs ? true : undefined));
+      await new Promise((go) => setTimeout(go, 500));
+      expect((await wakeUps()) - before).toBe(3 * runs);
+    });
+
     it('fails the step with CONTRACT_VIOLATION when the outputs do not match the output schema', async () => {
       await publish('resize-bad', { with: { taskType: 'resize' } });
       const w = await mint('default');

@@ -98,6 +98,12 @@ export const metrics = {
     help: 'Whether the last readiness check (at scrape time and on /readyz) found the database reachable and its schema current: 1 or 0.',
     registers: [registry],
   }),
+  taskDispatchesTotal: new Counter({
+    name: 'orchestrator_task_dispatches_total',
+    help: 'Dispatches of a pool of external workers (its pending tasks to its workers) run by this process: on a wake-up (tasks opened, slots freed) or by the scheduler sweep.',
+    labelNames: ['by'] as const,
+    registers: [registry],
+  }),
   spansDroppedTotal: new Counter({
     name: 'orchestrator_spans_dropped_total',
     help: 'Spans not stored because the span store buffer was full or the insert failed.',
@@ -109,6 +115,7 @@ export const metrics = {
 // event after a process starts shows as an increase (a series that appears at 1 does not).
 for (const reason of ['error', 'lost'] as const) metrics.leaseRenewalFailuresTotal.inc({ reason }, 0);
 for (const kind of ['runs', 'audit'] as const) metrics.exportFailuresTotal.inc({ export: kind }, 0);
+for (const by of ['wake-up', 'sweep'] as const) metrics.taskDispatchesTotal.inc({ by }, 0);
 
 const seconds = (ms: number) => Math.max(0, ms) / 1000;
 

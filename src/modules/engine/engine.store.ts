@@ -167,6 +167,8 @@ export class EngineStore implements OnApplicationShutdown {
   private readonly sys: SystemDb;
   /** Notifications of committed engine statements, sent after their commit. */
   private readonly outbox: NotifyOutbox;
+  /** Who in this process answers the notifications of a channel itself (see answerHere). */
+  private readonly answerers = new Map<string, (payload: string) => boolean>();
 
   constructor(
     private readonly db: Database,
@@ -227,8 +229,20 @@ export class EngineStore implements OnApplicationShutdown {
    * to a crash at this point delays a wake-up until the workers' safety poll and the stream's next pull.
    */
   private committed(rows: AdvanceRow[]): void {
-    this.outbox.add(rows.flatMap((r) => (r.kind === 'notify' ? [r.item] : [])));
+    this.outbox.add(
+      rows.flatMap((r) => (r.kind === 'notify' && !this.answerers.get(r.item[0])?.(r.item[1]) ? [r.item] : [])),
+    );
     observeRows(rows);
+  }
+
+  /**
+   * The notifications on `channel` of the engine statements committed here go to `answer` instead
+   * of the database, each time it takes one (returns true): for a wake-up whose work this process
+   * does itself after the commit (and for every process: a dispatch assigns to workers wherever they
+   * wait), so that neither this process nor the others listening do it again.
+   */
+  answerHere(channel: string, answer: (payload: string) => boolean): void {
+    this.answerers.set(channel, answer);
   }
 
   /** At shutdown, the notifications that wait are sent at once (and so is everything committed later). */

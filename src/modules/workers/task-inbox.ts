@@ -1,6 +1,8 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { Database } from '../../core/database/database';
 import { PgListener } from '../../core/database/pg-listener';
+import { metrics } from '../../core/telemetry/metrics';
+import { EngineStore } from '../engine/engine.store';
 import { WorkersRepository, type TaskRow } from './workers.repository';
 
 /** Who hears a worker's wake-ups in this process: its long-polls and its channel. */
@@ -52,6 +54,8 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   /** Wake-ups per worker, to tell whether one came while a pull ran. */
   private readonly wakes = new Map<string, number>();
   private readonly dispatching = new Map<string, Promise<void>>();
+  /** Pools whose dispatch here is asked for and has not begun: a request joins it. */
+  private readonly starting = new Set<string>();
   private readonly again = new Set<string>();
   /** Takers by tenant and pool. */
   private readonly takers = new Map<string, Set<TaskTaker>>();
@@ -66,7 +70,11 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   constructor(
     private readonly db: Database,
     private readonly repo: WorkersRepository,
+    store: EngineStore,
   ) {
+    // The tasks this process's engine statements open are dispatched here after their commit,
+    // instead of waking every api process (and this one) to dispatch them.
+    store.answerHere('ordo_dispatch', (payload) => !this.stopping && this.dispatchWoken(payload));
     this.listener = new PgListener({
       url: db.urls.system,
       applicationName: 'ordo:workers-listen',
@@ -180,20 +188,26 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   }
 
   /**
-   * Runs the dispatch of a pool in this process (coalesced: once more if asked while it runs),
-   * delivering to the pool's takers here what it assigns to their workers.
+   * Runs the dispatch of a pool in this process, delivering to the pool's takers here what it
+   * assigns to their workers. Coalesced: a request made before the dispatch begins (at the end of
+   * this turn of the event loop, so the requests of one commit make one dispatch) joins it; one
+   * made while it runs has it run once more.
    */
   dispatch(tenantId: string, pool: string): Promise<void> {
     const k = workerKey(tenantId, pool);
     const running = this.dispatching.get(k);
     if (running) {
-      this.again.add(k);
+      if (!this.starting.has(k)) this.again.add(k);
       return running;
     }
+    this.starting.add(k);
     const run = (async () => {
+      await new Promise((go) => setImmediate(go));
+      this.starting.delete(k);
       do {
         this.again.delete(k);
         try {
+          metrics.taskDispatchesTotal.inc({ by: 'wake-up' });
           await this.dispatchOnce(tenantId, pool);
         } catch (e) {
           // The scheduler's sweep dispatches every pool with pending tasks: nothing waits forever.
@@ -243,6 +257,14 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
     }
   }
 
+  /** A pool's dispatch wake-up (`[tenant, pool]`): its dispatch here. False for a payload that names none. */
+  private dispatchWoken(payload: string): boolean {
+    const keys = keysOf(payload);
+    if (!keys || keys.length < 2) return false;
+    void this.dispatch(keys[0], keys[1]);
+    return true;
+  }
+
   private forgetIdle(): void {
     this.idle.clear();
     for (const set of this.listeners.values()) for (const l of set) l.task();
@@ -254,18 +276,13 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
       if (payload) this.cancelled(payload);
       return;
     }
-    let p: unknown;
-    try {
-      p = JSON.parse(payload);
-    } catch {
-      return;
-    }
-    if (!Array.isArray(p) || p.some((x) => typeof x !== 'string')) return;
-    const [tenantId, id, status] = p as string[];
     if (channel === 'ordo_dispatch') {
-      void this.dispatch(tenantId, id);
+      this.dispatchWoken(payload);
       return;
     }
+    const keys = keysOf(payload);
+    if (!keys) return;
+    const [tenantId, id, status] = keys;
     if (channel === 'ordo_channel') {
       const stamp = Number(status);
       if (Number.isSafeInteger(stamp)) for (const h of this.channelHooks) h(tenantId, id, stamp);
@@ -287,4 +304,15 @@ export class TaskInbox implements OnApplicationBootstrap, OnApplicationShutdown 
   private cancelled(runId: string): void {
     for (const set of this.listeners.values()) for (const l of set) l.cancelled?.(runId);
   }
+}
+
+/** The keys a wake-up's payload carries (a JSON array of strings), or null. */
+function keysOf(payload: string): string[] | null {
+  let p: unknown;
+  try {
+    p = JSON.parse(payload);
+  } catch {
+    return null;
+  }
+  return Array.isArray(p) && p.every((x) => typeof x === 'string') ? p : null;
 }

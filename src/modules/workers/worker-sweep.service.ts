@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplica
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
+import { metrics } from '../../core/telemetry/metrics';
 import { TasksService } from './tasks.service';
 import { WorkersRepository } from './workers.repository';
 
@@ -47,12 +48,16 @@ export class WorkerSweepService implements OnApplicationBootstrap, OnApplication
       for (const t of await this.repo.overdue(this.db.system, BATCH))
         await this.tasks.overdue(t.tenant_id, t.task_id, t.pool);
       const stale = await this.repo.cancelStale(this.db.system, BATCH);
-      for (const pool of uniquePools(stale)) await this.repo.dispatch(this.db.system, pool.tenant_id, pool.pool);
-      for (const p of await this.repo.pendingPools(this.db.system))
-        await this.repo.dispatch(this.db.system, p.tenant_id, p.pool);
+      for (const p of uniquePools(stale)) await this.dispatch(p);
+      for (const p of await this.repo.pendingPools(this.db.system)) await this.dispatch(p);
     } catch (e) {
       this.log.error({ err: e }, 'external worker sweep failed');
     }
+  }
+
+  private async dispatch(p: { tenant_id: string; pool: string }): Promise<void> {
+    metrics.taskDispatchesTotal.inc({ by: 'sweep' });
+    await this.repo.dispatch(this.db.system, p.tenant_id, p.pool);
   }
 }
 
