@@ -28,13 +28,14 @@ export const EXT_WORKERS_HELP = `External workers (--only ext-workers): SDK work
 process (api, worker and scheduler roles, dist/src/main.js); every step is a queue step whose handler does nothing:
   throughput  tasks/s through 4 SDK workers, over the WebSocket channel and by long-poll, for each shape of run:
               one (a one-step DAG per task: a run created and ended per task) and burst (the engine burst's
-              DAGs, 5 chains of 10 to 2 diamonds 1 → 8 → 1: ten tasks a run)
+              DAGs, 5 chains of 10 to 2 diamonds 1 → 8 → 1: ten tasks a run); with the transactions and the pool's
+              dispatches (orchestrator_task_dispatches_total) a task
   latency     dispatch latency, task opened (worker_task.created_at) → handler start, and run created → handler start,
               p50/p99 of runs started one at a time, by long-poll and by WebSocket; and of as many two-step chains,
               one at a time, the first step's no-op handler → its successor's handler start, and the successor's
               task opened (the start of the result transaction that made it ready) → its handler start; and
               from the commit of the transaction that opened the task (for a successor: the commit that made
-              it ready) → handler start (embedded server: track_commit_timestamp)
+              it ready) → handler start (embedded server: track_commit_timestamp); and the dispatches a task
   idle        transactions/s (pg_stat_database xact_commit delta) of 1,000 idle long-polling workers, beside the same
               window with no worker
 Options:
