@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import WebSocket from 'ws';
+import { TaskInbox } from '../../src/modules/workers/task-inbox';
+import { WorkersRepository } from '../../src/modules/workers/workers.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { runEvents, waitForRun } from './runs-support';
 import { offeredTasks, openChannel, type TestChannel } from './worker-channel-support';
@@ -67,6 +69,21 @@ describe('external workers', () => {
     const r = await app.request('POST', '/api/v1/dags', {
       as: who,
       body: { id, steps: [{ id: 'work', plugin: 'queue', ...step }], ...extra },
+    });
+    expect(r.status).toBe(201);
+  };
+  /** Publishes `id`: queue steps `first` and `second` after it, of task type resize (in `pool` when given; `second`'s config merged in). */
+  const publishPair = async (id: string, opts: { pool?: string; second?: Record<string, unknown> } = {}) => {
+    const on = { taskType: 'resize', ...(opts.pool !== undefined && { pool: opts.pool }) };
+    const r = await app.request('POST', '/api/v1/dags', {
+      as,
+      body: {
+        id,
+        steps: [
+          { id: 'first', plugin: 'queue', with: on },
+          { id: 'second', plugin: 'queue', dependsOn: ['first'], with: { ...on, ...opts.second } },
+        ],
+      },
     });
     expect(r.status).toBe(201);
   };
@@ -412,22 +429,7 @@ describe('external workers', () => {
     });
 
     it("hands a queue step a result makes ready over to its task in that result's transaction, templated from it", async () => {
-      const r = await app.request('POST', '/api/v1/dags', {
-        as,
-        body: {
-          id: 'relay',
-          steps: [
-            { id: 'first', plugin: 'queue', with: { taskType: 'resize' } },
-            {
-              id: 'second',
-              plugin: 'queue',
-              dependsOn: ['first'],
-              with: { taskType: 'resize', inputs: { w: '${{ steps.first.outputs.width }}' } },
-            },
-          ],
-        },
-      });
-      expect(r.status).toBe(201);
+      await publishPair('relay', { second: { inputs: { w: '${{ steps.first.outputs.width }}' } } });
       const w = await mint('default');
       const id = await register(w, {});
       const runId = await start('relay');
@@ -546,17 +548,7 @@ describe('external workers', () => {
     });
 
     it("hands a queue step over while its tenant's built-in steps fill its in-flight cap (a hand-over takes no lease)", async () => {
-      const r = await app.request('POST', '/api/v1/dags', {
-        as,
-        body: {
-          id: 'relay-capped',
-          steps: [
-            { id: 'first', plugin: 'queue', with: { taskType: 'resize' } },
-            { id: 'second', plugin: 'queue', dependsOn: ['first'], with: { taskType: 'resize' } },
-          ],
-        },
-      });
-      expect(r.status).toBe(201);
+      await publishPair('relay-capped');
       await publish('hold', { plugin: 'noop', with: { sleepMs: 4000 } });
       const w = await mint('default');
       const id = await register(w, {});
@@ -594,26 +586,19 @@ describe('external workers', () => {
     });
 
     it('dispatches a pool once for each commit that opens its tasks or frees its slots: a result that readies a queue step wakes no second dispatch', async () => {
-      const r = await app.request('POST', '/api/v1/dags', {
-        as,
-        body: {
-          id: 'relay-counted',
-          steps: [
-            { id: 'first', plugin: 'queue', with: { taskType: 'resize', pool: 'counted' } },
-            { id: 'second', plugin: 'queue', dependsOn: ['first'], with: { taskType: 'resize', pool: 'counted' } },
-          ],
-        },
-      });
-      expect(r.status).toBe(201);
-      const w = await mint('counted');
-      const id = await register(w, {});
+      // The earlier tests' workers, offline now, are not released meanwhile (each release wakes a dispatch).
+      await retireAll();
+      await publishPair('relay-counted', { pool: 'counted' });
       const wakeUps = async () => {
         const m = await app.request('GET', '/metrics', { as: { token: app.platformToken } });
         expect(m.status).toBe(200);
         return Number(/^orchestrator_task_dispatches_total\{by="wake-up"\} (\d+)$/m.exec(m.text)![1]);
       };
-      // The registration's wake-up has had its dispatch.
-      await new Promise((go) => setTimeout(go, 500));
+      const w = await mint('counted');
+      const registered = await wakeUps();
+      const id = await register(w, {});
+      // The registration wakes the pool's dispatch.
+      await until('the registration dispatch', async () => ((await wakeUps()) > registered ? true : undefined));
       const before = await wakeUps();
       const runs = 4;
       for (let i = 0; i < runs; i++) {
@@ -630,6 +615,39 @@ describe('external workers', () => {
       await until('the dispatches', async () => ((await wakeUps()) - before >= 3 * runs ? true : undefined));
       await new Promise((go) => setTimeout(go, 500));
       expect((await wakeUps()) - before).toBe(3 * runs);
+    });
+
+    it('a long-poll whose look found nothing while its task was being assigned takes it at once, not at its deadline', async () => {
+      await retireAll();
+      await publish('late-look', { with: { taskType: 'resize', pool: 'looking' } });
+      const w = await mint('looking');
+      const id = await register(w, {});
+      const repo = app.ordo.app.get(WorkersRepository);
+      const inbox = app.ordo.app.get(TaskInbox);
+      const deliver = repo.deliver;
+      let runId: string | undefined;
+      // The pull's first look finds nothing; before it answers, a task is opened and assigned to the
+      // worker, and the wake-up that says so is heard while the pull does not wait yet.
+      repo.deliver = async (...args: Parameters<typeof deliver>) => {
+        const rows = await deliver.apply(repo, args);
+        if (args[1] === id && runId === undefined && rows.length === 0) {
+          const heard = inbox.mark(w.tenantId, id);
+          runId = await start('late-look');
+          await until('the wake-up heard', async () => (inbox.mark(w.tenantId, id) !== heard ? true : undefined));
+        }
+        return rows;
+      };
+      try {
+        const late = new Promise<'late'>((go) => setTimeout(() => go('late'), 10_000).unref());
+        const answer = await Promise.race([next(w, id, 30_000), late]);
+        expect(answer).not.toBe('late');
+        const t = (answer as Awaited<ReturnType<typeof next>>).body.tasks[0] as Task;
+        expect(t).toMatchObject({ runId, stepId: 'work' });
+        expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 1 } })).status).toBe(200);
+        expect((await waitForRun(app, as, runId!)).status).toBe('succeeded');
+      } finally {
+        repo.deliver = deliver;
+      }
     });
 
     it('fails the step with CONTRACT_VIOLATION when the outputs do not match the output schema', async () => {

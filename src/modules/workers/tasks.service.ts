@@ -177,6 +177,9 @@ export class TasksService implements BeforeApplicationShutdown {
         const tasks = await this.take(w, max);
         if (tasks.length > 0) return tasks;
         this.inbox.foundNothing(w.tenantId, w.workerId, mark);
+        // A wake-up heard while it looked (a task assigned after its look began) is not heard
+        // again by the wait below: it looks once more.
+        if (this.inbox.mark(w.tenantId, w.workerId) !== mark) continue;
       }
       const left = until - Date.now();
       if (left <= 0) return [];
