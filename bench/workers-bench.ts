@@ -1,6 +1,8 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
-import { OrdoWorker, type TransportKind } from '../sdk/worker/src';
+import { join } from 'node:path';
+import type { TransportKind } from '../sdk/worker/src';
+import type { ExtWorkerMessage } from './ext-worker-process';
 import {
   authHeaders,
   chainDag,
@@ -68,9 +70,6 @@ const STEP_ID = 'work';
 /** The latency phase's two-step chain. */
 const PAIR_ID = 'ext-pair';
 
-/** Messages between the benchmark and its worker processes. */
-type ChildMessage = { type: 'ready' } | { type: 'start'; attemptId: string; runId: string; stepId: string; t: number };
-
 interface WorkerGroup {
   child: ChildProcess;
   /** When each step's handler started (Date.now() in the worker process), by `runId/stepId`. */
@@ -79,17 +78,17 @@ interface WorkerGroup {
   stop(): Promise<void>;
 }
 
-/** Forks this module as a process of `count` SDK workers (see `workerProcess`). */
+/** Forks a process of `count` SDK workers (bench/ext-worker-process.ts, which imports the SDK alone). */
 function workerGroup(
   url: string,
   tenantId: string,
   token: string,
   opts: { count: number; transport: TransportKind; maxConcurrent: number; reportStarts: boolean; name: string },
 ): WorkerGroup {
-  const child = fork(__filename, [], {
+  const child = fork(join(__dirname, 'ext-worker-process.js'), [], {
     env: {
       PATH: process.env.PATH,
-      ORDO_EXT_BENCH_CHILD: '1',
+      POOL,
       ORDO_URL: url,
       ORDO_TENANT: tenantId,
       ORDO_TOKEN: token,
@@ -104,7 +103,7 @@ function workerGroup(
   const starts = new Map<string, number>();
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const ready = new Promise<void>((resolve, reject) => {
-    child.on('message', (m: ChildMessage) => {
+    child.on('message', (m: ExtWorkerMessage) => {
       if (m.type === 'ready') resolve();
       else starts.set(`${m.runId}/${m.stepId}`, m.t);
     });
@@ -123,43 +122,6 @@ function workerGroup(
       clearTimeout(t);
     },
   };
-}
-
-/** The worker process: `WORKERS` SDK workers with a no-op handler for `noop`; SIGTERM stops them. */
-async function workerProcess(): Promise<void> {
-  const env = process.env;
-  const workers: OrdoWorker[] = [];
-  const count = Number(env.WORKERS);
-  for (let i = 0; i < count; i++) {
-    const w = new OrdoWorker({
-      urls: [env.ORDO_URL!],
-      token: env.ORDO_TOKEN!,
-      tenantId: env.ORDO_TENANT!,
-      name: `${env.NAME}-${i}`,
-      pool: POOL,
-      transport: env.TRANSPORT as TransportKind,
-      maxConcurrent: Number(env.MAX_CONCURRENT),
-    });
-    w.handle('noop', {
-      run: (_input, ctx) => {
-        if (env.REPORT_STARTS)
-          process.send!({
-            type: 'start',
-            attemptId: ctx.attemptId,
-            runId: ctx.runId,
-            stepId: ctx.stepId,
-            t: Date.now(),
-          });
-        return {};
-      },
-    });
-    w.on('warning', () => undefined);
-    workers.push(w);
-  }
-  // Registrations go 50 at a time, as a fleet coming up would.
-  for (let i = 0; i < workers.length; i += 50) await Promise.all(workers.slice(i, i + 50).map((w) => w.start()));
-  process.once('SIGTERM', () => void Promise.all(workers.map((w) => w.stop())).then(() => process.exit(0)));
-  process.send!({ type: 'ready' });
 }
 
 type RunShape = 'one' | 'burst';
@@ -666,11 +628,4 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     await db.close();
     release();
   }
-}
-
-if (process.env.ORDO_EXT_BENCH_CHILD) {
-  workerProcess().catch((e: unknown) => {
-    console.error(e);
-    process.exit(1);
-  });
 }
