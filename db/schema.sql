@@ -2983,10 +2983,12 @@ begin
   for v_pool in
     with t as (
       insert into worker_task (tenant_id, task_id, run_id, step_id, attempt, epoch, dag_id, dag_version, pool,
-        task_type, requires, strategy, priority, inputs, inputs_sealed, traceparent, deadline, dispatch_deadline)
+        task_type, requires, strategy, priority, inputs, inputs_sealed, secrets_sealed, traceparent, deadline,
+        dispatch_deadline)
       select x.tenant_id, gen_random_uuid(), x.run_id, x.step_id, c.attempt, x.epoch, r.dag_id, r.dag_version,
         x.task->>'pool', x.task->>'taskType', coalesce(x.task->'requires', '{}'), x.task->>'strategy',
-        coalesce((s.spec->>'priority')::smallint, 5), x.task->'inputs', x.task->'inputsSealed', x.task->>'traceparent',
+        coalesce((s.spec->>'priority')::smallint, 5), x.task->'inputs', x.task->'inputsSealed', x.task->'secretsSealed',
+        x.task->>'traceparent',
         now() + make_interval(secs => (x.task->>'timeoutMs')::numeric / 1000),
         case when x.task ? 'dispatchTimeoutMs'
           then now() + make_interval(secs => (x.task->>'dispatchTimeoutMs')::numeric / 1000) end
@@ -3945,6 +3947,7 @@ CREATE TABLE public.worker_task (
     result_digest text,
     progress jsonb,
     late_results integer DEFAULT 0 NOT NULL,
+    secrets_sealed jsonb,
     CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
     CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
 );

@@ -957,6 +957,77 @@ describe('external workers', () => {
       const t = await take(w, id);
       expect(t.inputs).toEqual({ key: 's3cr3t-value' });
     });
+
+    it('redacts those secrets from what the worker sends back: outputs, logs, error and progress', async () => {
+      const secret = `echo-${process.pid}-k3y`;
+      expect(
+        (await app.request('PUT', '/api/v1/secrets/ECHO_KEY', { as, body: { value: secret } })).status,
+      ).toBeLessThan(300);
+      await publish('sec-echo', {
+        with: { taskType: 'resize', allowSecrets: true, inputs: { key: '${{ secrets.ECHO_KEY }}' } },
+      });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const sealed = async (runId: string) =>
+        app.ordo.database.withSystem(
+          async (tx) =>
+            (
+              await sql<{
+                secrets: unknown;
+              }>`select secrets_sealed as secrets from worker_task where run_id = ${runId}`.execute(tx)
+            ).rows[0].secrets,
+        );
+
+      // A worker that echoes the secret in its progress, logs and outputs (plain and base64).
+      const okRun = await start('sec-echo');
+      const t = await take(w, id);
+      expect(t.inputs).toEqual({ key: secret });
+      const atRest = await sealed(okRun);
+      expect(atRest).not.toBeNull();
+      expect(JSON.stringify(atRest)).not.toContain(secret);
+      const p = await app.request('POST', `/api/v1/workers/${id}/tasks/${t.attemptId}/progress`, {
+        as: w,
+        body: { epoch: t.epoch, percent: 50, message: `using ${secret}`, data: { key: secret } },
+      });
+      expect(p.status).toBe(202);
+      const ok = await result(w, id, t, {
+        status: 'succeeded',
+        outputs: { width: 3, echo: `key=${secret}`, b64: Buffer.from(secret).toString('base64') },
+        logs: [{ level: 'info', message: `got ${secret}` }],
+      });
+      expect(ok.status).toBe(200);
+      expect((await waitForRun(app, as, okRun)).status).toBe('succeeded');
+      const done = work(await run(okRun));
+      expect(done.outputs).toEqual({ width: 3, echo: 'key=[redacted]', b64: '[redacted]' });
+      expect(done.task?.progress).toMatchObject({ message: 'using [redacted]', data: { key: '[redacted]' } });
+      const attempts = await app.request('GET', `/api/v1/runs/${okRun}/steps/work/attempts`, { as });
+      const logsHash = (attempts.body.items as { logsHash: string | null }[]).at(-1)!.logsHash!;
+      const logs = await app.request('GET', `/api/v1/artifacts/${logsHash}`, { as });
+      expect(logs.status).toBe(200);
+      expect(logs.text).toContain('got [redacted]');
+      expect(await sealed(okRun)).toBeNull();
+
+      // A failure whose message carries it.
+      const failRun = await start('sec-echo');
+      const f = await take(w, id);
+      const failed = await result(w, id, f, {
+        status: 'failed',
+        error: { class: 'permanent', code: 'ECHOED', message: `refused ${secret}` },
+      });
+      expect(failed.status).toBe(200);
+      expect((await waitForRun(app, as, failRun)).status).toBe('failed');
+      expect(work(await run(failRun)).error).toMatchObject({ code: 'ECHOED', message: 'refused [redacted]' });
+
+      for (const runId of [okRun, failRun]) {
+        const seen = JSON.stringify([
+          await run(runId),
+          await runEvents(app, as, runId),
+          (await app.request('GET', `/api/v1/runs/${runId}/attempts`, { as })).body,
+        ]);
+        expect(seen).toContain('[redacted]');
+        expect(seen).not.toContain(secret);
+      }
+    });
   });
 
   describe('reputation', () => {

@@ -612,6 +612,7 @@ export interface WorkerTask {
   requires: Generated<Json>;
   result_digest: string | null;
   run_id: string;
+  secrets_sealed: Json | null;
   status: Generated<string>;
   step_id: string;
   strategy: string | null;

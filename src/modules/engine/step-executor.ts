@@ -327,7 +327,7 @@ export class StepExecutor {
     const plugin = this.plugins.get(w.plugin);
     if (!plugin) return fail('PLUGIN_NOT_FOUND', `no plugin named ${w.plugin}`, false);
     let config: unknown = w.config;
-    const used = { secrets: false };
+    const used: { secrets: string[] } = { secrets: [] };
     if (JSON.stringify(w.config).includes('${{')) {
       try {
         const names = templateRefs(w.config)
@@ -341,7 +341,7 @@ export class StepExecutor {
           ...(w.spec.mapOf !== undefined ? { map: { item: w.spec.item ?? null, index: w.spec.mapIndex ?? 0 } } : {}),
         });
         secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
-        used.secrets = rendered.usedSecrets.length > 0;
+        used.secrets = rendered.usedSecrets.map((n) => values[n]);
         config = rendered.value;
       } catch (e) {
         // A reference the run's inputs or upstream outputs cannot fill is the input's fault; a missing secret is not.
@@ -358,7 +358,7 @@ export class StepExecutor {
     }
     if (plugin.waitFor) {
       const wait = plugin.waitFor(parsed.data);
-      if (wait.kind === 'queue' && used.secrets && plugin.waitData!(parsed.data).secretsAllowed !== true)
+      if (wait.kind === 'queue' && used.secrets.length > 0 && plugin.waitData!(parsed.data).secretsAllowed !== true)
         return fail(
           'SECRETS_NOT_ALLOWED',
           'a queue step hands secrets to a worker only with allowSecrets: true',
@@ -402,9 +402,10 @@ export class StepExecutor {
   /**
    * A queue step's task (see plugins/queue): what its config made of it, with the step's trace
    * context, its timeout (the task's deadline) and dispatchTimeout; inputs that carry secrets are
-   * sealed for the database, bound to this attempt.
+   * sealed for the database, bound to this attempt, and so are the secret values (what the worker
+   * sends back is redacted against them).
    */
-  private task(w: ClaimedWork, data: JsonObject, used: { secrets: boolean }): JsonObject {
+  private task(w: ClaimedWork, data: JsonObject, used: { secrets: string[] }): JsonObject {
     const { inputs, secretsAllowed: _allowed, ...rest } = data;
     const task: JsonObject = {
       ...rest,
@@ -412,9 +413,10 @@ export class StepExecutor {
       timeoutMs: w.spec.timeout,
       ...(w.spec.dispatchTimeout !== undefined ? { dispatchTimeoutMs: w.spec.dispatchTimeout } : {}),
     };
-    if (!used.secrets) return { ...task, inputs };
+    if (used.secrets.length === 0) return { ...task, inputs };
     const sealed = this.secrets.sealJson(taskInputsContext(w.tenantId, w.runId, w.stepId, w.attempt), inputs);
-    return { ...task, inputsSealed: { ...sealed } };
+    const values = this.secrets.sealJson(taskSecretsContext(w.tenantId, w.runId, w.stepId, w.attempt), used.secrets);
+    return { ...task, inputsSealed: { ...sealed }, secretsSealed: { ...values } };
   }
 
   /**
@@ -450,6 +452,11 @@ interface Waiting {
 /** What a queue task's sealed inputs are bound to: its tenant, run, step and attempt. */
 export function taskInputsContext(tenantId: string, runId: string, stepId: string, attempt: number): string {
   return JSON.stringify(['ordo.task.inputs', tenantId, runId, stepId, attempt]);
+}
+
+/** What a queue task's secret values are sealed to (see `task`): the attempt, as for its inputs. */
+export function taskSecretsContext(tenantId: string, runId: string, stepId: string, attempt: number): string {
+  return JSON.stringify(['ordo.task.secrets', tenantId, runId, stepId, attempt]);
 }
 
 /** The redactor of an attempt that was given no secret. */

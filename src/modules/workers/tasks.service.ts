@@ -8,7 +8,8 @@ import { conflict, DomainError, notFound } from '../../core/errors/domain-error'
 import type { WorkerPrincipalT } from '../../core/http/request-context';
 import { canonicalJson } from '../../core/json/canonical-json';
 import { completionFor, EngineStore, type Completion } from '../engine/engine.store';
-import { taskInputsContext } from '../engine/step-executor';
+import { taskInputsContext, taskSecretsContext } from '../engine/step-executor';
+import { makeRedactor } from '../secrets/redact';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
 import { RunBooks } from '../runs/run-book';
 import { RunsRepository } from '../runs/runs.repository';
@@ -568,18 +569,23 @@ export class TasksService implements BeforeApplicationShutdown {
 
   /** What a result makes of its task's step: the completion, its event, the verdict on the worker and the answer. */
   private outcome(w: KnownWorker, t: TaskRow, body: ResultBody): Applied {
-    const logs: StepLogLine[] = (body.logs ?? []).map((l) => ({ ts: new Date().toISOString(), ...l }));
+    const redact = this.redactorOf(t);
+    const logs: StepLogLine[] = (body.logs ?? []).map((l) => ({
+      ts: new Date().toISOString(),
+      ...l,
+      message: redact.text(l.message),
+    }));
     let verdict: TaskVerdict;
     let outcome: Completion['outcome'];
     const violation = body.status === 'succeeded' ? this.violation(w, t, body.outputs ?? {}) : null;
     if (violation) {
       verdict = 'violation';
-      outcome = { status: 'failed', error: violation, logs };
+      outcome = { status: 'failed', error: { ...violation, message: redact.text(violation.message) }, logs };
     } else if (body.status === 'succeeded') {
       verdict = 'success';
       outcome = {
         status: 'succeeded',
-        outputs: (body.outputs ?? {}) as JsonObject,
+        outputs: redact.json((body.outputs ?? {}) as JsonObject),
         ...(body.namedStatus !== undefined ? { namedStatus: body.namedStatus } : {}),
         logs,
       };
@@ -588,7 +594,7 @@ export class TasksService implements BeforeApplicationShutdown {
       verdict = e.class === 'invalid_input' ? 'neutral' : 'failure';
       outcome = {
         status: 'failed',
-        error: { code: e.code, message: e.message, retryable: e.class === 'transient', class: e.class },
+        error: { code: e.code, message: redact.text(e.message), retryable: e.class === 'transient', class: e.class },
         logs,
       };
     }
@@ -616,6 +622,21 @@ export class TasksService implements BeforeApplicationShutdown {
         ...(outcome.status === 'failed' ? { error: { code: outcome.error.code, message: outcome.error.message } } : {}),
       },
     };
+  }
+
+  /**
+   * What is kept of a worker's words about a task (outputs, error, logs, progress) is redacted
+   * against the secret values its inputs carried, as the built-in plugins' results are: a worker
+   * trusted with a secret does not echo it into the run's record or the tenant's stream.
+   */
+  private redactorOf(t: TaskRow): { text: (s: string) => string; json: <T extends JsonValue>(v: T) => T } {
+    if (!t.secrets_sealed) return { text: (x) => x, json: (v) => v };
+    const values = this.secrets.openJson(
+      taskSecretsContext(t.tenant_id, t.run_id, t.step_id, t.attempt),
+      t.secrets_sealed,
+    ) as string[];
+    const text = makeRedactor(values);
+    return { text, json: (v) => JSON.parse(text(JSON.stringify(v))) as typeof v };
   }
 
   /** A succeeded result's contract violation (outputs not matching the worker's output schema), if any. */
@@ -657,18 +678,20 @@ export class TasksService implements BeforeApplicationShutdown {
     if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data), 'utf8') > MAX_PROGRESS_DATA_BYTES)
       throw new DomainError('PROGRESS_TOO_LARGE', `progress data is at most ${MAX_PROGRESS_DATA_BYTES} bytes`, 413);
     this.liveness.seen(w.tenantId, w.workerId);
-    const progress: JsonObject = {
-      ...(body.percent !== undefined ? { percent: body.percent } : {}),
-      ...(body.message !== undefined ? { message: body.message } : {}),
-      ...(body.data !== undefined ? { data: body.data as JsonObject } : {}),
-      at: new Date().toISOString(),
-    };
+    const at = new Date().toISOString();
     await this.db.withSystem(async (tx) => {
       const t = await this.repo.lockTask(tx, w.tenantId, w.pool, taskId);
       if (!t || t.worker_id !== w.workerId) throw notFound(`task ${taskId} of worker ${workerId}`, 'TASK_NOT_FOUND');
       if (body.epoch !== t.epoch)
         throw conflict('STALE_EPOCH', `task ${taskId} is at epoch ${t.epoch}; the progress names ${body.epoch}`);
       if (t.status !== 'delivered') throw conflict('TASK_NOT_RUNNING', `task ${taskId} is ${t.status}`);
+      const redact = this.redactorOf(t);
+      const progress: JsonObject = {
+        ...(body.percent !== undefined ? { percent: body.percent } : {}),
+        ...(body.message !== undefined ? { message: redact.text(body.message) } : {}),
+        ...(body.data !== undefined ? { data: redact.json(body.data as JsonObject) } : {}),
+        at,
+      };
       await this.repo.progress(tx, t.tenant_id, t.task_id, progress);
       const last = this.lastProgress.get(t.task_id) ?? 0;
       const count = await this.repo.progressEvents(tx, t.tenant_id, t.run_id, t.step_id, t.attempt);

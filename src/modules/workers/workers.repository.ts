@@ -72,6 +72,8 @@ export interface TaskRow {
   task_type: string;
   inputs: JsonValue | null;
   inputs_sealed: SealedJson | null;
+  /** The secret values the inputs carry (a JSON array of strings, sealed), when they carry any. */
+  secrets_sealed: SealedJson | null;
   traceparent: string;
   deadline: Date;
   status: 'pending' | 'assigned' | 'delivered' | 'succeeded' | 'failed' | 'cancelled' | 'orphaned';
@@ -109,11 +111,14 @@ const WORKER_COLUMNS = sql`w.tenant_id, w.worker_id, w.pool, w.name, w.token_jti
     and h.status in ('assigned', 'delivered')) as held,
   r.score, r.successes, r.failures, r.violations, r.timeouts, r.tasks, r.blocked_at`;
 
+/** What an ended task keeps of its inputs: nothing (neither the inputs nor the secrets they carried). */
+const INPUTS_DROPPED = sql`inputs = null, inputs_sealed = null, secrets_sealed = null`;
+
 /** A delivered task given back to its worker's queue: assigned to it, to be delivered again. */
 const UNDELIVERED = sql`status = 'assigned', delivered_at = null`;
 
 const TASK_COLUMNS = sql`t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version,
-  t.pool, t.task_type, t.inputs, t.inputs_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
+  t.pool, t.task_type, t.inputs, t.inputs_sealed, t.secrets_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
   t.result_digest, (select w.name from worker w where w.tenant_id = t.tenant_id and w.worker_id = t.worker_id) as worker_name`;
 
 /**
@@ -297,7 +302,7 @@ export class WorkersRepository {
     if (ends.length === 0) return;
     await sql`
       update worker_task t set status = e.status, finished_at = now(), end_reason = e.reason, result_digest = e.digest,
-        inputs = null, inputs_sealed = null
+        ${INPUTS_DROPPED}
       from unnest(${ends.map((e) => e.tenantId)}::text[], ${ends.map((e) => e.taskId)}::uuid[],
         ${ends.map((e) => e.status)}::text[], ${ends.map((e) => e.reason)}::text[], ${ends.map((e) => e.digest)}::text[])
         as e(tenant_id, task_id, status, reason, digest)
@@ -317,7 +322,7 @@ export class WorkersRepository {
   ): Promise<boolean> {
     const r = await sql`
       update worker_task set status = ${status}, finished_at = now(), end_reason = ${reason}, result_digest = ${digest},
-        inputs = null, inputs_sealed = null
+        ${INPUTS_DROPPED}
       where tenant_id = ${tenantId} and task_id = ${taskId} and status in ('pending', 'assigned', 'delivered')`.execute(
       tx,
     );
@@ -384,7 +389,7 @@ export class WorkersRepository {
   async cancelStale(db: SystemDb, limit: number): Promise<{ tenant_id: string; pool: string; run_id: string }[]> {
     const r = await sql<{ tenant_id: string; pool: string; run_id: string }>`
       update worker_task t set status = 'cancelled', finished_at = now(), end_reason = x.reason,
-        inputs = null, inputs_sealed = null
+        ${INPUTS_DROPPED}
       from (
         select t.tenant_id, t.task_id, case when s.status = 'cancelled' then 'cancelled' else 'step_ended' end as reason
         from worker_task t
@@ -420,7 +425,7 @@ export class WorkersRepository {
   ) {
     const r = await sql<TaskRow>`
       select t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version, t.pool,
-        t.task_type, t.inputs, t.inputs_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
+        t.task_type, t.inputs, t.inputs_sealed, t.secrets_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
         t.result_digest, null::text as worker_name
       from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb, ${landing}::uuid[]) j
       cross join lateral jsonb_populate_record(null::worker_task, j) t
