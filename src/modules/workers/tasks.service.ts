@@ -32,6 +32,15 @@ import type {
 } from './workers.dto';
 import { WorkersRepository, type TaskEnd, type TaskRow } from './workers.repository';
 
+/** Redacts a worker's text, and the strings of a JSON value, against a task's secret values. */
+interface Redactor {
+  text(s: string): string;
+  json<T extends JsonValue>(v: T): T;
+}
+
+/** The redactor of a task whose inputs carried no secret. */
+const UNREDACTED: Redactor = { text: (s) => s, json: (v) => v };
+
 /** Progress events a task may append to its run (more are kept on the task only). */
 const MAX_PROGRESS_EVENTS = 100;
 /** The most often a task's progress becomes a run event. */
@@ -629,8 +638,8 @@ export class TasksService implements BeforeApplicationShutdown {
    * against the secret values its inputs carried, as the built-in plugins' results are: a worker
    * trusted with a secret does not echo it into the run's record or the tenant's stream.
    */
-  private redactorOf(t: TaskRow): { text: (s: string) => string; json: <T extends JsonValue>(v: T) => T } {
-    if (!t.secrets_sealed) return { text: (x) => x, json: (v) => v };
+  private redactorOf(t: TaskRow): Redactor {
+    if (!t.secrets_sealed) return UNREDACTED;
     const values = this.secrets.openJson(
       taskSecretsContext(t.tenant_id, t.run_id, t.step_id, t.attempt),
       t.secrets_sealed,
