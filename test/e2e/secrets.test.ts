@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { makeRedactor } from '../../src/modules/secrets/redact';
+import { makeRedactor, redactJson } from '../../src/modules/secrets/redact';
 import { SECRET_KEY_FILE } from '../../src/modules/secrets/secret-keys';
 import { SecretNotFoundError, SecretsService } from '../../src/modules/secrets/secrets.service';
 import { startTestApp, type TestApp } from '../support/test-app';
@@ -175,5 +175,26 @@ describe('makeRedactor', () => {
     const redact = makeRedactor(['pässwörd']);
     expect(redact('"p\\u00e4ssw\\u00f6rd"')).toBe('"[redacted]"');
     expect(redact(JSON.stringify({ a: 'pässwörd' }))).toBe('{"a":"[redacted]"}');
+  });
+});
+
+describe('redactJson', () => {
+  it('redacts every string and key of a JSON value, and keeps its structure whatever the secret', () => {
+    const redact = makeRedactor(['true', '1,2', 'k3y']);
+    const value = {
+      ok: true,
+      list: [1, 2],
+      note: 'it is true',
+      k3y: ['a k3y', { deep: Buffer.from('k3y').toString('base64') }, null, 7],
+      nested: JSON.stringify({ s: 'k3y' }),
+    };
+    expect(redactJson(redact, value)).toEqual({
+      ok: true,
+      list: [1, 2],
+      note: 'it is [redacted]',
+      '[redacted]': ['a [redacted]', { deep: '[redacted]' }, null, 7],
+      nested: '{"s":"[redacted]"}',
+    });
+    expect(value.note).toBe('it is true');
   });
 });

@@ -12,7 +12,7 @@ import {
 } from '../plugins/plugin';
 import type { PluginRegistry } from '../plugins/plugin-registry';
 import type { Sandbox } from '../sandbox/sandbox';
-import { makeRedactor } from '../secrets/redact';
+import { makeRedactor, redactJson } from '../secrets/redact';
 import { SecretNotFoundError, type SecretsService } from '../secrets/secrets.service';
 import { ConditionError, evaluateCondition, type ConditionScope } from '../flow/condition';
 import { MapError, mapItems } from '../flow/map-step';
@@ -191,10 +191,7 @@ export class StepExecutor {
       });
     if (result.status === 'succeeded') {
       // Outputs are stored and passed downstream: a secret value a plugin echoed back does not survive into them.
-      const outputs =
-        secrets.redact === unredacted
-          ? result.outputs
-          : (JSON.parse(redact(JSON.stringify(result.outputs))) as JsonObject);
+      const outputs = secrets.redact === unredacted ? result.outputs : redactJson(redact, result.outputs);
       // Outputs that would take the tenant past its plan's maxArtifactBytes are not stored: the step fails (not retried).
       // A check that cannot reach the database fails the attempt as transient (retried), so that
       // execute never throws.
@@ -340,8 +337,8 @@ export class StepExecutor {
           secrets: values,
           ...(w.spec.mapOf !== undefined ? { map: { item: w.spec.item ?? null, index: w.spec.mapIndex ?? 0 } } : {}),
         });
-        secrets.redact = makeRedactor(rendered.usedSecrets.map((n) => values[n]));
         used.secrets = rendered.usedSecrets.map((n) => values[n]);
+        secrets.redact = makeRedactor(used.secrets);
         config = rendered.value;
       } catch (e) {
         // A reference the run's inputs or upstream outputs cannot fill is the input's fault; a missing secret is not.

@@ -33,3 +33,19 @@ export function makeRedactor(values: readonly string[]): (text: string) => strin
   const re = new RegExp(all.map(escapeRe).join('|'), 'g');
   return (text) => (typeof text === 'string' && text.length > 0 ? text.replace(re, REDACTED) : text);
 }
+
+/**
+ * A JSON value with `redact` applied to each of its strings, keys included (numbers, booleans and
+ * null are kept): redacting the value's text instead could cut through its structure (a secret
+ * `true` or `1,2`) and leave it no longer JSON.
+ */
+export function redactJson<T>(redact: (text: string) => string, value: T): T {
+  const walk = (v: unknown): unknown => {
+    if (typeof v === 'string') return redact(v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v !== null && typeof v === 'object')
+      return Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([k, x]) => [redact(k), walk(x)]));
+    return v;
+  };
+  return walk(value) as T;
+}

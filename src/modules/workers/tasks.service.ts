@@ -9,7 +9,7 @@ import type { WorkerPrincipalT } from '../../core/http/request-context';
 import { canonicalJson } from '../../core/json/canonical-json';
 import { completionFor, EngineStore, type Completion } from '../engine/engine.store';
 import { taskInputsContext, taskSecretsContext } from '../engine/step-executor';
-import { makeRedactor } from '../secrets/redact';
+import { makeRedactor, redactJson } from '../secrets/redact';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
 import { RunBooks } from '../runs/run-book';
 import { RunsRepository } from '../runs/runs.repository';
@@ -645,7 +645,7 @@ export class TasksService implements BeforeApplicationShutdown {
       t.secrets_sealed,
     ) as string[];
     const text = makeRedactor(values);
-    return { text, json: (v) => JSON.parse(text(JSON.stringify(v))) as typeof v };
+    return { text, json: (v) => redactJson(text, v) };
   }
 
   /** A succeeded result's contract violation (outputs not matching the worker's output schema), if any. */
