@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import WebSocket from 'ws';
+import { AuthRepository } from '../../src/modules/auth/auth.repository';
+import { TokenService } from '../../src/modules/auth/token.service';
 import { TaskInbox } from '../../src/modules/workers/task-inbox';
 import { WorkersRepository } from '../../src/modules/workers/workers.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
@@ -32,6 +34,31 @@ describe('external workers', () => {
     const r = await app.request('POST', '/api/v1/tokens', { as: who, body: { scopes: ['worker'], pool, subject } });
     expect(r.status).toBe(201);
     return { token: r.body.token as string, tenantId: who.tenantId };
+  };
+  /** A worker token with its jti (to revoke it). */
+  const minted = async (pool: string) => {
+    const r = await app.request('POST', '/api/v1/tokens', {
+      as,
+      body: { scopes: ['worker'], pool, subject: `w-${++seq}` },
+    });
+    expect(r.status).toBe(201);
+    return { token: r.body.token as string, tenantId: as.tenantId, jti: r.body.jti as string };
+  };
+  /** A worker token that expires in `seconds` (below the API's minimum of 60: minted and recorded directly). */
+  const expiring = async (pool: string, seconds: number) => {
+    const m = await app.ordo.app.get(TokenService).mintWorker(as.tenantId, `w-${++seq}`, pool, seconds);
+    await app.ordo.database.withTenant(as.tenantId, (tx) =>
+      app.ordo.app.get(AuthRepository).insertToken(tx, {
+        jti: m.jti,
+        subject: 'expiring',
+        scopes: ['worker'],
+        pool,
+        description: null,
+        createdBy: 'test',
+        expiresAt: m.expiresAt,
+      }),
+    );
+    return { token: m.token, tenantId: as.tenantId };
   };
   /** Heartbeats of the registered workers, stopped after each test. */
   const beats: NodeJS.Timeout[] = [];
@@ -227,6 +254,101 @@ describe('external workers', () => {
       });
       expect(admin.status).toBe(403);
     });
+
+    it('a worker is acted for only with the token that registered it: another token of its pool finds no such worker', async () => {
+      await publish('owned', { with: { taskType: 'resize' } });
+      const a = await mint('default');
+      const b = await mint('default');
+      const id = await register(a, {});
+      const runId = await start('owned');
+      const t = await take(a, id);
+      const calls: [string, string, unknown][] = [
+        ['POST', `/api/v1/workers/${id}/heartbeat`, {}],
+        ['GET', `/api/v1/workers/${id}/tasks/next?waitMs=0`, undefined],
+        ['POST', `/api/v1/workers/${id}/tasks/sync`, { holding: [] }],
+        ['POST', `/api/v1/workers/${id}/tasks/${t.attemptId}/progress`, { epoch: t.epoch, percent: 5 }],
+        [
+          'POST',
+          `/api/v1/workers/${id}/tasks/${t.attemptId}/result`,
+          { epoch: t.epoch, status: 'succeeded', outputs: { width: 1 } },
+        ],
+        ['POST', `/api/v1/workers/${id}/drain`, undefined],
+        ['DELETE', `/api/v1/workers/${id}`, undefined],
+      ];
+      for (const [method, url, body] of calls) {
+        const r = await app.request(method, url, { as: b, body });
+        expect([url, r.status, r.body?.error?.code]).toEqual([url, 404, 'WORKER_NOT_FOUND']);
+      }
+      const code = await new Promise<number>((resolve) => {
+        const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
+          headers: { authorization: `Bearer ${b.token}`, 'x-tenant-id': b.tenantId },
+        });
+        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.on('open', () => resolve(101));
+      });
+      expect(code).toBe(404);
+      // Nothing of it changed: the worker is online, holds its task, and its own result applies.
+      const seen = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body as { status: string };
+      expect(seen.status).toBe('online');
+      expect(work(await run(runId)).status).toBe('waiting');
+      expect((await result(a, id, t, { status: 'succeeded', outputs: { width: 2 } })).status).toBe(200);
+      expect(work(await waitForRun(app, as, runId)).outputs).toEqual({ width: 2 });
+    });
+
+    it("revoking a worker's token closes its channel at once (4401) and takes it offline, its task retried elsewhere", async () => {
+      // Its offered task was delivered: orphaned with the worker, it is retried (its next attempt).
+      await publish('revoked-chan', { with: { taskType: 'resize' }, retry: { maxRetries: 1, initialDelay: '10ms' } });
+      const w = await minted('default');
+      const id = await register(w, {}, { quiet: true });
+      const c = await channel(w, id);
+      c.ws.send(JSON.stringify({ type: 'ready', credit: 2 }));
+      const runId = await start('revoked-chan');
+      const offered = await firstOffer(c);
+      expect(offered.runId).toBe(runId);
+      expect((await app.request('POST', `/api/v1/tokens/${w.jti}/revoke`, { as })).status).toBe(200);
+      expect(await c.closed).toBe(4401);
+      const seen = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body as { status: string };
+      expect(seen.status).toBe('offline');
+      // Its task goes to a worker whose token holds.
+      const other = await mint('default');
+      const otherId = await register(other, {});
+      const t = await take(other, otherId, 10_000);
+      expect(t.runId).toBe(runId);
+    });
+
+    it('a long-poll whose token is revoked while it waits hands out nothing: 401, and the task goes elsewhere', async () => {
+      await publish('revoked-poll', { with: { taskType: 'resize' } });
+      const w = await minted('default');
+      const id = await register(w, {}, { quiet: true });
+      const waiting = next(w, id, 20_000);
+      // The pull is waiting (it found nothing) before the token is revoked and the task opened.
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await app.request('POST', `/api/v1/tokens/${w.jti}/revoke`, { as })).status).toBe(200);
+      const runId = await start('revoked-poll');
+      const answer = await waiting;
+      expect([answer.status, answer.body?.error?.code]).toEqual([401, 'TOKEN_REVOKED']);
+      const other = await mint('default');
+      const otherId = await register(other, {});
+      const t = await take(other, otherId, 10_000);
+      expect([t.runId, t.epoch]).toEqual([runId, 1]);
+    });
+
+    it("disabling a tenant closes its workers' channels (4403)", async () => {
+      const b = await app.tenant(`wd-${process.pid}`);
+      const w = await mint('default', b);
+      const id = await register(w, {}, { quiet: true });
+      const c = await channel(w, id);
+      const op = { token: app.platformToken };
+      expect((await app.request('POST', `/api/v1/tenants/${b.tenantId}/disable`, { as: op })).status).toBe(200);
+      expect(await c.closed).toBe(4403);
+    });
+
+    it("closes a worker's channel when its token expires", async () => {
+      const w = await expiring('default', 2);
+      const id = await register(w, {}, { quiet: true });
+      const c = await channel(w, id);
+      expect(await c.closed).toBe(4401);
+    });
   });
 
   describe('registration', () => {
@@ -257,6 +379,14 @@ describe('external workers', () => {
         body: { name: 'x', taskTypes: [{ name: 'resize' }], resources: { memory: 'lots' } },
       });
       expect(size.status).toBe(400);
+      // A size past what the registry holds (8 PiB) is refused as well, not a server error.
+      for (const memory of ['10000000000000000000B', '9999999999TiB']) {
+        const big = await app.request('POST', '/api/v1/workers', {
+          as: w,
+          body: { name: 'x', taskTypes: [{ name: 'resize' }], resources: { memory } },
+        });
+        expect([memory, big.status]).toEqual([memory, 400]);
+      }
       const after = await app.ordo.database.withSystem(
         async (tx) => (await sql<{ n: number }>`select count(*)::int as n from worker`.execute(tx)).rows[0].n,
       );
@@ -1360,6 +1490,35 @@ describe('external workers', () => {
       await until('the orphaned task', async () =>
         work(await run(runId)).task?.status === 'orphaned' ? true : undefined,
       );
+    });
+
+    it("refuses on the channel what the routes refuse (NUL, 1e309, a non-object), and another worker's heartbeats go on", async () => {
+      const w = await mint('default');
+      const id = await register(w, {}, { quiet: true });
+      const c = await channel(w, id);
+      const other = await mint('default');
+      const otherId = await register(other, {}, { quiet: true });
+      c.ws.send('{"type":"heartbeat","loaded":["\\u0000"]}');
+      c.ws.send('{"type":"progress","attemptId":"00000000-0000-4000-8000-000000000000","epoch":1,"percent":1e309}');
+      c.ws.send('null');
+      const errors = await until('three answers', async () => {
+        const e = c.inbox.filter((m) => m.type === 'error');
+        return e.length === 3 ? e : undefined;
+      });
+      expect(errors.map((e) => e.code)).toEqual(['BAD_MESSAGE', 'BAD_MESSAGE', 'BAD_MESSAGE']);
+      expect(String(errors[0].message)).toMatch(/NUL/);
+      // The heartbeats recorded after it, this worker's and another's, are kept.
+      for (let i = 0; i < 3; i++) {
+        expect(
+          (await app.request('POST', `/api/v1/workers/${otherId}/heartbeat`, { as: other, body: {} })).status,
+        ).toBe(200);
+        await new Promise((r) => setTimeout(r, 400));
+      }
+      c.ws.send('{"type":"heartbeat"}');
+      await until('the heartbeat answer', async () => c.inbox.find((m) => m.type === 'heartbeat'));
+      const seen = (await app.request('GET', `/api/v1/workers/${otherId}`, { as })).body as { status: string };
+      expect(seen.status).toBe('online');
+      c.ws.close();
     });
 
     it('refuses a channel upgrade without a worker token', async () => {

@@ -6,7 +6,8 @@ export type Principal =
   | { kind: 'tenant'; tenantId: string; subject: string; scopes: TenantScope[]; jti: string }
   | { kind: 'platform'; subject: string; jti: string }
   /** An external worker: its tenant, and the pool its token is bound to. */
-  | { kind: 'worker'; tenantId: string; subject: string; pool: string; jti: string }
+  /** `exp`: the token's expiry (seconds since the epoch), which a long-lived call checks again. */
+  | { kind: 'worker'; tenantId: string; subject: string; pool: string; jti: string; exp: number }
   | { kind: 'anonymous' };
 
 export interface ValidatedInput {

@@ -75,7 +75,7 @@ function textProblem(s: string): string | undefined {
  * them), non-finite numbers (`1e309` parses as Infinity: no JSON form, no canonical hash) and
  * nesting deeper than MAX_INPUT_DEPTH. Walks iteratively, so hostile depth cannot exhaust the stack.
  */
-function assertStorable(value: unknown, where: 'path' | 'query' | 'body'): void {
+export function assertStorable(value: unknown, where: string): void {
   interface Node {
     v: unknown;
     key?: string;

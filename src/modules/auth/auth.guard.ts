@@ -91,6 +91,7 @@ export class AuthGuard implements CanActivate {
         subject: verified.sub,
         pool: verified.pool,
         jti: verified.jti,
+        exp: verified.exp,
       };
       return true;
     }

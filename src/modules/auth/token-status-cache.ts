@@ -49,6 +49,7 @@ export class TokenStatusCache implements OnModuleDestroy {
   private readonly acks = new Map<string, number>();
   private readonly waiting = new Map<string, { need: number; done: () => void }[]>();
   private readonly log = rootLogger().child({ component: 'token-status' });
+  private readonly changeHooks: ((tenantId: string, jti?: string) => void)[] = [];
 
   constructor(
     private readonly db: Database,
@@ -68,6 +69,15 @@ export class TokenStatusCache implements OnModuleDestroy {
       onLost: () => this.lost(),
       log: this.log,
     });
+  }
+
+  /**
+   * Calls `hook` with each revocation (tenant and jti) and each tenant status change (tenant
+   * alone) heard, after the cache dropped what it concerns: holders of long-lived connections
+   * check their tokens again.
+   */
+  onChange(hook: (tenantId: string, jti?: string) => void): void {
+    this.changeHooks.push(hook);
   }
 
   async status(tenantId: string, jti: string): Promise<TokenStatus | undefined> {
@@ -94,6 +104,7 @@ export class TokenStatusCache implements OnModuleDestroy {
   async revoked(tenantId: string, jti: string): Promise<void> {
     const key = `${tenantId} ${jti}`;
     this.forget(key);
+    this.changed(tenantId, jti);
     if (this.listening) await this.answered(key, async () => undefined);
   }
 
@@ -104,6 +115,7 @@ export class TokenStatusCache implements OnModuleDestroy {
    */
   async tenantChanged(tenantId: string): Promise<void> {
     this.dropTenant(tenantId);
+    this.changed(tenantId);
     if (!this.listening) return;
     const key = `${tenantId} ${randomUUID()}`;
     await this.answered(key, () => this.repo.notify(this.db.system, TENANT_CHANNEL, key));
@@ -163,6 +175,7 @@ export class TokenStatusCache implements OnModuleDestroy {
       const [tenantId, jti] = payload.split(' ');
       if (!tenantId || !jti) return;
       this.forget(`${tenantId} ${jti}`);
+      this.changed(tenantId, jti);
       // Dropped: tell the revoker (and everyone else listening).
       void this.listener.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
     } else if (channel === ACK_CHANNEL) {
@@ -182,7 +195,18 @@ export class TokenStatusCache implements OnModuleDestroy {
       const [tenantId, nonce] = payload.split(' ');
       if (!tenantId) return;
       this.dropTenant(tenantId);
+      this.changed(tenantId);
       if (nonce) void this.listener.query('select pg_notify($1, $2)', [ACK_CHANNEL, payload]).catch(() => undefined);
+    }
+  }
+
+  private changed(tenantId: string, jti?: string): void {
+    for (const hook of this.changeHooks) {
+      try {
+        hook(tenantId, jti);
+      } catch (e) {
+        this.log.warn({ err: e }, 'a token change hook failed');
+      }
     }
   }
 

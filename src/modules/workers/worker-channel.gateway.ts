@@ -6,6 +6,7 @@ import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } f
 import type { z } from 'zod';
 import { DomainError } from '../../core/errors/domain-error';
 import type { WorkerPrincipalT } from '../../core/http/request-context';
+import { assertStorable } from '../../core/http/validation.guard';
 import { rootLogger } from '../../core/logging/logger';
 import { TokenService } from '../auth/token.service';
 import { TokenStatusCache } from '../auth/token-status-cache';
@@ -25,6 +26,10 @@ const MAX_PAYLOAD = 2 * 1024 * 1024;
 const CLOSE_UNAUTHORIZED = 4401;
 const CLOSE_OFFLINE = 4409;
 const CLOSE_REPLACED = 4410;
+/** The longest delay a timer takes (a token expiring later is caught by the pings' checks). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** Close code: the token's tenant is disabled. */
+const CLOSE_TENANT_DISABLED = 4403;
 
 interface Session {
   ws: WebSocket;
@@ -33,7 +38,6 @@ interface Session {
   corked: boolean;
   w: KnownWorker;
   p: WorkerPrincipalT;
-  exp: number;
   /** Tasks the worker can still take (its `ready` credits less the tasks offered and reserved). */
   credit: number;
   /** Credits reserved by a dispatch under way here (see TaskInbox.dispatch). */
@@ -66,7 +70,7 @@ export class WorkerChannelGateway
   private server?: WebSocketServer;
   /** The open channel of each worker in this process (tenant and worker id). */
   private readonly channels = new Map<string, Session>();
-  private readonly upgrades = new WeakMap<IncomingMessage, { p: WorkerPrincipalT; w: KnownWorker; exp: number }>();
+  private readonly upgrades = new WeakMap<IncomingMessage, { p: WorkerPrincipalT; w: KnownWorker }>();
   private readonly log = rootLogger().child({ component: 'workers' });
 
   constructor(
@@ -80,6 +84,11 @@ export class WorkerChannelGateway
   ) {
     inbox.onChannel((tenantId, workerId, stamp) => this.openedElsewhere(workerKey(tenantId, workerId), stamp));
     inbox.onListening(() => void this.recheck());
+    // A revoked token's channels, and a disabled tenant's, close at once (not at their next message).
+    statuses.onChange((tenantId, jti) => {
+      for (const s of this.channels.values())
+        if (s.p.tenantId === tenantId && (jti === undefined || s.p.jti === jti)) void this.admitted(s);
+    });
   }
 
   afterInit(server: WebSocketServer): void {
@@ -109,7 +118,7 @@ export class WorkerChannelGateway
     for (const ws of this.server?.clients ?? []) ws.close(1001, 'server shutting down');
   }
 
-  private async authenticate(req: IncomingMessage): Promise<{ p: WorkerPrincipalT; w: KnownWorker; exp: number }> {
+  private async authenticate(req: IncomingMessage): Promise<{ p: WorkerPrincipalT; w: KnownWorker }> {
     const m = BEARER.exec((req.headers.authorization ?? '').trim());
     if (!m) throw new DomainError('UNAUTHENTICATED', 'Authorization: Bearer <worker token> is required', 401);
     const t = await this.tokens.verify(m[1]);
@@ -120,9 +129,16 @@ export class WorkerChannelGateway
     if (req.headers['x-tenant-id'] !== t.tid)
       throw new DomainError('TENANT_MISMATCH', 'X-Tenant-Id must name the token’s tenant', 403);
     if (!status.tenantActive) throw new DomainError('TENANT_DISABLED', 'tenant is disabled', 403);
-    const p: WorkerPrincipalT = { kind: 'worker', tenantId: t.tid, subject: t.sub, pool: t.pool, jti: t.jti };
+    const p: WorkerPrincipalT = {
+      kind: 'worker',
+      tenantId: t.tid,
+      subject: t.sub,
+      pool: t.pool,
+      jti: t.jti,
+      exp: t.exp,
+    };
     const id = CHANNEL.exec(new URL(req.url ?? '/', 'http://localhost').pathname)![1];
-    return { p, w: await this.directory.live(p, id), exp: t.exp };
+    return { p, w: await this.directory.live(p, id) };
   }
 
   handleConnection(ws: WebSocket, req: IncomingMessage): void {
@@ -138,7 +154,6 @@ export class WorkerChannelGateway
       corked: false,
       w: who.w,
       p: who.p,
-      exp: who.exp,
       credit: 0,
       reserved: 0,
       held: new Map(),
@@ -168,10 +183,12 @@ export class WorkerChannelGateway
     ws.on('pong', seen);
     const alive = setInterval(
       () => {
-        if (ws.readyState === ws.OPEN) ws.ping();
+        if (ws.readyState === ws.OPEN) void this.admitted(s).then((ok) => ok && ws.ping());
       },
       Math.max(500, Math.floor(s.w.ttlMs / 3)),
     );
+    const untilExpiry = s.p.exp * 1000 - Date.now();
+    const expiry = untilExpiry < MAX_TIMER_MS ? setTimeout(() => void this.admitted(s), untilExpiry) : undefined;
     const unsubscribe = this.inbox.subscribe(s.w.tenantId, s.w.workerId, {
       task: () => this.offer(s),
       cancelled: (runId) => {
@@ -212,6 +229,7 @@ export class WorkerChannelGateway
     ws.on('close', () => {
       if (this.channels.get(k) === s) this.channels.delete(k);
       clearInterval(alive);
+      clearTimeout(expiry);
       unsubscribe();
       untake();
     });
@@ -221,15 +239,30 @@ export class WorkerChannelGateway
     });
   }
 
-  private async handle(s: Session, data: RawData, isBinary: boolean): Promise<void> {
+  /**
+   * Closes the channel unless its token still holds: not revoked, not expired, its tenant active.
+   * Checked before each message, on each ping, at the token's expiry and when a revocation or a
+   * tenant's status change is heard: a channel outlives none of them.
+   */
+  private async admitted(s: Session): Promise<boolean> {
     const token = await this.statuses.status(s.p.tenantId, s.p.jti);
-    if (!token || token.revoked || s.exp * 1000 <= Date.now()) {
-      s.ws.close(CLOSE_UNAUTHORIZED, 'the token is no longer valid');
-      return;
-    }
+    if (s.ws.readyState !== s.ws.OPEN) return false;
+    if (token && !token.revoked && s.p.exp * 1000 > Date.now() && token.tenantActive) return true;
+    if (!token?.tenantActive) s.ws.close(CLOSE_TENANT_DISABLED, 'the tenant is disabled');
+    else s.ws.close(CLOSE_UNAUTHORIZED, 'the token is no longer valid');
+    // Its worker can no longer act: it is gone, and the tasks it held go elsewhere.
+    await this.tasks
+      .takeOffline(s.w)
+      .catch((e: unknown) => this.log.warn({ err: e, workerId: s.w.workerId }, 'taking the worker offline failed'));
+    return false;
+  }
+
+  private async handle(s: Session, data: RawData, isBinary: boolean): Promise<void> {
+    if (!(await this.admitted(s))) return;
     let msg: { type?: unknown; attemptId?: unknown; credit?: unknown; [k: string]: unknown };
     try {
       msg = isBinary ? {} : (JSON.parse(rawText(data)) as typeof msg);
+      if (msg === null || typeof msg !== 'object' || Array.isArray(msg)) throw new Error('not an object');
     } catch {
       this.send(s, { type: 'error', code: 'BAD_MESSAGE', message: 'messages are JSON objects with a type' });
       return;
@@ -435,6 +468,13 @@ function uncork(s: Session): void {
 function bodyOf<T>(schema: z.ZodType<T>, msg: Record<string, unknown>, namesTask = false): T {
   const { type: _t, ...rest } = msg;
   if (namesTask) delete rest.attemptId;
+  // What the routes' validation refuses before their schemas (text PostgreSQL cannot hold, numbers
+  // with no JSON value, hostile depth), the channel refuses too.
+  try {
+    assertStorable(rest, msg.type as string);
+  } catch (e) {
+    throw e instanceof DomainError ? new DomainError('BAD_MESSAGE', e.message, 400) : e;
+  }
   const body = schema.safeParse(rest);
   if (!body.success) throw new DomainError('BAD_MESSAGE', body.error.issues[0].message, 400);
   return body.data;

@@ -12,6 +12,8 @@ export interface KnownWorker {
   workerId: string;
   pool: string;
   name: string;
+  /** The token that registered it: the one credential that acts for it. */
+  tokenJti: string;
   status: 'online' | 'draining' | 'offline';
   ttlMs: number;
   taskTypes: Record<string, { inputSchema?: JsonObject; outputSchema?: JsonObject }>;
@@ -22,7 +24,9 @@ const MAX_KNOWN = 50_000;
 /**
  * The workers this process serves, read once through the worker's own tenant and pool (RLS) and
  * kept: their status follows `ordo_worker` notifications, so serving a pull or a heartbeat costs
- * no query to find who is calling. A worker of another tenant or pool is not found (404).
+ * no query to find who is calling. A worker is found only with the token that registered it: one
+ * of another tenant or pool, or registered with another token of the same pool, is not found
+ * (404), as an unknown id is.
  */
 @Injectable()
 export class WorkerDirectory {
@@ -40,18 +44,19 @@ export class WorkerDirectory {
     });
   }
 
-  /** The caller's worker `workerId` (404 WORKER_NOT_FOUND when it is not of the caller's tenant and pool). */
+  /** The caller's worker `workerId` (404 WORKER_NOT_FOUND when the caller's token did not register it). */
   async get(p: WorkerPrincipalT, workerId: string): Promise<KnownWorker> {
     const k = this.known.get(workerId);
-    if (k && k.tenantId === p.tenantId && k.pool === p.pool) return k;
+    if (k && k.tenantId === p.tenantId && k.pool === p.pool && k.tokenJti === p.jti) return k;
     if (k) throw notFound(`worker ${workerId}`, 'WORKER_NOT_FOUND');
     const row = await this.db.withWorkerPool(p.tenantId, p.pool, (tx) => this.repo.findWorker(tx, workerId));
-    if (!row) throw notFound(`worker ${workerId}`, 'WORKER_NOT_FOUND');
+    if (!row || row.token_jti !== p.jti) throw notFound(`worker ${workerId}`, 'WORKER_NOT_FOUND');
     const w: KnownWorker = {
       tenantId: row.tenant_id,
       workerId: row.worker_id,
       pool: row.pool,
       name: row.name,
+      tokenJti: row.token_jti,
       status: row.status,
       ttlMs: row.ttl_ms,
       taskTypes: row.task_types,

@@ -147,7 +147,7 @@ export class WorkersController {
     req.raw.once('close', gone);
     try {
       const waitMs = Math.min(q.waitMs ?? this.config.ORDO_EXTERNAL_WORKER_LONG_POLL_MS, 120_000);
-      const tasks = await this.tasks.next(p, params.workerId, q.max, waitMs, ac.signal);
+      const tasks = await this.workers.pull(p, params.workerId, q.max, waitMs, ac.signal);
       if (tasks.length === 0) {
         reply.status(204);
         return undefined;

@@ -3,16 +3,17 @@ import { randomUUID } from 'node:crypto';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
-import { badRequest, conflict, forbidden, notFound } from '../../core/errors/domain-error';
+import { badRequest, conflict, forbidden, notFound, unauthorized } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import type { TenantPrincipalT, WorkerPrincipalT } from '../../core/http/request-context';
+import { TokenStatusCache } from '../auth/token-status-cache';
 import type { JsonObject } from '../plugins/plugin';
 import { SchemaError } from './task-schemas';
 import { TasksService } from './tasks.service';
 import { WorkerDirectory } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
 import { parseSize } from './worker-names';
-import type { HeartbeatAnswer, RegisterWorkerBody, WorkerDto } from './workers.dto';
+import type { HeartbeatAnswer, RegisterWorkerBody, TaskDto, WorkerDto } from './workers.dto';
 import { WorkersRepository, type WorkerRow } from './workers.repository';
 
 type PageKey = { a: string; i: string };
@@ -38,7 +39,42 @@ export class WorkersService {
     private readonly directory: WorkerDirectory,
     private readonly liveness: WorkerLiveness,
     private readonly tasks: TasksService,
+    private readonly statuses: TokenStatusCache,
   ) {}
+
+  /**
+   * A long-poll (TasksService.next), answered with its tasks unless its token stopped holding
+   * while it waited (revoked, expired, its tenant disabled): then its worker, which can no longer
+   * act, is taken offline at once (these tasks, never received, go back to the pool with the rest
+   * it was assigned), and the pull is refused as a new call would be (401 or 403).
+   */
+  async pull(
+    p: WorkerPrincipalT,
+    workerId: string,
+    max: number,
+    waitMs: number,
+    request: AbortSignal,
+  ): Promise<TaskDto[]> {
+    const tasks = await this.tasks.next(p, workerId, max, waitMs, request);
+    if (tasks.length === 0) return tasks;
+    const token = await this.statuses.status(p.tenantId, p.jti);
+    const refusal =
+      !token || token.revoked
+        ? unauthorized('token revoked', 'TOKEN_REVOKED')
+        : p.exp * 1000 <= Date.now()
+          ? unauthorized('token expired', 'TOKEN_EXPIRED')
+          : !token.tenantActive
+            ? forbidden('tenant is disabled', 'TENANT_DISABLED')
+            : null;
+    if (!refusal) return tasks;
+    const w = await this.directory.get(p, workerId);
+    await this.tasks.giveBack(
+      w,
+      tasks.map((t) => t.attemptId),
+    );
+    await this.tasks.takeOffline(w);
+    throw refusal;
+  }
 
   async register(p: WorkerPrincipalT, body: RegisterWorkerBody) {
     if (body.pool !== undefined && body.pool !== p.pool)
@@ -86,6 +122,7 @@ export class WorkersService {
       workerId,
       pool: p.pool,
       name: body.name,
+      tokenJti: p.jti,
       status: 'online',
       ttlMs,
       taskTypes,
@@ -127,10 +164,7 @@ export class WorkersService {
 
   /** The worker leaves: offline at once, the tasks it still holds go elsewhere (see TasksService.releaseWorker). */
   async leave(p: WorkerPrincipalT, workerId: string): Promise<void> {
-    const w = await this.directory.get(p, workerId);
-    const left = await this.db.withSystem((tx) => this.repo.setStatus(tx, w.tenantId, w.workerId, 'offline'));
-    this.directory.setStatus(w.workerId, 'offline');
-    if (left) await this.tasks.releaseWorker(w.tenantId, w.workerId, w.pool);
+    await this.tasks.takeOffline(await this.directory.get(p, workerId));
   }
 
   async list(
