@@ -1,5 +1,8 @@
-import Ajv, { type ValidateFunction } from 'ajv';
+import Ajv, { type Options, type ValidateFunction } from 'ajv';
+import type { RegExpEngine } from 'ajv/dist/types';
+import Ajv2019 from 'ajv/dist/2019';
 import Ajv2020 from 'ajv/dist/2020';
+import { RE2 } from 're2-wasm';
 import addFormats from 'ajv-formats';
 import type { JsonObject } from '../plugins/plugin';
 
@@ -12,17 +15,32 @@ const MAX_CACHED = 2_000;
 export class SchemaError extends Error {}
 
 /**
+ * The schemas' `pattern`s and `patternProperties` run on RE2, in time linear in the text: a
+ * pattern a worker declares (`^(a+)+$`) cannot hold the process's one thread for seconds on a
+ * value that makes a backtracking engine explode. RE2 has no backreferences or lookaround: a
+ * schema that uses them is refused at registration.
+ */
+const linearRegExp: RegExpEngine = Object.assign(
+  (pattern: string, flags: string) => new RE2(pattern, flags.includes('u') ? flags : `${flags}u`),
+  { code: 're2-wasm' },
+);
+const AJV_OPTIONS: Options = { allErrors: false, strict: false, validateSchema: true, code: { regExp: linearRegExp } };
+
+/**
  * The JSON Schemas workers declare for their task types' inputs and outputs, compiled with Ajv
- * (draft-07, or draft 2020-12 when its $schema says so; standard formats) and cached by their text: a worker's schemas
- * are checked once at registration, and each result is validated without compiling again.
+ * (draft-07, or draft 2019-09 or 2020-12 when its $schema says so; standard formats) and cached by
+ * their text: a worker's schemas are checked once at registration, and each result is validated
+ * without compiling again.
  */
 export class TaskSchemas {
-  private readonly draft07 = new Ajv({ allErrors: false, strict: false, validateSchema: true });
-  private readonly draft2020 = new Ajv2020({ allErrors: false, strict: false, validateSchema: true });
+  private readonly draft07 = new Ajv(AJV_OPTIONS);
+  private readonly draft2019 = new Ajv2019(AJV_OPTIONS);
+  private readonly draft2020 = new Ajv2020(AJV_OPTIONS);
   private readonly cache = new Map<string, ValidateFunction>();
 
   constructor() {
     addFormats(this.draft07);
+    addFormats(this.draft2019);
     addFormats(this.draft2020);
   }
 
@@ -49,9 +67,14 @@ export class TaskSchemas {
     try {
       // A schema given twice (by $id) would clash in Ajv's registry: compiled without its $id.
       const { $id: _id, ...rest } = schema;
-      // Draft-07 unless the schema names draft 2020-12 (or 2019-09, which 2020-12 reads alike).
-      const modern = typeof schema.$schema === 'string' && /20(19-09|20-12)/.test(schema.$schema);
-      v = (modern ? this.draft2020 : this.draft07).compile(rest);
+      // Draft-07 unless the schema names draft 2019-09 or 2020-12.
+      const named = typeof schema.$schema === 'string' ? schema.$schema : '';
+      const ajv = named.includes('2020-12')
+        ? this.draft2020
+        : named.includes('2019-09')
+          ? this.draft2019
+          : this.draft07;
+      v = ajv.compile(rest);
     } catch (e) {
       throw new SchemaError(`${where}: ${(e as Error).message}`);
     }
