@@ -792,6 +792,48 @@ describe('external workers', () => {
       expect(work(await run(runId)).error).toMatchObject({ code: 'CONTRACT_VIOLATION' });
     });
 
+    it('fails the step with UNKNOWN_STATUS for a named status the step does not declare, as for a built-in plugin', async () => {
+      await publish('named', { with: { taskType: 'resize' }, statuses: ['ok', 'bad'] });
+      await publish('unnamed', { with: { taskType: 'resize' } });
+      const w = await mint('default');
+      const id = await register(w, {});
+      const cases: [string, Record<string, unknown>, string, string | null][] = [
+        ['named', { namedStatus: 'other' }, 'failed', 'UNKNOWN_STATUS'],
+        ['named', {}, 'failed', 'UNKNOWN_STATUS'],
+        ['unnamed', { namedStatus: 'bogus' }, 'failed', 'UNKNOWN_STATUS'],
+        ['named', { namedStatus: 'ok' }, 'succeeded', null],
+      ];
+      for (const [dag, extra, status, code] of cases) {
+        const runId = await start(dag);
+        const t = await take(w, id);
+        expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 1 }, ...extra })).status).toBe(200);
+        const step = work(await waitForRun(app, as, runId));
+        expect([dag, extra, step.status, step.error?.code ?? null]).toEqual([dag, extra, status, code]);
+      }
+    });
+
+    it("fails the step with QUOTA_EXCEEDED when a worker's outputs would pass the plan's maxArtifactBytes", async () => {
+      const b = await app.tenant(`wq-${process.pid}`);
+      const op = { token: app.platformToken };
+      const plan = `wq-${process.pid}`;
+      expect(
+        (await app.request('POST', '/api/v1/plans', { as: op, body: { id: plan, limits: { maxArtifactBytes: 100 } } }))
+          .status,
+      ).toBe(201);
+      expect(
+        (await app.request('PUT', `/api/v1/tenants/${b.tenantId}/plan`, { as: op, body: { planId: plan } })).status,
+      ).toBe(200);
+      await publish('quota', { with: { taskType: 'resize' } }, {}, b);
+      const w = await mint('default', b);
+      const id = await register(w, { taskTypes: [{ name: 'resize' }] });
+      const runId = await start('quota', {}, b);
+      const t = await take(w, id);
+      const r = await result(w, id, t, { status: 'succeeded', outputs: { blob: 'x'.repeat(500) } });
+      expect(r.status).toBe(200);
+      const step = work(await waitForRun(app, b, runId));
+      expect([step.status, step.error?.code]).toEqual(['failed', 'QUOTA_EXCEEDED']);
+    });
+
     it('refuses outputs over the size limit with 413 and changes nothing', async () => {
       await publish('resize-big', { with: { taskType: 'resize' } });
       const w = await mint('default');

@@ -182,7 +182,7 @@ export class StepExecutor {
         ...(result.data !== undefined ? { data: result.data } : {}),
         logs: lines,
       });
-    const unknown = result.status === 'succeeded' ? unknownStatus(w, result.namedStatus) : null;
+    const unknown = result.status === 'succeeded' ? unknownStatus(w.spec.statuses, result.namedStatus) : null;
     if (unknown)
       return done({
         status: 'failed',
@@ -431,8 +431,7 @@ export class StepExecutor {
 }
 
 /** Why a success's named status is not one the step may end with (null when it is). */
-function unknownStatus(w: ClaimedWork, named: string | undefined): string | null {
-  const declared = w.spec.statuses;
+export function unknownStatus(declared: readonly string[] | undefined, named: string | undefined): string | null {
   if (declared === undefined)
     return named === undefined ? null : `the step ended with status "${named}" but declares no statuses`;
   if (named === undefined) return `the step must end with one of its statuses (${declared.join(', ')})`;

@@ -8,7 +8,10 @@ import { conflict, DomainError, notFound } from '../../core/errors/domain-error'
 import type { WorkerPrincipalT } from '../../core/http/request-context';
 import { canonicalJson } from '../../core/json/canonical-json';
 import { completionFor, EngineStore, type Completion } from '../engine/engine.store';
-import { taskInputsContext, taskSecretsContext } from '../engine/step-executor';
+import { taskInputsContext, taskSecretsContext, unknownStatus } from '../engine/step-executor';
+import { dagDefinition } from '../dags/dag-definition';
+import { QUOTA_EXCEEDED } from '../plans/quota-exceeded';
+import { QuotaChecks } from '../plans/quota-checks';
 import { makeRedactor, redactJson } from '../secrets/redact';
 import type { JsonObject, JsonValue, PluginError, StepLogLine } from '../plugins/plugin';
 import { RunBooks } from '../runs/run-book';
@@ -89,6 +92,8 @@ const MIN_CONCURRENT_BATCH = 32;
 
 /** Tasks handed over by this process whose runs it remembers (the oldest are forgotten past it). */
 const RUNS_REMEMBERED = 50_000;
+/** Steps whose declared statuses a process keeps. */
+const STEPS_REMEMBERED = 10_000;
 
 type Resolve = (result: Completion, decided: { type: string; data: JsonObject }) => Promise<boolean>;
 
@@ -115,6 +120,8 @@ export class TasksService implements BeforeApplicationShutdown {
   /** The runs and tasks of the batches under way. */
   private readonly busyRuns = new Set<string>();
   private readonly busyTasks = new Set<string>();
+  /** The named statuses of the steps whose tasks had results here (see statusesOf). */
+  private readonly declaredStatuses = new Map<string, readonly string[] | undefined>();
   /** The run (tenant/run id) of each task this process handed to a worker, for the batches above. */
   private readonly runOf = new Map<string, string>();
   /**
@@ -136,6 +143,7 @@ export class TasksService implements BeforeApplicationShutdown {
     private readonly liveness: WorkerLiveness,
     private readonly reputation: ReputationBook,
     private readonly queueSteps: QueueHandOver,
+    private readonly quotas: QuotaChecks,
   ) {}
 
   beforeApplicationShutdown(): void {
@@ -513,7 +521,7 @@ export class TasksService implements BeforeApplicationShutdown {
         const t = rows.get(`${r.w.tenantId}/${r.taskId}`);
         const refused = this.check(r, t);
         if (refused !== null) answers.push({ r, answer: refused });
-        else open.push({ r, t: t!, applied: this.outcome(r.w, t!, r.body) });
+        else open.push({ r, t: t!, applied: this.outcome(r.w, t!, r.body, await this.judgeSuccess(r.w, t!, r.body)) });
       }
       // Queue steps these results make ready are handed over to their tasks in this transaction.
       const ok = await resolveAll(
@@ -583,8 +591,58 @@ export class TasksService implements BeforeApplicationShutdown {
     }
   }
 
+  /**
+   * Why a success cannot end its step as it says, as for a built-in plugin's: outputs that do not
+   * match the worker's output schema (CONTRACT_VIOLATION, against the worker), a named status the
+   * step does not declare (UNKNOWN_STATUS), outputs that would take the tenant past its plan's
+   * maxArtifactBytes (QUOTA_EXCEEDED, not the worker's doing). Null for a failure or a success
+   * that stands.
+   */
+  private async judgeSuccess(
+    w: KnownWorker,
+    t: TaskRow,
+    body: ResultBody,
+  ): Promise<{ error: PluginError; verdict: TaskVerdict } | null> {
+    if (body.status !== 'succeeded') return null;
+    const violation = this.violation(w, t, body.outputs ?? {});
+    if (violation) return { error: violation, verdict: 'violation' };
+    const unknown = unknownStatus(await this.statusesOf(t), body.namedStatus);
+    if (unknown) return { error: { code: 'UNKNOWN_STATUS', message: unknown, retryable: false }, verdict: 'failure' };
+    const refused = await this.quotas.artifactRefusal(t.tenant_id, () =>
+      Buffer.byteLength(canonicalJson(body.outputs ?? {}), 'utf8'),
+    );
+    if (!refused) return null;
+    return {
+      error: {
+        code: QUOTA_EXCEEDED,
+        message: `the step's outputs would take the tenant past its plan's maxArtifactBytes (${refused.value}; ${refused.current} stored)`,
+        retryable: false,
+        class: 'permanent',
+      },
+      verdict: 'neutral',
+    };
+  }
+
+  /** The named statuses a task's step declares (DAG versions are immutable: kept once read). */
+  private async statusesOf(t: TaskRow): Promise<readonly string[] | undefined> {
+    const stepId = t.step_id.replace(/\[\d+\]$/, '');
+    const k = `${t.tenant_id}\u0000${t.dag_id}\u0000${t.dag_version}\u0000${stepId}`;
+    if (this.declaredStatuses.has(k)) return this.declaredStatuses.get(k);
+    const definition = dagDefinition.parse(await this.store.dagDefinition(t.tenant_id, t.dag_id, t.dag_version));
+    const declared = definition.steps.find((s) => s.id === stepId)?.statuses;
+    if (this.declaredStatuses.size >= STEPS_REMEMBERED)
+      this.declaredStatuses.delete(this.declaredStatuses.keys().next().value!);
+    this.declaredStatuses.set(k, declared);
+    return declared;
+  }
+
   /** What a result makes of its task's step: the completion, its event, the verdict on the worker and the answer. */
-  private outcome(w: KnownWorker, t: TaskRow, body: ResultBody): Applied {
+  private outcome(
+    w: KnownWorker,
+    t: TaskRow,
+    body: ResultBody,
+    refused: { error: PluginError; verdict: TaskVerdict } | null,
+  ): Applied {
     const redact = this.redactorOf(t);
     const logs: StepLogLine[] = (body.logs ?? []).map((l) => ({
       ts: new Date().toISOString(),
@@ -593,10 +651,9 @@ export class TasksService implements BeforeApplicationShutdown {
     }));
     let verdict: TaskVerdict;
     let outcome: Completion['outcome'];
-    const violation = body.status === 'succeeded' ? this.violation(w, t, body.outputs ?? {}) : null;
-    if (violation) {
-      verdict = 'violation';
-      outcome = { status: 'failed', error: { ...violation, message: redact.text(violation.message) }, logs };
+    if (refused) {
+      verdict = refused.verdict;
+      outcome = { status: 'failed', error: { ...refused.error, message: redact.text(refused.error.message) }, logs };
     } else if (body.status === 'succeeded') {
       verdict = 'success';
       outcome = {
@@ -631,7 +688,7 @@ export class TasksService implements BeforeApplicationShutdown {
       result,
       decided: { type: 'step.worker_result', data },
       verdict,
-      violation: violation !== null,
+      violation: refused?.verdict === 'violation',
       answer: {
         outcome: status,
         duplicate: false,
