@@ -212,6 +212,17 @@ describe('compileInputSchema', () => {
     expect(s.safeParse({ n: 1, x: 1 }).success).toBe(false);
   });
 
+  it('refuses a pattern with nested quantifiers (exponential on a crafted input), keeps the bounded ones', () => {
+    for (const schema of [
+      { type: 'object', properties: { s: { type: 'string', pattern: '^(a+)+$' } } },
+      { type: 'object', patternProperties: { '^(x*)*$': { type: 'string' } } },
+    ])
+      expect(() => compileInputSchema(schema)).toThrow(/nested quantifiers/);
+    const ok = compileInputSchema({ type: 'object', properties: { s: { type: 'string', pattern: '^[a-z]+$' } } });
+    expect(ok.safeParse({ s: 'abc' }).success).toBe(true);
+    expect(ok.safeParse({ s: 'ABC' }).success).toBe(false);
+  });
+
   it('accepts any JSON object when no schema is declared, never a non-object', () => {
     expect(compileInputSchema(undefined).safeParse({ a: [1] }).success).toBe(true);
     expect(compileInputSchema(undefined).safeParse([1]).success).toBe(false);

@@ -1,3 +1,4 @@
+import safeRegex from 'safe-regex2';
 import { z } from 'zod';
 import { badRequest } from '../../core/errors/domain-error';
 
@@ -12,6 +13,20 @@ function validRegex(p: string): boolean {
     return false;
   }
 }
+
+/**
+ * Run inputs are checked against the schema's patterns by JavaScript's backtracking engine, on the
+ * api process's one thread: a pattern with nested quantifiers (`^(a+)+$`, star height above one)
+ * can take exponential time on a crafted value and hold every tenant's requests. Such patterns
+ * are refused at publish (safe-regex2's star-height check).
+ */
+function boundedRegex(p: string): boolean {
+  return !validRegex(p) || safeRegex(p);
+}
+const patternString = z
+  .string()
+  .refine(validRegex, 'not a valid regular expression')
+  .refine(boundedRegex, 'a pattern with nested quantifiers (such as (a+)+) may take exponential time: not supported');
 
 /**
  * The shape of the JSON Schema subset DAG inputs may use (draft 2020-12 keywords with their value
@@ -29,9 +44,7 @@ const jsonSchemaShape: z.ZodType = z.lazy(() =>
       description: z.string().optional(),
       type: z.union([z.enum(TYPE_NAMES), z.array(z.enum(TYPE_NAMES)).min(1)]).optional(),
       properties: z.record(z.string(), jsonSchemaShape).optional(),
-      patternProperties: z
-        .record(z.string().refine(validRegex, 'not a valid regular expression'), jsonSchemaShape)
-        .optional(),
+      patternProperties: z.record(patternString, jsonSchemaShape).optional(),
       additionalProperties: jsonSchemaShape.optional(),
       required: z.array(z.string()).optional(),
       items: jsonSchemaShape.optional(),
@@ -53,7 +66,7 @@ const jsonSchemaShape: z.ZodType = z.lazy(() =>
       exclusiveMinimum: z.number().optional(),
       exclusiveMaximum: z.number().optional(),
       multipleOf: z.number().positive().optional(),
-      pattern: z.string().refine(validRegex, 'not a valid regular expression').optional(),
+      pattern: patternString.optional(),
       format: z.string().optional(),
     }),
   ]),
@@ -137,6 +150,22 @@ function withoutPrototypes(value: unknown): unknown {
 }
 
 /**
+ * The issue that says what is wrong: within a union (a schema is a boolean or an object), the
+ * deepest of its branches' issues, and within a record's key its own, with their full paths,
+ * rather than "Invalid input" or "Invalid key in record".
+ */
+function deepest(issue: z.core.$ZodIssue): { path: PropertyKey[]; message: string } {
+  const inner = issue.code === 'invalid_union' ? issue.errors.flat() : issue.code === 'invalid_key' ? issue.issues : [];
+  let best: { path: PropertyKey[]; message: string } = issue;
+  for (const i of inner) {
+    const d = deepest(i);
+    const found = { path: [...issue.path, ...d.path], message: d.message };
+    if (best === issue || found.path.length > best.path.length) best = found;
+  }
+  return best;
+}
+
+/**
  * Compiles a DAG's declared input JSON Schema into a zod schema that validates run inputs (the same
  * compilation checks the schema at publish). With no schema, any JSON object is accepted. Throws a
  * 400 INPUT_SCHEMA_INVALID naming the problem when `json` is not a usable JSON Schema.
@@ -145,7 +174,7 @@ export function compileInputSchema(json: unknown): z.ZodType {
   if (json === undefined || json === null) return anyInputs;
   const shape = jsonSchemaShape.safeParse(json);
   if (!shape.success) {
-    const i = shape.error.issues[0];
+    const i = deepest(shape.error.issues[0]);
     const where = i.path.length > 0 ? i.path.map(String).join('.') : '(root)';
     throw badRequest('INPUT_SCHEMA_INVALID', `inputs schema ${where}: ${i.message}`, { path: i.path.map(String) });
   }
