@@ -1,6 +1,7 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { Database } from '../../core/database/database';
+import { type DomainError, forbidden, unauthorized } from '../../core/errors/domain-error';
 import { PgListener } from '../../core/database/pg-listener';
 import { rootLogger } from '../../core/logging/logger';
 import { AuthRepository, type TokenStatus } from './auth.repository';
@@ -78,6 +79,19 @@ export class TokenStatusCache implements OnModuleDestroy {
    */
   onChange(hook: (tenantId: string, jti?: string) => void): void {
     this.changeHooks.push(hook);
+  }
+
+  /**
+   * Why a tenant's token accepted earlier no longer holds for a call still under way (a channel, a
+   * long-poll): revoked or unknown (401 TOKEN_REVOKED), past its expiry `exp` (seconds; 401
+   * TOKEN_EXPIRED), its tenant disabled (403 TENANT_DISABLED); null while it holds.
+   */
+  async refusal(tenantId: string, jti: string, exp: number): Promise<DomainError | null> {
+    const token = await this.status(tenantId, jti);
+    if (!token || token.revoked) return unauthorized('token revoked', 'TOKEN_REVOKED');
+    if (exp * 1000 <= Date.now()) return unauthorized('token expired', 'TOKEN_EXPIRED');
+    if (!token.tenantActive) return forbidden('tenant is disabled', 'TENANT_DISABLED');
+    return null;
   }
 
   async status(tenantId: string, jti: string): Promise<TokenStatus | undefined> {

@@ -245,10 +245,10 @@ export class WorkerChannelGateway
    * tenant's status change is heard: a channel outlives none of them.
    */
   private async admitted(s: Session): Promise<boolean> {
-    const token = await this.statuses.status(s.p.tenantId, s.p.jti);
+    const refusal = await this.statuses.refusal(s.p.tenantId, s.p.jti, s.p.exp);
     if (s.ws.readyState !== s.ws.OPEN) return false;
-    if (token && !token.revoked && s.p.exp * 1000 > Date.now() && token.tenantActive) return true;
-    if (!token?.tenantActive) s.ws.close(CLOSE_TENANT_DISABLED, 'the tenant is disabled');
+    if (!refusal) return true;
+    if (refusal.code === 'TENANT_DISABLED') s.ws.close(CLOSE_TENANT_DISABLED, 'the tenant is disabled');
     else s.ws.close(CLOSE_UNAUTHORIZED, 'the token is no longer valid');
     // Its worker can no longer act: it is gone, and the tasks it held go elsewhere.
     await this.tasks

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { ORDO_CONFIG } from '../../core/config/config.module';
 import type { OrdoConfig } from '../../core/config/config';
 import { Database } from '../../core/database/database';
-import { badRequest, conflict, forbidden, notFound, unauthorized } from '../../core/errors/domain-error';
+import { badRequest, conflict, forbidden, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import type { TenantPrincipalT, WorkerPrincipalT } from '../../core/http/request-context';
 import { TokenStatusCache } from '../auth/token-status-cache';
@@ -57,15 +57,7 @@ export class WorkersService {
   ): Promise<TaskDto[]> {
     const tasks = await this.tasks.next(p, workerId, max, waitMs, request);
     if (tasks.length === 0) return tasks;
-    const token = await this.statuses.status(p.tenantId, p.jti);
-    const refusal =
-      !token || token.revoked
-        ? unauthorized('token revoked', 'TOKEN_REVOKED')
-        : p.exp * 1000 <= Date.now()
-          ? unauthorized('token expired', 'TOKEN_EXPIRED')
-          : !token.tenantActive
-            ? forbidden('tenant is disabled', 'TENANT_DISABLED')
-            : null;
+    const refusal = await this.statuses.refusal(p.tenantId, p.jti, p.exp);
     if (!refusal) return tasks;
     const w = await this.directory.get(p, workerId);
     await this.tasks.giveBack(
