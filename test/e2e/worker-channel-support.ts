@@ -44,3 +44,20 @@ export function offeredTasks<T = { attemptId: string; runId: string; epoch: numb
 ): T[] {
   return c.inbox.filter((m) => m.type === 'task').map((m) => m.task as T);
 }
+
+/**
+ * The HTTP status a channel upgrade for `workerId` gets with `w`'s credentials: 101 when it opens
+ * (then closed), else the refusal's status.
+ */
+export function upgradeStatus(baseUrl: string, w: WorkerAs, workerId: string): Promise<number> {
+  return new Promise<number>((resolve) => {
+    const ws = new WebSocket(`${baseUrl.replace('http', 'ws')}/api/v1/workers/${workerId}/channel`, {
+      headers: { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId },
+    });
+    ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+    ws.on('open', () => {
+      ws.close();
+      resolve(101);
+    });
+  });
+}

@@ -7,7 +7,7 @@ import { TaskInbox } from '../../src/modules/workers/task-inbox';
 import { WorkersRepository } from '../../src/modules/workers/workers.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { runEvents, waitForRun } from './runs-support';
-import { offeredTasks, openChannel, type TestChannel } from './worker-channel-support';
+import { offeredTasks, openChannel, type TestChannel, upgradeStatus } from './worker-channel-support';
 
 type As = { token: string; tenantId: string };
 type Task = { attemptId: string; runId: string; stepId: string; epoch: number; inputs: unknown; taskType: string };
@@ -279,13 +279,7 @@ describe('external workers', () => {
         const r = await app.request(method, url, { as: b, body });
         expect([url, r.status, r.body?.error?.code]).toEqual([url, 404, 'WORKER_NOT_FOUND']);
       }
-      const code = await new Promise<number>((resolve) => {
-        const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-          headers: { authorization: `Bearer ${b.token}`, 'x-tenant-id': b.tenantId },
-        });
-        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
-        ws.on('open', () => resolve(101));
-      });
+      const code = await upgradeStatus(app.url, b, id);
       expect(code).toBe(404);
       // Nothing of it changed: the worker is online, holds its task, and its own result applies.
       const seen = (await app.request('GET', `/api/v1/workers/${id}`, { as })).body as { status: string };
@@ -1566,13 +1560,7 @@ describe('external workers', () => {
     it('refuses a channel upgrade without a worker token', async () => {
       const w = await mint('default');
       const id = await register(w, {});
-      const code = await new Promise<number>((resolve) => {
-        const ws = new WebSocket(`${app.url.replace('http', 'ws')}/api/v1/workers/${id}/channel`, {
-          headers: { authorization: `Bearer ${as.token}`, 'x-tenant-id': as.tenantId },
-        });
-        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
-        ws.on('open', () => resolve(101));
-      });
+      const code = await upgradeStatus(app.url, as, id);
       expect(code).toBe(403);
     });
   });
