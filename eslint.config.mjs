@@ -34,6 +34,19 @@ export default tseslint.config(
     },
   },
   {
+    // Number() reads '' as 0 and '0x10' or '1e3' as numbers: request integers go through queryInt.
+    files: ['src/modules/**/*.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "MemberExpression[object.name='z'][property.name='coerce']",
+          message: 'read request integers with queryInt (src/core/http/query-int.ts): decimal digits only',
+        },
+      ],
+    },
+  },
+  {
     files: ['test/**/*.ts', '**/*.spec.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off' },
   },

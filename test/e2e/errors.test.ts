@@ -82,6 +82,22 @@ describe('error envelope and input validation', () => {
     expect(extra.body.error.message).toContain('sort');
   });
 
+  it('reads an integer in the query or the path only from decimal digits: empty, hex, exponent, fraction and blank are 400', async () => {
+    for (const v of ['', '%20', '0x10', '1e1', '1.0', '+5', '-0', '10%20']) {
+      const r = await app.request('GET', `/api/v1/tokens?limit=${v}`, { as: as() });
+      expectError(r, 400, 'VALIDATION_FAILED');
+      expect(r.body.error.message).toMatch(/^query\.limit: expected an integer/);
+    }
+    const runs = await app.request('GET', '/api/v1/runs?limit=', { as: as() });
+    expectError(runs, 400, 'VALIDATION_FAILED');
+    const version = await app.request('GET', '/api/v1/dags/some-dag/versions/0x1', { as: as() });
+    expectError(version, 400, 'VALIDATION_FAILED');
+    expect(version.body.error.message).toMatch(/^path\.version: expected an integer/);
+    // Digits are read, and bounds still hold.
+    expect((await app.request('GET', '/api/v1/tokens?limit=007', { as: as() })).status).toBe(200);
+    expectError(await app.request('GET', '/api/v1/tokens?limit=501', { as: as() }), 400, 'VALIDATION_FAILED');
+  });
+
   it('answers a body over ORDO_BODY_LIMIT_BYTES with 413 PAYLOAD_TOO_LARGE and writes nothing', async () => {
     const before = await tokenCount();
     const r = await app.request('POST', '/api/v1/tokens', {

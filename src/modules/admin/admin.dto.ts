@@ -1,9 +1,10 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { tenantIdSchema } from '../tenants/tenants.dto';
 
 export const queuesQuery = z.strictObject({
   tenantId: tenantIdSchema.optional().describe('Only this tenant'),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
+  limit: queryInt(1, 200, 50),
   pageToken: z.string().max(500).optional(),
 });
 export type QueuesQuery = z.infer<typeof queuesQuery>;
@@ -62,7 +63,7 @@ export type QueuesDto = z.infer<typeof queuesSchema>;
 
 export const auditQuery = z.strictObject({
   tenantId: tenantIdSchema.optional().describe('Only entries about this tenant'),
-  limit: z.coerce.number().int().min(1).max(500).default(100),
+  limit: queryInt(1, 500, 100),
   pageToken: z.string().max(500).optional(),
 });
 export type AuditQuery = z.infer<typeof auditQuery>;
@@ -87,7 +88,7 @@ export const auditPageSchema = z
   .object({ items: z.array(auditEntrySchema), nextPageToken: z.string().nullable() })
   .meta({ id: 'OperatorAuditPage' });
 
-const seqParam = z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+const seqParam = queryInt(1, Number.MAX_SAFE_INTEGER);
 
 export const auditExportQuery = z.strictObject({
   tenantId: tenantIdSchema.optional().describe('Only entries about this tenant'),

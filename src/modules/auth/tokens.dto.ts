@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { SCOPES, WORKER_SCOPE } from '../../core/http/route-spec';
 import { POOL_NAME } from '../workers/worker-names';
 
@@ -82,7 +83,7 @@ export const tokenRecordSchema = z
   .meta({ id: 'TokenRecord' });
 
 export const pageQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryInt(1, 500, 50),
   pageToken: z.string().max(500).optional(),
 });
 

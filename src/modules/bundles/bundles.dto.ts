@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { BUNDLE_NAME } from './bundle-format';
 
 export const importBundleBody = z
@@ -36,7 +37,7 @@ export const bundleParams = z.strictObject({
   bundleHash: z.string().regex(/^[0-9a-f]{64}$/, 'a bundle hash (64 lowercase hex)'),
 });
 export const bundleListQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryInt(1, 500, 50),
   pageToken: z.string().max(500).optional(),
   name: z.string().regex(BUNDLE_NAME).optional(),
 });

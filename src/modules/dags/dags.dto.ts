@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { DAG_ID, dagDefinition } from './dag-definition';
 import { DAG_WARNING_CODES } from './dag-publish-checks';
 
@@ -94,7 +95,7 @@ export const dagListSchema = z
   .meta({ id: 'DagVersionList' });
 
 export const dagListQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryInt(1, 500, 50),
   pageToken: z.string().max(1000).optional(),
   status: dagStatusSchema.optional(),
   dagId: z.string().regex(DAG_ID).optional(),
@@ -102,7 +103,7 @@ export const dagListQuery = z.strictObject({
 
 export const dagParams = z.strictObject({ dagId: z.string().regex(DAG_ID, 'not a DAG id') });
 export const dagVersionParams = dagParams.extend({
-  version: z.coerce.number().int().min(1).max(2_147_483_647),
+  version: queryInt(1, 2_147_483_647),
 });
 export const graphQuery = z.strictObject({ format: z.enum(['json', 'dot']).default('json') });
 

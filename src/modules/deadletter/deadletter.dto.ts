@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { STEP_ID } from '../dags/dag-definition';
 
 export const DEAD_LETTER_STATES = ['open', 'requeued', 'discarded'] as const;
@@ -8,7 +9,7 @@ export const deadLetterParams = z.strictObject({ runId: z.uuid() });
 
 export const deadLetterListQuery = z.strictObject({
   state: z.enum(DEAD_LETTER_STATES).default('open').describe('entries in this state (open: not yet acted on)'),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryInt(1, 500, 50),
   pageToken: z.string().max(500).optional(),
 });
 export type DeadLetterListQuery = z.infer<typeof deadLetterListQuery>;

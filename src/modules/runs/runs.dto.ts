@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { DAG_ID, STEP_ID } from '../dags/dag-definition';
 import { runWaitingSchema } from './run-explain.dto';
 import { RUN_STATES, STEP_STATES } from './state-machine';
@@ -41,14 +42,14 @@ export const runListQuery = z.strictObject({
   status: z.enum(RUN_STATES).optional(),
   from: z.iso.datetime({ offset: true }).optional(),
   to: z.iso.datetime({ offset: true }).optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryInt(1, 500, 50),
   pageToken: z.string().max(500).optional(),
 });
 export type RunListQuery = z.infer<typeof runListQuery>;
 
 export const eventsQuery = z.strictObject({
-  after: z.coerce.number().int().min(0).max(2_147_483_647).default(0),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  after: queryInt(0, 2_147_483_647, 0),
+  limit: queryInt(1, 1000, 100),
 });
 
 export const rerunBody = z

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { DAG_ID } from '../dags/dag-definition';
 
 export const CATCH_UP = ['none', 'latest', 'all'] as const;
@@ -72,7 +73,7 @@ export const scheduleSchema = z
 export const scheduleParams = z.strictObject({ id: z.uuid() });
 
 export const scheduleListQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryInt(1, 500, 50),
   pageToken: z.string().max(500).optional(),
   dagId: z.string().regex(DAG_ID, 'a DAG id').optional(),
 });
@@ -80,7 +81,7 @@ export const scheduleListSchema = z
   .object({ items: z.array(scheduleSchema), nextPageToken: z.string().nullable() })
   .meta({ id: 'ScheduleList' });
 
-const count = z.coerce.number().int().min(1).max(100).default(10);
+const count = queryInt(1, 100, 10);
 export const nextQuery = z.strictObject({ count });
 export const previewQuery = z.strictObject({ cron, timezone, count });
 
@@ -110,7 +111,7 @@ export const fireListSchema = z
     ),
   })
   .meta({ id: 'ScheduleFireList' });
-export const fireListQuery = z.strictObject({ limit: z.coerce.number().int().min(1).max(500).default(50) });
+export const fireListQuery = z.strictObject({ limit: queryInt(1, 500, 50) });
 
 export type CreateScheduleBody = z.infer<typeof createScheduleBody>;
 export type UpdateScheduleBody = z.infer<typeof updateScheduleBody>;

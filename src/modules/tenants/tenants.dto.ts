@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 
 export const tenantIdSchema = z
   .string()
@@ -23,7 +24,7 @@ export const tenantSchema = z
 
 export const tenantParams = z.strictObject({ tenantId: tenantIdSchema });
 export const tenantListQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(100),
+  limit: queryInt(1, 500, 100),
   pageToken: z.string().max(500).optional(),
 });
 export const tenantListSchema = z

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { ed25519PublicJwk, kidSchema } from './detached-jws';
 
 export const addTrustKeyBody = z
@@ -26,7 +27,7 @@ export const trustKeySchema = z
 
 export const trustKeyParams = z.strictObject({ kid: kidSchema });
 export const trustKeyListQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(100),
+  limit: queryInt(1, 500, 100),
   pageToken: z.string().max(500).optional(),
 });
 export const trustKeyListSchema = z

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { queryInt } from '../../core/http/query-int';
 import { DISPATCH_STRATEGIES, ERROR_CLASSES, parseSize, POOL_NAME, SIZE, TASK_TYPE, WORKER_NAME } from './worker-names';
 
 const size = z
@@ -91,8 +92,8 @@ export const heartbeatAnswerSchema = z
   .meta({ id: 'WorkerHeartbeatAnswer' });
 
 export const nextQuery = z.strictObject({
-  waitMs: z.coerce.number().int().min(0).max(120_000).optional(),
-  max: z.coerce.number().int().min(1).max(100).default(1),
+  waitMs: queryInt(0, 120_000).optional(),
+  max: queryInt(1, 100, 1),
 });
 
 export const taskSchema = z
@@ -220,7 +221,7 @@ export const listWorkersQuery = z.strictObject({
     .enum(['true', 'false'])
     .default('false')
     .transform((v) => v === 'true'),
-  limit: z.coerce.number().int().min(1).max(500).default(100),
+  limit: queryInt(1, 500, 100),
   pageToken: z.string().max(500).optional(),
 });
 
