@@ -1,42 +1,15 @@
-import type { IncomingMessage } from 'node:http';
+import { connect } from 'node:net';
 import WebSocket from 'ws';
+import { errorEnvelopeSchema } from '../../src/core/errors/error-envelope';
 import { startTestApp, type TestApp } from '../support/test-app';
+import { refusal } from '../support/ws-refusal';
 
 interface Msg {
   type: string;
   [k: string]: unknown;
 }
 
-interface Refusal {
-  status: number;
-  contentType: string | undefined;
-  body: { error?: { code?: string; message?: string } };
-}
-
 const wsUrl = (app: TestApp, pathAndQuery = '/api/v1/stream') => `${app.url.replace('http', 'ws')}${pathAndQuery}`;
-
-/** Attempts an upgrade that must be refused; resolves with the HTTP answer. */
-function refusal(url: string, headers: Record<string, string> = {}): Promise<Refusal> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers });
-    ws.once('open', () => {
-      ws.terminate();
-      reject(new Error('the upgrade was accepted'));
-    });
-    ws.once('unexpected-response', (_req, res: IncomingMessage) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () =>
-        resolve({
-          status: res.statusCode ?? 0,
-          contentType: res.headers['content-type'],
-          body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as Refusal['body'],
-        }),
-      );
-    });
-    ws.once('error', (e) => reject(e));
-  });
-}
 
 /** Opens a socket, recording its messages from the first one and its close code. */
 async function open(url: string, headers: Record<string, string> = {}, onOpen?: (ws: WebSocket) => void) {
@@ -94,13 +67,45 @@ describe('WebSocket stream gateway', () => {
     ];
     for (const [url, h, status, code] of cases) {
       const r = await refusal(url, h);
-      expect([r.status, r.contentType, r.body.error?.code]).toEqual([status, 'application/json', code]);
+      expect([r.status, r.contentType]).toEqual([status, 'application/json']);
+      expect(errorEnvelopeSchema.parse(r.body).error.code).toBe(code);
     }
+    // The refusal carries the trace id of the request's traceparent, as a REST answer does.
+    const trace = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const traced = await refusal(wsUrl(app), {
+      authorization: 'Bearer x',
+      traceparent: `00-${trace}-00f067aa0ba902b7-01`,
+    });
+    expect(errorEnvelopeSchema.parse(traced.body).error.traceId).toBe(trace);
   });
 
   it('refuses an upgrade to a path no gateway serves with 404 in the error envelope', async () => {
     const r = await refusal(wsUrl(app, '/api/v1/streams'), headers);
-    expect([r.status, r.body.error?.code]).toEqual([404, 'NOT_FOUND']);
+    expect(r.status).toBe(404);
+    expect(errorEnvelopeSchema.parse(r.body).error).toMatchObject({
+      code: 'NOT_FOUND',
+      traceId: expect.stringMatching(/^[0-9a-f]{32}$/),
+    });
+  });
+
+  it('answers a handshake the WebSocket protocol refuses in the error envelope', async () => {
+    // Sent by hand: a client library does not send a handshake without Sec-WebSocket-Key.
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(app.url).port), '127.0.0.1', () =>
+        socket.write(
+          'GET /api/v1/stream HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n' +
+            'Sec-WebSocket-Version: 13\r\n\r\n',
+        ),
+      );
+      let text = '';
+      socket.on('data', (d) => (text += d.toString('utf8')));
+      socket.on('close', () => resolve(text));
+      socket.on('error', reject);
+    });
+    const [head, body] = answer.split('\r\n\r\n');
+    expect(head).toMatch(/^HTTP\/1\.1 400 /);
+    expect(head).toMatch(/content-type: application\/json/i);
+    expect(errorEnvelopeSchema.parse(JSON.parse(body)).error.code).toBe('BAD_HANDSHAKE');
   });
 
   it('handles a subscribe sent before ready after the ready message, in order', async () => {

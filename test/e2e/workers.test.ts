@@ -1,11 +1,13 @@
 import { sql } from 'kysely';
 import pg from 'pg';
 import WebSocket from 'ws';
+import { errorEnvelopeSchema } from '../../src/core/errors/error-envelope';
 import { AuthRepository } from '../../src/modules/auth/auth.repository';
 import { TokenService } from '../../src/modules/auth/token.service';
 import { TaskInbox } from '../../src/modules/workers/task-inbox';
 import { WorkersRepository } from '../../src/modules/workers/workers.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
+import { refusal } from '../support/ws-refusal';
 import { runEvents, waitForRun } from './runs-support';
 import { offeredTasks, openChannel, type TestChannel, upgradeStatus } from './worker-channel-support';
 
@@ -1562,6 +1564,23 @@ describe('external workers', () => {
       const id = await register(w, {});
       const code = await upgradeStatus(app.url, as, id);
       expect(code).toBe(403);
+    });
+
+    it('refuses a channel upgrade in the error envelope: a malformed worker id is 400 VALIDATION_FAILED, as on the REST routes', async () => {
+      const w = await mint('default');
+      const headers = { authorization: `Bearer ${w.token}`, 'x-tenant-id': w.tenantId };
+      const base = app.url.replace('http', 'ws');
+      const rest = await app.request('POST', '/api/v1/workers/not-a-uuid/heartbeat', { as: w, body: {} });
+      for (const id of ['not-a-uuid', '1e3', encodeURIComponent('💥')]) {
+        const r = await refusal(`${base}/api/v1/workers/${id}/channel`, headers);
+        expect([r.status, r.contentType]).toEqual([400, 'application/json']);
+        const e = errorEnvelopeSchema.parse(r.body).error;
+        expect([e.code, e.message]).toEqual([rest.body.error.code, rest.body.error.message]);
+        expect(e.traceId).toMatch(/^[0-9a-f]{32}$/);
+      }
+      // Credentials are checked first, as on the REST routes.
+      const anon = await refusal(`${base}/api/v1/workers/not-a-uuid/channel`);
+      expect([anon.status, errorEnvelopeSchema.parse(anon.body).error.code]).toEqual([401, 'UNAUTHENTICATED']);
     });
   });
 });

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
+import type { IncomingMessage } from 'node:http';
 
 const TRACE_ID = Symbol('ordo.traceId');
-type WithTrace = FastifyRequest & { [TRACE_ID]?: string };
+type WithTrace = (FastifyRequest | IncomingMessage) & { [TRACE_ID]?: string };
 
 const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
@@ -22,8 +23,11 @@ export function newTraceId(): string {
   return id === '0'.repeat(32) ? newTraceId() : id;
 }
 
-/** The request's trace id: from a valid W3C `traceparent` header, else a fresh one, fixed per request. */
-export function traceIdOf(req: FastifyRequest): string {
+/**
+ * The request's trace id (a route's, or a WebSocket upgrade's): from a valid W3C `traceparent`
+ * header, else a fresh one, fixed per request.
+ */
+export function traceIdOf(req: FastifyRequest | IncomingMessage): string {
   const r = req as WithTrace;
   if (r[TRACE_ID]) return r[TRACE_ID];
   const header = req.headers?.traceparent;

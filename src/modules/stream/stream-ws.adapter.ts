@@ -4,6 +4,8 @@ import http, { type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Observable } from 'rxjs';
 import type { WebSocket, WebSocketServer } from 'ws';
+import type { ErrorEnvelope } from '../../core/errors/error-envelope';
+import { traceIdOf } from '../../core/http/trace';
 import { rootLogger } from '../../core/logging/logger';
 import { CLOSE } from './stream.dto';
 
@@ -46,7 +48,7 @@ export class StreamWsAdapter extends WsAdapter {
     try {
       pathname = new URL(req.url ?? '/', 'http://localhost').pathname;
     } catch {
-      refuseUpgrade(socket, 400, 'MALFORMED_URL', 'the request target is not a URL');
+      refuseUpgrade(socket, req, 400, 'MALFORMED_URL', 'the request target is not a URL');
       return;
     }
     const servers = (this.wsServersRegistry.get(API_SERVER) ?? []) as PathServer[];
@@ -55,7 +57,8 @@ export class StreamWsAdapter extends WsAdapter {
       target.handleUpgrade(req, socket, head, (ws) => target.emit('connection', ws, req));
       return;
     }
-    if (httpServer.listenerCount('upgrade') <= 1) refuseUpgrade(socket, 404, 'NOT_FOUND', 'no WebSocket endpoint here');
+    if (httpServer.listenerCount('upgrade') <= 1)
+      refuseUpgrade(socket, req, 404, 'NOT_FOUND', 'no WebSocket endpoint here');
   }
 
   override bindMessageHandlers(
@@ -67,6 +70,13 @@ export class StreamWsAdapter extends WsAdapter {
   }
 
   override bindErrorHandler(server: WebSocketServer): WebSocketServer {
+    // A handshake the protocol refuses (no Sec-WebSocket-Key, an unknown version, not a GET) is
+    // answered in the error envelope too: `ws` hands it here instead of its plain-text answer.
+    server.on('wsClientError', (err: Error, socket: Duplex, req: IncomingMessage) =>
+      req.method === 'GET'
+        ? refuseUpgrade(socket, req, 400, 'BAD_HANDSHAKE', err.message)
+        : refuseUpgrade(socket, req, 405, 'METHOD_NOT_ALLOWED', 'a WebSocket upgrade is a GET'),
+    );
     server.on('connection', (ws: WebSocket) =>
       ws.on('error', (err) => this.log.debug({ err }, 'WebSocket client error')),
     );
@@ -85,13 +95,23 @@ export class StreamWsAdapter extends WsAdapter {
   }
 }
 
-const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found' };
+/** The error envelope of a refused upgrade, as a body: the request's trace id, as for a route. */
+export function upgradeRefusalBody(req: IncomingMessage, code: string, message: string): string {
+  const envelope: ErrorEnvelope = { error: { code, message, traceId: traceIdOf(req) } };
+  return JSON.stringify(envelope);
+}
 
 /** Answers an upgrade request with an HTTP error in the API's error envelope and closes the socket. */
-export function refuseUpgrade(socket: Duplex, status: number, code: string, message: string): void {
+export function refuseUpgrade(
+  socket: Duplex,
+  req: IncomingMessage,
+  status: number,
+  code: string,
+  message: string,
+): void {
   if (socket.destroyed) return;
-  const body = JSON.stringify({ error: { code, message } });
+  const body = upgradeRefusalBody(req, code, message);
   socket.end(
-    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
 }

@@ -13,6 +13,7 @@ import { StreamAuthenticator, toAuthError, type StreamIdentity, type StreamUpgra
 import { START, formatCursor, parseCursor, type Cursor } from './stream-cursor';
 import { CLOSE, clientMessage, type ClientMessage } from './stream.dto';
 import { StreamHub, type StreamClient } from './stream-hub';
+import { upgradeRefusalBody } from './stream-ws.adapter';
 import { RunsRepository } from '../runs/runs.repository';
 import { StreamRepository } from './stream.repository';
 
@@ -66,7 +67,7 @@ export class StreamGateway
         },
         (e: unknown) => {
           const err = toAuthError(e);
-          done(false, err.status, JSON.stringify({ error: { code: err.code, message: err.message } }), {
+          done(false, err.status, upgradeRefusalBody(req, err.code, err.message), {
             'Content-Type': 'application/json',
           });
         },

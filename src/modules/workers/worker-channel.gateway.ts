@@ -6,20 +6,22 @@ import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } f
 import type { z } from 'zod';
 import { DomainError } from '../../core/errors/domain-error';
 import type { WorkerPrincipalT } from '../../core/http/request-context';
-import { assertStorable } from '../../core/http/validation.guard';
+import { assertStorable, parseInput } from '../../core/http/validation.guard';
 import { rootLogger } from '../../core/logging/logger';
+import { upgradeRefusalBody } from '../stream/stream-ws.adapter';
 import { TokenService } from '../auth/token.service';
 import { TokenStatusCache } from '../auth/token-status-cache';
 import { TasksService } from './tasks.service';
 import { WorkerDirectory, type KnownWorker } from './worker-directory';
 import { WorkerLiveness } from './worker-liveness';
 import { TaskInbox, workerKey } from './task-inbox';
-import { heartbeatBody, progressBody, resultBody, syncBody, type TaskDto } from './workers.dto';
+import { heartbeatBody, progressBody, resultBody, syncBody, workerParams, type TaskDto } from './workers.dto';
 import { WorkersService } from './workers.service';
 
 /** The channel's path; `:workerId` is the worker's id (see StreamWsAdapter's path patterns). */
 export const WORKER_CHANNEL_PATH = '/api/v1/workers/:workerId/channel';
-const CHANNEL = /^\/api\/v1\/workers\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/channel$/;
+/** The channel's path; the stream adapter routes only paths of this shape here. */
+const CHANNEL = /^\/api\/v1\/workers\/([^/]+)\/channel$/;
 const BEARER = /^Bearer +([A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)$/i;
 const MAX_PAYLOAD = 2 * 1024 * 1024;
 /** Close codes: the token is no longer valid; the worker is offline; a newer channel of the worker replaced this one. */
@@ -93,9 +95,9 @@ export class WorkerChannelGateway
 
   afterInit(server: WebSocketServer): void {
     this.server = server;
-    // `ws` compares the path exactly; this one carries the worker id.
-    (server as unknown as { shouldHandle(req: IncomingMessage): boolean }).shouldHandle = (req) =>
-      CHANNEL.test(new URL(req.url ?? '/', 'http://localhost').pathname);
+    // `ws` compares the path exactly; this one carries the worker id, read (and refused in the
+    // error envelope when it is not one) by `authenticate`.
+    (server as unknown as { shouldHandle(req: IncomingMessage): boolean }).shouldHandle = () => true;
     const verifyClient: VerifyClientCallbackAsync = ({ req }, done) => {
       this.authenticate(req).then(
         (who) => {
@@ -105,7 +107,7 @@ export class WorkerChannelGateway
         (e: unknown) => {
           const err =
             e instanceof DomainError ? e : new DomainError('UNAUTHENTICATED', 'missing or invalid credentials', 401);
-          done(false, err.status, JSON.stringify({ error: { code: err.code, message: err.message } }), {
+          done(false, err.status, upgradeRefusalBody(req, err.code, err.message), {
             'Content-Type': 'application/json',
           });
         },
@@ -137,8 +139,8 @@ export class WorkerChannelGateway
       jti: t.jti,
       exp: t.exp,
     };
-    const id = CHANNEL.exec(new URL(req.url ?? '/', 'http://localhost').pathname)![1];
-    return { p, w: await this.directory.live(p, id) };
+    const { workerId } = parseInput(workerParams, { workerId: channelWorkerId(req) }, 'path');
+    return { p, w: await this.directory.live(p, workerId) };
   }
 
   handleConnection(ws: WebSocket, req: IncomingMessage): void {
@@ -490,4 +492,14 @@ function rawText(data: RawData): string {
   if (Buffer.isBuffer(data)) return data.toString('utf8');
   if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
   return Buffer.from(data).toString('utf8');
+}
+
+/** The worker id segment of a channel upgrade's path, decoded as a route's path parameter is. */
+function channelWorkerId(req: IncomingMessage): string {
+  const segment = CHANNEL.exec(new URL(req.url ?? '/', 'http://localhost').pathname)?.[1] ?? '';
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }
