@@ -47,6 +47,8 @@ Options:
                              of ten steps, so the two figures are measured over the same work)
   --ext-shapes <list>        throughput: comma list of one,burst (default both)
   --ext-concurrency <n>      throughput: maxConcurrent of each of the 4 workers (default 16)
+  --ext-repeats <n>          throughput: repeats of each phase with the same workers (default 3; the figure is the
+                             median, as the engine burst's)
   --ext-latency-runs <n>     latency: runs per transport (default 200)
   --ext-idle-workers <n>     idle: workers (default 1000)
   --ext-idle-seconds <s>     idle: window (default 30)
@@ -145,6 +147,10 @@ const STAGES: [keyof TaskStages, string, string][] = [
 interface ThroughputRow {
   transport: TransportKind;
   shape: RunShape;
+  /** Which repeat of the phase (the same workers, one after another); the first starts cold. */
+  repeat: number;
+  /** On the figure of a phase (its median repeat): every repeat's tasks/s, in order. */
+  repeats?: number[];
   tasks: number;
   seconds: number;
   tasksPerS: number;
@@ -256,6 +262,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
       'ext-tasks': { type: 'string', default: '7000' },
       'ext-shapes': { type: 'string', default: 'one,burst' },
       'ext-concurrency': { type: 'string', default: '16' },
+      'ext-repeats': { type: 'string', default: '3' },
       'ext-latency-runs': { type: 'string', default: '200' },
       'ext-idle-workers': { type: 'string', default: '1000' },
       'ext-idle-seconds': { type: 'string', default: '30' },
@@ -348,6 +355,7 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
 
     // ---- throughput ----
     const throughput: ThroughputRow[] = [];
+    const allRepeats: ThroughputRow[] = [];
     const shapes = values['ext-shapes'].split(',');
     const unknown = shapes.find((sh) => sh !== 'one' && sh !== 'burst');
     if (unknown !== undefined) throw new Error(`--ext-shapes: unknown shape ${unknown} (one, burst)`);
@@ -371,93 +379,101 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
         workers: gs.reduce((sum, g) => sum + cpuMs(g.child.pid!), 0),
         pg: db.postmasterPid === null ? null : postgresCpuMs(db.postmasterPid),
       });
-      await sleep(1_500);
-      if (statements) await owner.query(`select pg_stat_statements_reset()`);
-      const [xact0, cpu0, dispatches0] = [await xactCommitted(), cpu(), await dispatches()];
-      const sampler = process.env.ORDO_BENCH_ACTIVITY === '1' ? activitySampler(db.ownerUrl) : null;
-      const t0 = Date.now();
-      const ids = await create(runCount, shape);
-      while ((await remaining(ids)) > 0) await sleep(100);
-      if (sampler) {
-        const { samples, onCpu, top } = await sampler.stop();
-        console.log(`  active sessions in ${samples} samples (the shares of those on CPU):`);
-        for (const [k, v] of top)
-          console.log(
-            `  ${String(v).padStart(6)}${k.startsWith('CPU ') ? ` ${((v / onCpu) * 100).toFixed(0).padStart(3)} %` : '      '}  ${k}`,
-          );
-      }
-      const end = (
-        await owner.query<{ end: Date; ok: number }>(
-          `select max(finished_at) as end, count(*) filter (where status = 'succeeded')::int ok from run where run_id = any($1::uuid[])`,
-          [ids],
-        )
-      ).rows[0];
-      const cpu1 = cpu();
-      // Statistics are flushed about once a second.
-      await sleep(1_500);
-      const xact1 = await xactCommitted();
-      const seconds = (end.end.getTime() - t0) / 1000;
-      const row: ThroughputRow = {
-        transport,
-        shape,
-        tasks: n,
-        seconds: round(seconds),
-        tasksPerS: Math.round(n / seconds),
-        succeeded: end.ok,
-        xactPerTask: round((xact1 - xact0) / n, 2),
-        dispatchesPerTask: round(((await dispatches()) - dispatches0) / n, 2),
-        ordoCpuMsPerTask: round((cpu1.ordo - cpu0.ordo) / n, 3),
-        workersCpuMsPerTask: round((cpu1.workers - cpu0.workers) / n, 3),
-        pgCpuMsPerTask: cpu1.pg === null || cpu0.pg === null ? null : round((cpu1.pg - cpu0.pg) / n, 3),
-      };
-      log(
-        `ext-workers throughput ${transport}, ${shape}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()}), ` +
-          `${row.xactPerTask} transactions/task, ${row.dispatchesPerTask} dispatches/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
-          `PostgreSQL ${row.pgCpuMsPerTask ?? 'not measured (--db)'}`,
-      );
-      // Where a task's time went (database clocks): its step ready → claimed by the built-in worker →
-      // its task opened → delivered to a worker → its result's transaction began.
-      const stages = (
-        await owner.query<Record<keyof TaskStages, number[]>>(
-          `select ${STAGES.map(
-            ([name, from, to]) =>
-              `percentile_cont(array[0.5, 0.9, 0.99]) within group (order by extract(epoch from ${to} - ${from}) * 1000) as "${name}"`,
-          ).join(', ')}
+      const reps: ThroughputRow[] = [];
+      for (let rep = 0; rep < Number(values['ext-repeats']); rep++) {
+        await sleep(rep === 0 ? 1_500 : 500);
+        if (statements) await owner.query(`select pg_stat_statements_reset()`);
+        const [xact0, cpu0, dispatches0] = [await xactCommitted(), cpu(), await dispatches()];
+        const sampler = process.env.ORDO_BENCH_ACTIVITY === '1' ? activitySampler(db.ownerUrl) : null;
+        const t0 = Date.now();
+        const ids = await create(runCount, shape);
+        while ((await remaining(ids)) > 0) await sleep(100);
+        if (sampler) {
+          const { samples, onCpu, top } = await sampler.stop();
+          console.log(`  active sessions in ${samples} samples (the shares of those on CPU):`);
+          for (const [k, v] of top)
+            console.log(
+              `  ${String(v).padStart(6)}${k.startsWith('CPU ') ? ` ${((v / onCpu) * 100).toFixed(0).padStart(3)} %` : '      '}  ${k}`,
+            );
+        }
+        const end = (
+          await owner.query<{ end: Date; ok: number }>(
+            `select max(finished_at) as end, count(*) filter (where status = 'succeeded')::int ok from run where run_id = any($1::uuid[])`,
+            [ids],
+          )
+        ).rows[0];
+        const cpu1 = cpu();
+        // Statistics are flushed about once a second.
+        await sleep(1_500);
+        const xact1 = await xactCommitted();
+        const seconds = (end.end.getTime() - t0) / 1000;
+        const row: ThroughputRow = {
+          transport,
+          shape,
+          repeat: rep,
+          tasks: n,
+          seconds: round(seconds),
+          tasksPerS: Math.round(n / seconds),
+          succeeded: end.ok,
+          xactPerTask: round((xact1 - xact0) / n, 2),
+          dispatchesPerTask: round(((await dispatches()) - dispatches0) / n, 2),
+          ordoCpuMsPerTask: round((cpu1.ordo - cpu0.ordo) / n, 3),
+          workersCpuMsPerTask: round((cpu1.workers - cpu0.workers) / n, 3),
+          pgCpuMsPerTask: cpu1.pg === null || cpu0.pg === null ? null : round((cpu1.pg - cpu0.pg) / n, 3),
+        };
+        log(
+          `ext-workers throughput ${transport}, ${shape} #${rep}: ${row.tasksPerS} tasks/s (${n} in ${row.seconds} s, load ${load1()}), ` +
+            `${row.xactPerTask} transactions/task, ${row.dispatchesPerTask} dispatches/task, CPU ms/task: Ordo ${row.ordoCpuMsPerTask}, workers ${row.workersCpuMsPerTask}, ` +
+            `PostgreSQL ${row.pgCpuMsPerTask ?? 'not measured (--db)'}`,
+        );
+        // Where a task's time went (database clocks): its step ready → claimed by the built-in worker →
+        // its task opened → delivered to a worker → its result's transaction began.
+        const stages = (
+          await owner.query<Record<keyof TaskStages, number[]>>(
+            `select ${STAGES.map(
+              ([name, from, to]) =>
+                `percentile_cont(array[0.5, 0.9, 0.99]) within group (order by extract(epoch from ${to} - ${from}) * 1000) as "${name}"`,
+            ).join(', ')}
            from worker_task t join attempt a on a.tenant_id = t.tenant_id and a.run_id = t.run_id
              and a.step_id = t.step_id and a.attempt = t.attempt
            where t.run_id = any($1::uuid[])`,
-          [ids],
-        )
-      ).rows[0];
-      row.stagesMs = Object.fromEntries(
-        Object.entries(stages).map(([k, v]) => [k, v.map((x) => round(x, 1))]),
-      ) as unknown as TaskStages;
-      throughput.push(row);
-      if (statements) {
-        // Beside the time (which includes waits for locks): the rows, the blocks the statement
-        // read (hit or not) and dirtied, and the WAL it wrote (full-page images among its records).
-        const top = await owner.query<{ calls: string; ms: string; io: string; q: string }>(
-          `select calls::text, round(total_exec_time::numeric, 1)::text || ' max ' || round(max_exec_time::numeric, 1)::text
+            [ids],
+          )
+        ).rows[0];
+        row.stagesMs = Object.fromEntries(
+          Object.entries(stages).map(([k, v]) => [k, v.map((x) => round(x, 1))]),
+        ) as unknown as TaskStages;
+        reps.push(row);
+        if (statements) {
+          // Beside the time (which includes waits for locks): the rows, the blocks the statement
+          // read (hit or not) and dirtied, and the WAL it wrote (full-page images among its records).
+          const top = await owner.query<{ calls: string; ms: string; io: string; q: string }>(
+            `select calls::text, round(total_exec_time::numeric, 1)::text || ' max ' || round(max_exec_time::numeric, 1)::text
                || ' ms, planning ' || round(total_plan_time::numeric, 1)::text || ' ms in ' || plans ms,
              rows || ' rows, ' || (shared_blks_hit + shared_blks_read) || ' blocks, ' || shared_blks_dirtied || ' dirtied, ' || wal_records || ' wal (' || wal_fpi || ' fpi, '
                || pg_size_pretty(wal_bytes) || ')' io,
              left(regexp_replace(query, '\\s+', ' ', 'g'), 200) q
            from pg_stat_statements order by total_exec_time desc limit 60`,
-        );
-        for (const r of top.rows) console.log(`  ${r.ms}  ${r.calls} calls  ${r.io}  ${r.q}`);
-        // Planning counts the statements inside the functions too (planned when a session first
-        // runs them, or again after an ANALYZE of a table they read); it falls within the top-level
-        // statements' time.
-        const sums = await owner.query<{ exec: string; top: string; all: string; plan: string; plans: string }>(
-          `select round(sum(total_exec_time) filter (where toplevel)::numeric, 1)::text exec,
+          );
+          for (const r of top.rows) console.log(`  ${r.ms}  ${r.calls} calls  ${r.io}  ${r.q}`);
+          // Planning counts the statements inside the functions too (planned when a session first
+          // runs them, or again after an ANALYZE of a table they read); it falls within the top-level
+          // statements' time.
+          const sums = await owner.query<{ exec: string; top: string; all: string; plan: string; plans: string }>(
+            `select round(sum(total_exec_time) filter (where toplevel)::numeric, 1)::text exec,
              sum(calls) filter (where toplevel)::text top, sum(calls)::text "all",
              round(sum(total_plan_time)::numeric, 1)::text plan, sum(plans)::text plans from pg_stat_statements`,
-        );
-        const t = sums.rows[0];
-        console.log(
-          `  top-level statements ${t.exec} ms in ${t.top} calls (${t.all} with those inside functions); planning in all ${t.plan} ms (${t.plans} plans)`,
-        );
+          );
+          const t = sums.rows[0];
+          console.log(
+            `  top-level statements ${t.exec} ms in ${t.top} calls (${t.all} with those inside functions); planning in all ${t.plan} ms (${t.plans} plans)`,
+          );
+        }
       }
+      // The figure is the median repeat, as the engine burst's (its first repeat starts cold too).
+      const mid = [...reps].sort((a, b) => a.tasksPerS - b.tasksPerS)[Math.floor((reps.length - 1) / 2)];
+      throughput.push({ ...mid, repeats: reps.map((r) => r.tasksPerS) });
+      allRepeats.push(...reps);
       await stopAll();
     }
 
@@ -594,14 +610,21 @@ export async function runExternalWorkersBench(argv: string[]): Promise<void> {
     log(`ext-workers idle: ${idle.xactPerS} xact/s with ${workers} workers, ${idle.baselineXactPerS} without`);
     await stopAll();
 
-    const result = { machine: machine(), database: db.embedded ? 'embedded' : 'server', throughput, latency, idle };
+    const result = {
+      machine: machine(),
+      database: db.embedded ? 'embedded' : 'server',
+      throughput,
+      throughputRepeats: allRepeats,
+      latency,
+      idle,
+    };
     const file = writeResult(values.out, 'ext-workers', result);
     console.log(
-      `\n| transport | shape | tasks | tasks/s | transactions/task | dispatches/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|---|---|`,
+      `\n| transport | shape | tasks | tasks/s: median (repeats) | transactions/task | dispatches/task | CPU ms/task Ordo | workers | PostgreSQL |\n|---|---|---|---|---|---|---|---|---|`,
     );
     for (const r of throughput)
       console.log(
-        `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} | ${r.xactPerTask} | ${r.dispatchesPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
+        `| ${r.transport} | ${r.shape} | ${r.tasks} | ${r.tasksPerS} (${(r.repeats ?? []).join(' · ')}) | ${r.xactPerTask} | ${r.dispatchesPerTask} | ${r.ordoCpuMsPerTask} | ${r.workersCpuMsPerTask} | ${r.pgCpuMsPerTask ?? ''} |`,
       );
     console.log(
       `\n| transport | shape | ready → claimed (built-in worker or hand-over) ms p50/p90/p99 | claim → opened | opened → delivered | delivered → result applied |\n|---|---|---|---|---|---|`,
