@@ -3063,9 +3063,9 @@ CREATE FUNCTION public.ordo_worker_fits(p_status text, p_last_seen timestamp wit
     and p_last_seen + make_interval(secs => p_ttl_ms::numeric / 1000) > now()
     and p_task_types ? p_task_type
     and p_gpu_count >= coalesce((p_requires->>'gpu')::integer, 0)
-    and p_vram >= coalesce((p_requires->>'vramBytes')::bigint, 0)
+    and p_vram >= coalesce((p_requires->>'vramBytes')::numeric, 0)
     and coalesce(p_cpu, 0) >= coalesce((p_requires->>'cpu')::numeric, 0)
-    and coalesce(p_memory, 0) >= coalesce((p_requires->>'memoryBytes')::bigint, 0)
+    and coalesce(p_memory, 0) >= coalesce((p_requires->>'memoryBytes')::numeric, 0)
     and p_models @> array(select jsonb_array_elements_text(coalesce(p_requires->'models', '[]')))
     and p_labels @> coalesce(p_requires->'labels', '{}')
 $$;

@@ -6,12 +6,17 @@ import {
   parseSize,
   POOL_NAME,
   SIZE,
+  SIZE_BOUND_MESSAGE,
+  sizeWithinBound,
   TASK_TYPE,
 } from '../../src/modules/workers/worker-names';
 
 const TEMPLATE = /^\$\{\{.*\}\}$/s;
 /** A size, or a template that renders to one. */
-const size = z.string().refine((s) => SIZE.test(s.trim()) || TEMPLATE.test(s), 'a size such as "16GiB" or ">=512MiB"');
+const size = z
+  .string()
+  .refine((s) => SIZE.test(s.trim()) || TEMPLATE.test(s), 'a size such as "16GiB" or ">=512MiB"')
+  .refine((s) => !SIZE.test(s.trim()) || sizeWithinBound(s), SIZE_BOUND_MESSAGE);
 const SECRET_REF = /\$\{\{[^}]*\bsecrets\./;
 
 const config = z

@@ -842,6 +842,39 @@ describe('external workers', () => {
       expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 2 } })).status).toBe(200);
     });
 
+    it('refuses a required size over 8PiB at publish, and a template that renders one fails only its step', async () => {
+      for (const requires of [{ memory: '>=9000000TiB' }, { vram: '99999999999TiB' }]) {
+        const r = await app.request('POST', '/api/v1/dags', {
+          as,
+          body: { id: 'huge', steps: [{ id: 'work', plugin: 'queue', with: { taskType: 'resize', requires } }] },
+        });
+        expect([r.status, r.body.error.code]).toEqual([400, 'DAG_INVALID']);
+        expect(r.body.error.message).toMatch(/at most 8PiB/);
+      }
+      await publish('huge-tmpl', { with: { taskType: 'resize', requires: { vram: '${{ inputs.v }}' } } });
+      await publish('plain', { with: { taskType: 'resize' } });
+      const huge = await start('huge-tmpl', { v: '9000000TiB' });
+      const failed = work(await waitForRun(app, as, huge));
+      expect([failed.status, failed.error?.code]).toEqual(['failed', 'CONFIG_INVALID']);
+      // A requirement stored beyond bigint (a version published before the bound) fits no worker:
+      // the pool's dispatch and the run's record go on.
+      const stuck = await start('plain');
+      await until('its task, changed', () =>
+        app.ordo.database.withSystem(async (tx) => {
+          const r = await sql`update worker_task set requires = '{"memoryBytes": 1e22}'
+            where run_id = ${stuck} and status = 'pending'`.execute(tx);
+          return Number(r.numAffectedRows) === 1 ? true : undefined;
+        }),
+      );
+      const w = await mint('default');
+      const id = await register(w, { resources: { memory: '64GiB' } });
+      const plain = await start('plain');
+      expect((await take(w, id)).runId).toBe(plain);
+      const explained = await app.request('GET', `/api/v1/runs/${stuck}`, { as });
+      expect(explained.status).toBe(200);
+      expect(work(explained.body as Run).reason).toBe('no_matching_worker');
+    });
+
     it('says why a step waits when no worker matches, and fails it past its dispatchTimeout', async () => {
       await publish('needs-gpu', {
         with: { taskType: 'resize', requires: { gpu: 1, vram: '>=16GiB' } },

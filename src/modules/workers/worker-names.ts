@@ -36,5 +36,15 @@ export function parseSize(s: string): number {
   return Math.round(Number(m[2]) * UNIT[m[3]]);
 }
 
+/**
+ * Whether a size (a SIZE) is at most 8 PiB, Number.MAX_SAFE_INTEGER bytes: what a JSON number and
+ * PostgreSQL's bigint both hold exactly. A worker's resources and a step's requirements are
+ * bounded by it (SIZE_BOUND_MESSAGE when they are not).
+ */
+export function sizeWithinBound(s: string): boolean {
+  return parseSize(s) <= Number.MAX_SAFE_INTEGER;
+}
+export const SIZE_BOUND_MESSAGE = 'a size of at most 8PiB';
+
 /** The plugin of steps that run on external workers (plugins/queue). */
 export const QUEUE_STEP_PLUGIN = 'queue';

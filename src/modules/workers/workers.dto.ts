@@ -1,11 +1,20 @@
 import { z } from 'zod';
 import { queryInt } from '../../core/http/query-int';
-import { DISPATCH_STRATEGIES, ERROR_CLASSES, parseSize, POOL_NAME, SIZE, TASK_TYPE, WORKER_NAME } from './worker-names';
+import {
+  DISPATCH_STRATEGIES,
+  ERROR_CLASSES,
+  POOL_NAME,
+  SIZE,
+  SIZE_BOUND_MESSAGE,
+  sizeWithinBound,
+  TASK_TYPE,
+  WORKER_NAME,
+} from './worker-names';
 
 const size = z
   .string()
   .regex(SIZE, 'a size such as "16GiB" or "512MiB"')
-  .refine((s) => !SIZE.test(s.trim()) || parseSize(s) <= Number.MAX_SAFE_INTEGER, 'a size of at most 8PiB');
+  .refine((s) => !SIZE.test(s.trim()) || sizeWithinBound(s), SIZE_BOUND_MESSAGE);
 const jsonSchema = z
   .record(z.string(), z.unknown())
   .describe('a JSON Schema (draft 2020-12 or 7) object; 64 KiB at most as JSON');
