@@ -106,6 +106,40 @@ describe('TaskExecution', () => {
     });
   });
 
+  it('fails transient HANDLER_ERROR for a thrown value that cannot be made a string', async () => {
+    const body = await run({
+      run: async () => {
+        throw Object.create(null);
+      },
+    });
+    expect(body).toMatchObject({ status: 'failed', error: { class: 'transient', code: 'HANDLER_ERROR' } });
+  });
+
+  it('cuts and cleans the text it posts so the server takes it: no half of a surrogate pair, no NUL', async () => {
+    const wellFormed = (s: string) => !/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(s);
+    const failed = await run({
+      run: (_i, ctx) => {
+        ctx.log('info', 'x'.repeat(8_191) + '😀');
+        ctx.log('warn', 'a\u0000b');
+        throw new Error('y'.repeat(4_095) + '😀');
+      },
+    });
+    const message = failed!.error!.message;
+    expect([wellFormed(message), message.length <= 4_096, message.startsWith('y'.repeat(4_095))]).toEqual([
+      true,
+      true,
+      true,
+    ]);
+    expect(failed!.logs!.map((l) => [wellFormed(l.message), l.message.length <= 8_192])).toEqual([
+      [true, true],
+      [true, true],
+    ]);
+    expect(failed!.logs![1].message).toBe('a\ufffdb');
+    // A lone surrogate of the handler's own is replaced too; a whole pair under the limit is kept.
+    const ok = await run({ run: (_i, ctx) => (ctx.log('info', 'a\ud800b 😀'), {}) });
+    expect(ok!.logs![0].message).toBe('a\ufffdb 😀');
+  });
+
   it('fails permanent when the handler returns something other than an object', async () => {
     expect(await run({ run: () => 42 })).toMatchObject({ error: { class: 'permanent', code: 'OUTPUT_NOT_OBJECT' } });
     expect(await run({ run: () => ({ n: 1n }) })).toMatchObject({
@@ -145,6 +179,25 @@ describe('TaskExecution', () => {
       task({ deadline: new Date(Date.now() - 1).toISOString() }),
     );
     expect(body).toMatchObject({ status: 'failed', error: { class: 'transient', code: 'DEADLINE_EXCEEDED' } });
+  });
+
+  it('never throws from progress: a report that cannot be sent is dropped, its message cut whole', async () => {
+    const onProgress = jest.fn((_t: Task, _p?: number, message?: string) => {
+      if (message === 'boom') throw new TypeError('Do not know how to serialize a BigInt');
+    });
+    const body = await run(
+      {
+        run: (_i, ctx) => {
+          ctx.progress(10, 'boom', { n: 1 });
+          ctx.progress(20, 'z'.repeat(999) + '😀');
+          return { done: true };
+        },
+      },
+      task(),
+      onProgress,
+    );
+    expect(body).toMatchObject({ status: 'succeeded', outputs: { done: true } });
+    expect(onProgress).toHaveBeenLastCalledWith(expect.anything(), 20, 'z'.repeat(999), undefined);
   });
 
   it('passes progress reports on until the task is cancelled', async () => {

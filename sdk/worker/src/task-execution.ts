@@ -58,6 +58,28 @@ export function errorCode(code: string): string {
   return (c || 'HANDLER_ERROR').slice(0, 64);
 }
 
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/**
+ * Text as the server takes it (it refuses NUL and lone surrogates anywhere in a result or progress
+ * report): at most `max` UTF-16 units, cut before a surrogate pair rather than through it, with NUL
+ * and lone surrogates replaced by U+FFFD.
+ */
+export function postableText(text: string, max: number): string {
+  let cut = text.length > max ? text.slice(0, max) : text;
+  if (cut.length < text.length && /[\ud800-\udbff]$/.test(cut)) cut = cut.slice(0, -1);
+  return cut.replace(LONE_SURROGATE, '\ufffd').replace(/\u0000/g, '\ufffd');
+}
+
+/** A value (a thrown one, a message) as text: an Error's message, else String(it), else its tag (`[object Object]`), never throwing. */
+function asText(e: unknown): string {
+  try {
+    return e instanceof Error ? String(e.message) : String(e);
+  } catch {
+    return Object.prototype.toString.call(e);
+  }
+}
+
 const isPlainObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
 
@@ -126,8 +148,7 @@ export class TaskExecution {
       if (this.controller.signal.reason instanceof DeadlineExceeded) {
         return this.failed('transient', 'DEADLINE_EXCEEDED', (this.controller.signal.reason as Error).message);
       }
-      const message = e instanceof Error ? e.message : String(e);
-      return this.failed('transient', 'HANDLER_ERROR', message);
+      return this.failed('transient', 'HANDLER_ERROR', asText(e));
     } finally {
       clearTimeout(timer);
     }
@@ -149,11 +170,16 @@ export class TaskExecution {
       progress: (percent, message, data) => {
         if (this.cancelled) return;
         const p = percent === undefined || !Number.isFinite(percent) ? undefined : Math.min(100, Math.max(0, percent));
-        this.onProgress(t, p, message?.slice(0, MAX_PROGRESS_MESSAGE_CHARS), data);
+        const text = message === undefined ? undefined : postableText(asText(message), MAX_PROGRESS_MESSAGE_CHARS);
+        try {
+          this.onProgress(t, p, text, data);
+        } catch {
+          // Best effort: a report that cannot be sent (data that is not JSON) is dropped.
+        }
       },
       log: (level, message) => {
         if (this.logs.length < MAX_LOG_LINES)
-          this.logs.push({ level, message: String(message).slice(0, MAX_LOG_CHARS) });
+          this.logs.push({ level, message: postableText(asText(message), MAX_LOG_CHARS) });
       },
       setNamedStatus: (name) => {
         this.namedStatus = name;
@@ -186,7 +212,7 @@ export class TaskExecution {
     return {
       epoch: this.task.epoch,
       status: 'failed',
-      error: { class: errorClass, code: errorCode(code), message: message.slice(0, MAX_ERROR_MESSAGE_CHARS) },
+      error: { class: errorClass, code: errorCode(code), message: postableText(message, MAX_ERROR_MESSAGE_CHARS) },
       ...(this.logs.length > 0 ? { logs: this.logs } : {}),
     };
   }

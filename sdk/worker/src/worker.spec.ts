@@ -68,7 +68,7 @@ describe('OrdoWorker', () => {
       output: { type: 'object', properties: { width: { type: 'integer' } } },
       run: () => ({ width: 1 }),
     });
-    const reg = await w.start();
+    const reg = (await w.start())!;
     expect(reg.workerId).toBe(w.workerId);
     const registered = ordo.workers.get(reg.workerId)!.request;
     expect(registered).toEqual({
@@ -192,7 +192,7 @@ describe('OrdoWorker', () => {
           );
         },
       });
-      const first = await w.start();
+      const first = (await w.start())!;
       ordo.enqueue('t');
       await once(w, 'task');
       const offline = once<{ workerId: string }>(w, 'offline');
@@ -246,7 +246,7 @@ describe('OrdoWorker', () => {
   it('registers again when a call answers 404 WORKER_NOT_FOUND', async () => {
     const w = worker({ transport: 'long-poll' });
     w.handle('t', { run: () => ({}) });
-    const first = await w.start();
+    const first = (await w.start())!;
     // The server lost the registration altogether (e.g. a restored database).
     ordo.workers.get(first.workerId)!.deleted = true;
     const second = await ordo.waitForRegistration(2);
@@ -412,7 +412,7 @@ describe('OrdoWorker', () => {
     ordo.muteChannelHeartbeats = true;
     const w = worker({ transport: 'websocket' });
     w.handle('t', { run: () => ({}) });
-    const reg = await w.start();
+    const reg = (await w.start())!;
     await until(() => ordo.channels >= 2);
     expect(ordo.requests.some((r) => r.path === `/api/v1/workers/${reg.workerId}/heartbeat`)).toBe(true);
     ordo.muteChannelHeartbeats = false;
@@ -423,7 +423,7 @@ describe('OrdoWorker', () => {
   it('heartbeats while it runs', async () => {
     const w = worker({ transport: 'long-poll', loaded: () => ['sd-xl'] });
     w.handle('t', { run: () => ({}) });
-    const reg = await w.start();
+    const reg = (await w.start())!;
     for (let i = 0; i < 200 && ordo.workers.get(reg.workerId)!.heartbeats < 2; i++)
       await new Promise((r) => setTimeout(r, 10));
     expect(ordo.workers.get(reg.workerId)!.heartbeats).toBeGreaterThanOrEqual(2);
@@ -445,6 +445,19 @@ describe('OrdoWorker', () => {
     }
   });
 
+  it.each(['drain', 'stop'] as const)(
+    'resolves start with no registration when %s comes before any server answered (SIGTERM at startup)',
+    async (how) => {
+      const w = worker({ urls: ['http://127.0.0.1:1'] });
+      w.handle('t', { run: () => ({}) });
+      const started = w.start();
+      await new Promise((r) => setTimeout(r, 50));
+      await w[how]();
+      await expect(started).resolves.toBeUndefined();
+      await expect(w.wait()).resolves.toBeUndefined();
+    },
+  );
+
   it('rejects start when the token is refused', async () => {
     const w = worker({ token: 'wrong' });
     w.handle('t', { run: () => ({}) });
@@ -455,7 +468,7 @@ describe('OrdoWorker', () => {
     const w = worker({ transport: 'long-poll' });
     let finish!: () => void;
     w.handle('t', { run: () => new Promise<object>((resolve) => (finish = () => resolve({ done: true }))) });
-    const reg = await w.start();
+    const reg = (await w.start())!;
     const held = ordo.enqueue('t');
     await once(w, 'task');
     const drained = w.drain();

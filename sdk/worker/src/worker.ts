@@ -115,8 +115,12 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
     return this.executions.size;
   }
 
-  /** Registers (retrying while no server answers), then heartbeats and pulls tasks in the background. */
-  async start(): Promise<Registration> {
+  /**
+   * Registers (retrying while no server answers), then heartbeats and pulls tasks in the background.
+   * Resolves with the registration; with undefined when drain() or stop() (a signal) came first,
+   * the worker then stopped without taking a task.
+   */
+  async start(): Promise<Registration | undefined> {
     if (this.state !== 'new') throw new Error('start() is called once');
     if (this.definitions.size === 0) throw new Error('no task type: call handle() before start()');
     this.state = 'starting';
@@ -135,10 +139,20 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
     }
     try {
       const session = await this.register();
+      if (this.state !== 'starting') {
+        // Drained or stopped while the registration was on its way: it leaves at once.
+        await session.leave();
+        this.finish();
+        return undefined;
+      }
       this.state = 'running';
       session.start();
       return session.registration;
     } catch (e) {
+      if (this.state !== 'starting') {
+        this.finish();
+        return undefined;
+      }
       this.finish(e as Error);
       throw e;
     }
