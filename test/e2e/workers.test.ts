@@ -169,6 +169,11 @@ describe('external workers', () => {
   const channel = (w: As, id: string, opts: { autoPong?: boolean } = {}) => openChannel(app.url, w, id, opts);
   /** The first task offered on a channel, once it is. */
   const firstOffer = (c: TestChannel) => until('the offer', async () => offeredTasks<Task>(c)[0]);
+  /** Gives a worker a TTL no test outlives: it goes offline only for what the test does. */
+  const longTtl = (workerId: string) =>
+    app.ordo.database.withSystem(async (tx) => {
+      await sql`update worker set ttl_ms = 600000 where worker_id = ${workerId}`.execute(tx);
+    });
   /** Takes every worker of the tenant out of dispatch (each test starts from its own fixed worker set). */
   const retireAll = async () => {
     await app.ordo.database.withSystem(async (tx) => {
@@ -327,6 +332,45 @@ describe('external workers', () => {
       const otherId = await register(other, {});
       const t = await take(other, otherId, 10_000);
       expect([t.runId, t.epoch]).toEqual([runId, 1]);
+    });
+
+    it('revoking the token of a worker that pulls by long-poll, while it runs a task, takes it offline at once: the task is retried elsewhere', async () => {
+      await publish('revoked-busy', { with: { taskType: 'resize' }, retry: { maxRetries: 1, initialDelay: '10ms' } });
+      const w = await minted('default');
+      const id = await register(w, {}, { quiet: true });
+      await longTtl(id);
+      const runId = await start('revoked-busy');
+      const held = await take(w, id);
+      expect(held.runId).toBe(runId);
+      expect((await app.request('POST', `/api/v1/tokens/${w.jti}/revoke`, { as })).status).toBe(200);
+      await until('offline', async () =>
+        ((await app.request('GET', `/api/v1/workers/${id}`, { as })).body as { status: string }).status === 'offline'
+          ? true
+          : undefined,
+      );
+      const other = await mint('default');
+      const otherId = await register(other, {});
+      const t = await take(other, otherId, 10_000);
+      expect(t.runId).toBe(runId);
+      expect(t.epoch).toBeGreaterThan(held.epoch);
+    });
+
+    it('disabling a tenant takes its long-poll workers offline at once', async () => {
+      const b = await app.tenant(`wp-${process.pid}`);
+      const w = await mint('default', b);
+      const id = await register(w, {}, { quiet: true });
+      await longTtl(id);
+      const op = { token: app.platformToken };
+      expect((await app.request('POST', `/api/v1/tenants/${b.tenantId}/disable`, { as: op })).status).toBe(200);
+      await until('offline', () =>
+        app.ordo.database.withSystem(async (tx) => {
+          const r = await sql<{ status: string }>`select status from worker where worker_id = ${id}`.execute(tx);
+          return r.rows[0].status === 'offline' ? true : undefined;
+        }),
+      );
+      expect((await app.request('POST', `/api/v1/tenants/${b.tenantId}/enable`, { as: op })).status).toBe(200);
+      const seen = (await app.request('GET', `/api/v1/workers/${id}`, { as: b })).body as { status: string };
+      expect(seen.status).toBe('offline');
     });
 
     it("disabling a tenant closes its workers' channels (4403)", async () => {

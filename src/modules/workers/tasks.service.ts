@@ -179,7 +179,7 @@ export class TasksService implements BeforeApplicationShutdown {
   }
 
   /** The worker is gone at once (it left, or its token stopped holding): offline, its tasks released. */
-  async takeOffline(w: KnownWorker): Promise<void> {
+  async takeOffline(w: Pick<KnownWorker, 'tenantId' | 'workerId' | 'pool'>): Promise<void> {
     const left = await this.db.withSystem((tx) => this.repo.setStatus(tx, w.tenantId, w.workerId, 'offline'));
     this.directory.setStatus(w.workerId, 'offline');
     if (left) await this.releaseWorker(w.tenantId, w.workerId, w.pool);

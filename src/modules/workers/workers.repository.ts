@@ -176,6 +176,19 @@ export class WorkersRepository {
     return Number(r.numAffectedRows ?? 0) > 0;
   }
 
+  /** A tenant's workers not offline that token `jti` registered (every token's when undefined), with their token. */
+  async liveWorkersOf(
+    tx: SystemTx,
+    tenantId: string,
+    jti: string | undefined,
+  ): Promise<{ worker_id: string; pool: string; token_jti: string }[]> {
+    const r = await sql<{ worker_id: string; pool: string; token_jti: string }>`
+      select worker_id, pool, token_jti from worker
+      where tenant_id = ${tenantId} and status <> 'offline' and (${jti ?? null}::text is null or token_jti = ${jti ?? null})
+      order by worker_id`.execute(tx);
+    return r.rows;
+  }
+
   /** Workers not heard from within their TTL, marked offline (at most `limit`). */
   async expireWorkers(db: SystemDb, limit: number): Promise<{ tenant_id: string; worker_id: string; pool: string }[]> {
     const r = await sql<{ tenant_id: string; worker_id: string; pool: string }>`

@@ -6,6 +6,7 @@ import { Database } from '../../core/database/database';
 import { badRequest, conflict, forbidden, notFound } from '../../core/errors/domain-error';
 import { decodePageToken, encodePageToken } from '../../core/http/page-token';
 import type { TenantPrincipalT, WorkerPrincipalT } from '../../core/http/request-context';
+import { rootLogger } from '../../core/logging/logger';
 import { TokenStatusCache } from '../auth/token-status-cache';
 import type { JsonObject } from '../plugins/plugin';
 import { SchemaError } from './task-schemas';
@@ -32,6 +33,8 @@ const isPageKey = (v: unknown): v is PageKey =>
  */
 @Injectable()
 export class WorkersService {
+  private readonly log = rootLogger().child({ component: 'workers' });
+
   constructor(
     @Inject(ORDO_CONFIG) private readonly config: OrdoConfig,
     private readonly db: Database,
@@ -40,13 +43,35 @@ export class WorkersService {
     private readonly liveness: WorkerLiveness,
     private readonly tasks: TasksService,
     private readonly statuses: TokenStatusCache,
-  ) {}
+  ) {
+    // A revoked token's workers, and a disabled tenant's, are gone at once however they pull (each
+    // api process hears it; taking a worker offline twice does nothing more).
+    statuses.onChange((tenantId, jti) => {
+      this.retireUnheld(tenantId, jti).catch((e: unknown) =>
+        this.log.warn({ err: e, tenantId }, 'taking the workers of a token that stopped holding offline failed'),
+      );
+    });
+  }
 
   /**
-   * A long-poll (TasksService.next), answered with its tasks unless its token stopped holding
-   * while it waited (revoked, expired, its tenant disabled): then its worker, which can no longer
-   * act, is taken offline at once (these tasks, never received, go back to the pool with the rest
-   * it was assigned), and the pull is refused as a new call would be (401 or 403).
+   * Takes offline the live workers of `tenantId` registered with token `jti` (with any token when
+   * undefined: a tenant status change) whose token no longer holds (revoked, unknown, its tenant
+   * disabled): their tasks not started go back to the pool, started ones are orphaned and retried.
+   */
+  private async retireUnheld(tenantId: string, jti: string | undefined): Promise<void> {
+    const live = await this.db.withSystem((tx) => this.repo.liveWorkersOf(tx, tenantId, jti));
+    for (const w of live) {
+      const token = await this.statuses.status(tenantId, w.token_jti);
+      if (token && !token.revoked && token.tenantActive) continue;
+      await this.tasks.takeOffline({ tenantId, workerId: w.worker_id, pool: w.pool });
+    }
+  }
+
+  /**
+   * A long-poll (TasksService.next), answered with its tasks (or none) unless its token stopped
+   * holding while it waited (revoked, expired, its tenant disabled): then its worker, which can no
+   * longer act, is taken offline at once (these tasks, never received, go back to the pool with the
+   * rest it was assigned), and the pull is refused as a new call would be (401 or 403).
    */
   async pull(
     p: WorkerPrincipalT,
@@ -56,14 +81,14 @@ export class WorkersService {
     request: AbortSignal,
   ): Promise<TaskDto[]> {
     const tasks = await this.tasks.next(p, workerId, max, waitMs, request);
-    if (tasks.length === 0) return tasks;
     const refusal = await this.statuses.refusal(p.tenantId, p.jti, p.exp);
     if (!refusal) return tasks;
     const w = await this.directory.get(p, workerId);
-    await this.tasks.giveBack(
-      w,
-      tasks.map((t) => t.attemptId),
-    );
+    if (tasks.length > 0)
+      await this.tasks.giveBack(
+        w,
+        tasks.map((t) => t.attemptId),
+      );
     await this.tasks.takeOffline(w);
     throw refusal;
   }
