@@ -2946,12 +2946,14 @@ begin
     return;
   end if;
 
-  -- The choices, in the order made (assigned_at keeps it), delivered at once to takers with room.
+  -- The choices, in the order made (assigned_at keeps it), delivered at once to takers with room;
+  -- each task's timeout runs from here (a task opened before timeout_ms keeps its deadline).
   return query
     with u as (
       update worker_task t set worker_id = a.worker_id,
         status = case when a.deliver then 'delivered' else 'assigned' end,
         assigned_at = v_now + make_interval(secs => a.ord / 1000000.0),
+        deadline = coalesce(v_now + make_interval(secs => t.timeout_ms::numeric / 1000), t.deadline),
         delivered_at = case when a.deliver then v_now end
       from unnest(v_a_task, v_a_worker, v_a_deliver) with ordinality as a(task_id, worker_id, deliver, ord)
       -- (The keys as an array too: whichever side a plan starts from, it reaches the tasks by key,
@@ -2983,13 +2985,12 @@ begin
   for v_pool in
     with t as (
       insert into worker_task (tenant_id, task_id, run_id, step_id, attempt, epoch, dag_id, dag_version, pool,
-        task_type, requires, strategy, priority, inputs, inputs_sealed, secrets_sealed, traceparent, deadline,
+        task_type, requires, strategy, priority, inputs, inputs_sealed, secrets_sealed, traceparent, timeout_ms,
         dispatch_deadline)
       select x.tenant_id, gen_random_uuid(), x.run_id, x.step_id, c.attempt, x.epoch, r.dag_id, r.dag_version,
         x.task->>'pool', x.task->>'taskType', coalesce(x.task->'requires', '{}'), x.task->>'strategy',
         coalesce((s.spec->>'priority')::smallint, 5), x.task->'inputs', x.task->'inputsSealed', x.task->'secretsSealed',
-        x.task->>'traceparent',
-        now() + make_interval(secs => (x.task->>'timeoutMs')::numeric / 1000),
+        x.task->>'traceparent', (x.task->>'timeoutMs')::integer,
         case when x.task ? 'dispatchTimeoutMs'
           then now() + make_interval(secs => (x.task->>'dispatchTimeoutMs')::numeric / 1000) end
       from jsonb_to_recordset(p_tasks) as x(tenant_id text, run_id uuid, step_id text, epoch integer, task jsonb)
@@ -3935,7 +3936,7 @@ CREATE TABLE public.worker_task (
     inputs jsonb,
     inputs_sealed jsonb,
     traceparent text NOT NULL,
-    deadline timestamp with time zone NOT NULL,
+    deadline timestamp with time zone,
     dispatch_deadline timestamp with time zone,
     status text DEFAULT 'pending'::text NOT NULL,
     worker_id uuid,
@@ -3948,6 +3949,7 @@ CREATE TABLE public.worker_task (
     progress jsonb,
     late_results integer DEFAULT 0 NOT NULL,
     secrets_sealed jsonb,
+    timeout_ms integer,
     CONSTRAINT worker_task_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'assigned'::text, 'delivered'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'orphaned'::text]))),
     CONSTRAINT worker_task_worker_check CHECK ((((status = 'pending'::text) AND (worker_id IS NULL)) OR ((status = ANY (ARRAY['assigned'::text, 'delivered'::text, 'succeeded'::text, 'orphaned'::text])) AND (worker_id IS NOT NULL)) OR (status = ANY (ARRAY['cancelled'::text, 'failed'::text]))))
 );

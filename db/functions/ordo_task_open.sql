@@ -1,8 +1,8 @@
 -- A queue step's task, inside ordo_engine_advance: each queue step handed back as waiting at its
 -- epoch (`p_tasks`: tenant_id, run_id, step_id, epoch, task) gets one task for its attempt, pending
 -- in its pool with what the step's config made of it (task type, requirements, strategy, inputs, the
--- secret values they carry, the deadline from its timeout, the dispatch deadline from its
--- dispatchTimeout), and the pool's dispatchers are woken (ordo_task_dispatch runs in their own
+-- secret values they carry, its timeout, counted from its assignment to a worker, the dispatch
+-- deadline from its dispatchTimeout), and the pool's dispatchers are woken (ordo_task_dispatch runs in their own
 -- transactions, so this one takes no lock beyond its runs').
 
 create or replace function ordo_task_open(p_tasks jsonb, p_c ordo_adv_result[]) returns void
@@ -15,13 +15,12 @@ begin
   for v_pool in
     with t as (
       insert into worker_task (tenant_id, task_id, run_id, step_id, attempt, epoch, dag_id, dag_version, pool,
-        task_type, requires, strategy, priority, inputs, inputs_sealed, secrets_sealed, traceparent, deadline,
+        task_type, requires, strategy, priority, inputs, inputs_sealed, secrets_sealed, traceparent, timeout_ms,
         dispatch_deadline)
       select x.tenant_id, gen_random_uuid(), x.run_id, x.step_id, c.attempt, x.epoch, r.dag_id, r.dag_version,
         x.task->>'pool', x.task->>'taskType', coalesce(x.task->'requires', '{}'), x.task->>'strategy',
         coalesce((s.spec->>'priority')::smallint, 5), x.task->'inputs', x.task->'inputsSealed', x.task->'secretsSealed',
-        x.task->>'traceparent',
-        now() + make_interval(secs => (x.task->>'timeoutMs')::numeric / 1000),
+        x.task->>'traceparent', (x.task->>'timeoutMs')::integer,
         case when x.task ? 'dispatchTimeoutMs'
           then now() + make_interval(secs => (x.task->>'dispatchTimeoutMs')::numeric / 1000) end
       from jsonb_to_recordset(p_tasks) as x(tenant_id text, run_id uuid, step_id text, epoch integer, task jsonb)

@@ -12,7 +12,7 @@ import { runEvents, waitForRun } from './runs-support';
 import { offeredTasks, openChannel, type TestChannel, upgradeStatus } from './worker-channel-support';
 
 type As = { token: string; tenantId: string };
-type Task = { attemptId: string; runId: string; stepId: string; epoch: number; inputs: unknown; taskType: string };
+type Task = { attemptId: string; runId: string; stepId: string; epoch: number; inputs: unknown; taskType: string; deadline: string };
 type Step = {
   stepId: string;
   status: string;
@@ -917,6 +917,32 @@ describe('external workers', () => {
       const explained = await app.request('GET', `/api/v1/runs/${stuck}`, { as });
       expect(explained.status).toBe(200);
       expect(work(explained.body as Run).reason).toBe('no_matching_worker');
+    });
+
+    it("a queue step's timeout bounds its work on a worker, from its assignment, not its wait for one", async () => {
+      await publish('slow-to-find', { with: { taskType: 'resize' }, timeout: '1s' });
+      const runId = await start('slow-to-find');
+      // No worker for twice its timeout (the sweep runs every 200 ms): the step still waits.
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect(work(await run(runId)).status).toBe('waiting');
+      const w = await mint('default');
+      const id = await register(w, {});
+      const t = await take(w, id);
+      expect(t.runId).toBe(runId);
+      expect(Date.parse(t.deadline)).toBeGreaterThan(Date.now());
+      expect((await result(w, id, t, { status: 'succeeded', outputs: { width: 1 } })).status).toBe(200);
+      expect((await waitForRun(app, as, runId)).status).toBe('succeeded');
+      // Waiting is bounded by dispatchTimeout alone, however short the timeout: DISPATCH_TIMEOUT, not retried.
+      await retireAll();
+      await publish('never-found', {
+        with: { taskType: 'resize' },
+        timeout: '500ms',
+        dispatchTimeout: '1500ms',
+        retry: { maxRetries: 2 },
+      });
+      const unfound = await start('never-found');
+      const failed = work(await waitForRun(app, as, unfound));
+      expect([failed.status, failed.error?.code, failed.attempts]).toEqual(['failed', 'DISPATCH_TIMEOUT', 1]);
     });
 
     it('says why a step waits when no worker matches, and fails it past its dispatchTimeout', async () => {

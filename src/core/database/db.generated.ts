@@ -597,7 +597,7 @@ export interface WorkerTask {
   created_at: Generated<Timestamp>;
   dag_id: string;
   dag_version: number;
-  deadline: Timestamp;
+  deadline: Timestamp | null;
   delivered_at: Timestamp | null;
   dispatch_deadline: Timestamp | null;
   end_reason: string | null;
@@ -619,6 +619,7 @@ export interface WorkerTask {
   task_id: string;
   task_type: string;
   tenant_id: string;
+  timeout_ms: number | null;
   traceparent: string;
   worker_id: string | null;
 }

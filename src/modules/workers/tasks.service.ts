@@ -324,7 +324,8 @@ export class TasksService implements BeforeApplicationShutdown {
         epoch: t.epoch,
         taskType: t.task_type,
         inputs,
-        deadline: t.deadline.toISOString(),
+        // (Its assignment gave it one.)
+        deadline: t.deadline!.toISOString(),
         traceparent: t.traceparent,
         dagId: t.dag_id,
         dagVersion: t.dag_version,
@@ -813,15 +814,16 @@ export class TasksService implements BeforeApplicationShutdown {
   }
 
   /**
-   * An open task whose deadline passed fails its attempt (TIMEOUT, transient; a started one counts
-   * against its worker); a pending one past its dispatch deadline fails (DISPATCH_TIMEOUT, permanent).
+   * A task whose deadline passed (its step's timeout after its assignment) fails its attempt
+   * (TIMEOUT, transient; a started one counts against its worker); a pending one past its dispatch
+   * deadline fails (DISPATCH_TIMEOUT, permanent).
    */
   async overdue(tenantId: string, taskId: string, pool: string): Promise<void> {
     const judged: Judged[] = [];
     await this.store.withResolve(async (tx, resolve) => {
       const t = await this.repo.lockTask(tx, tenantId, pool, taskId);
       if (!t || !['pending', 'assigned', 'delivered'].includes(t.status)) return;
-      const timedOut = t.deadline.getTime() <= Date.now();
+      const timedOut = t.deadline !== null && t.deadline.getTime() <= Date.now();
       const error: PluginError = timedOut
         ? { code: 'TIMEOUT', message: 'no result from a worker before the step timeout', retryable: true }
         : {

@@ -75,7 +75,8 @@ export interface TaskRow {
   /** The secret values the inputs carry (a JSON array of strings, sealed), when they carry any. */
   secrets_sealed: SealedJson | null;
   traceparent: string;
-  deadline: Date;
+  /** Set when a worker is assigned the task (its step's timeout after); null while it waits for one. */
+  deadline: Date | null;
   status: 'pending' | 'assigned' | 'delivered' | 'succeeded' | 'failed' | 'cancelled' | 'orphaned';
   worker_id: string | null;
   delivered_at: Date | null;
@@ -369,10 +370,14 @@ export class WorkersRepository {
     return r.rows[0].n;
   }
 
-  /** The tasks a worker was handed but did not start (assigned), back to pending for another worker. */
+  /**
+   * The tasks a worker was handed but did not start (assigned), back to pending for another worker,
+   * their timeout to run again from their next assignment.
+   */
   async unassign(tx: SystemTx, tenantId: string, workerId: string): Promise<number> {
     const r = await sql`
-      update worker_task set status = 'pending', worker_id = null, assigned_at = null
+      update worker_task set status = 'pending', worker_id = null, assigned_at = null,
+        deadline = case when timeout_ms is null then deadline end
       where tenant_id = ${tenantId} and worker_id = ${workerId} and status = 'assigned'`.execute(tx);
     return Number(r.numAffectedRows ?? 0);
   }
@@ -386,7 +391,7 @@ export class WorkersRepository {
     return r.rows;
   }
 
-  /** Open tasks past their deadline, or pending past their dispatch deadline (at most `limit`). */
+  /** Assigned or started tasks past their deadline, or pending past their dispatch deadline (at most `limit`). */
   async overdue(db: SystemDb, limit: number): Promise<{ tenant_id: string; task_id: string; pool: string }[]> {
     const r = await sql<{ tenant_id: string; task_id: string; pool: string }>`
       select tenant_id, task_id, pool from worker_task
