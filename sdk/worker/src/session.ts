@@ -388,11 +388,19 @@ export class WorkerSession {
     });
   }
 
-  private async pollLoop(): Promise<void> {
+  /**
+   * Pulls by long-poll; with `channelAgainAt` (a channel that failed to open, not one the server
+   * lacks), goes back to the channel after the first pull that ends past that time.
+   */
+  private async pollLoop(channelAgainAt?: number): Promise<void> {
     const signal = this.pulling.signal;
     const waitMs = this.registration.longPollMs;
     let failures = 0;
     while (!signal.aborted) {
+      if (channelAgainAt !== undefined && Date.now() >= channelAgainAt) {
+        this.transport = 'websocket';
+        return this.channelLoop();
+      }
       const free = this.host.capacity();
       if (free <= 0) {
         await this.waitForCapacity();
@@ -482,7 +490,9 @@ export class WorkerSession {
           );
           this.transport = 'long-poll';
           this.host.onTransport('long-poll');
-          return this.pollLoop();
+          // A channel that failed to open (no answer, 5xx) is tried again after the longest backoff.
+          const backoff = this.host.backoff ?? DEFAULT_BACKOFF;
+          return this.pollLoop(noChannel ? undefined : Date.now() + backoff.maxMs);
         }
         this.host.client.failover();
         await sleep(backoffDelay(failures - 1, this.host.backoff ?? DEFAULT_BACKOFF), this.ended.signal);

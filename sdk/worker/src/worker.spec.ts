@@ -267,6 +267,20 @@ describe('OrdoWorker', () => {
     expect(ordo.results.get(task.attemptId)!.via).toBe('http');
   });
 
+  it('after falling back to long-poll for a channel that failed to open, opens the channel again', async () => {
+    ordo.channelUnavailable = 3;
+    const w = worker({ transport: 'websocket' });
+    w.handle('t', { run: () => ({}) });
+    const kinds: TransportKind[] = [];
+    w.on('transport', (k: TransportKind) => kinds.push(k));
+    await w.start();
+    await until(() => kinds.includes('long-poll') && w.transport === 'websocket' && ordo.channels === 1);
+    expect(kinds).toEqual(['long-poll', 'websocket']);
+    const task = ordo.enqueue('t');
+    await ordo.waitForResult(task.attemptId);
+    expect(ordo.results.get(task.attemptId)!.via).toBe('websocket');
+  });
+
   it('opens the channel again after it drops and goes on taking tasks', async () => {
     const w = worker({ transport: 'websocket' });
     w.handle('t', { run: () => ({}) });

@@ -54,6 +54,8 @@ export class FakeOrdo {
   channels = 0;
   /** Answers the channel upgrade with 404 (a server without the channel). */
   refuseChannel = false;
+  /** Answers this many more channel upgrades with 503 (a server that cannot open it for now). */
+  channelUnavailable = 0;
   /** Holds the acks of results taken on the channel until `releaseAcks`. */
   holdAcks = false;
   /** Offers of tasks this many times more are lost on the way (counted as delivered, never sent). */
@@ -219,6 +221,10 @@ export class FakeOrdo {
     };
     if (!this.authorized(req.headers)) return refuse(401, 'UNAUTHENTICATED');
     if (this.refuseChannel || !m) return refuse(404, 'NOT_FOUND');
+    if (this.channelUnavailable > 0) {
+      this.channelUnavailable--;
+      return refuse(503, 'UNAVAILABLE');
+    }
     if (!w || w.deleted) return refuse(404, 'WORKER_NOT_FOUND');
     if (w.status === 'offline') return refuse(409, 'WORKER_OFFLINE');
     this.wss.handleUpgrade(req, socket, head, (ws) => {
