@@ -183,13 +183,14 @@ begin
   end if;
 
   -- The choices, in the order made (assigned_at keeps it), delivered at once to takers with room;
-  -- each task's timeout runs from here (a task opened before timeout_ms keeps its deadline).
+  -- each task's timeout runs from here, the time it is written (after any wait for the pool's lock;
+  -- a task opened before timeout_ms keeps its deadline).
   return query
     with u as (
       update worker_task t set worker_id = a.worker_id,
         status = case when a.deliver then 'delivered' else 'assigned' end,
         assigned_at = v_now + make_interval(secs => a.ord / 1000000.0),
-        deadline = coalesce(v_now + make_interval(secs => t.timeout_ms::numeric / 1000), t.deadline),
+        deadline = coalesce(clock_timestamp() + make_interval(secs => t.timeout_ms::numeric / 1000), t.deadline),
         delivered_at = case when a.deliver then v_now end
       from unnest(v_a_task, v_a_worker, v_a_deliver) with ordinality as a(task_id, worker_id, deliver, ord)
       -- (The keys as an array too: whichever side a plan starts from, it reaches the tasks by key,

@@ -5,6 +5,7 @@ import { errorEnvelopeSchema } from '../../src/core/errors/error-envelope';
 import { AuthRepository } from '../../src/modules/auth/auth.repository';
 import { TokenService } from '../../src/modules/auth/token.service';
 import { TaskInbox } from '../../src/modules/workers/task-inbox';
+import { TasksService } from '../../src/modules/workers/tasks.service';
 import { WorkersRepository } from '../../src/modules/workers/workers.repository';
 import { startTestApp, type TestApp } from '../support/test-app';
 import { refusal } from '../support/ws-refusal';
@@ -12,7 +13,15 @@ import { runEvents, waitForRun } from './runs-support';
 import { offeredTasks, openChannel, type TestChannel, upgradeStatus } from './worker-channel-support';
 
 type As = { token: string; tenantId: string };
-type Task = { attemptId: string; runId: string; stepId: string; epoch: number; inputs: unknown; taskType: string; deadline: string };
+type Task = {
+  attemptId: string;
+  runId: string;
+  stepId: string;
+  epoch: number;
+  inputs: unknown;
+  taskType: string;
+  deadline: string;
+};
 type Step = {
   stepId: string;
   status: string;
@@ -943,6 +952,23 @@ describe('external workers', () => {
       const unfound = await start('never-found');
       const failed = work(await waitForRun(app, as, unfound));
       expect([failed.status, failed.error?.code, failed.attempts]).toEqual(['failed', 'DISPATCH_TIMEOUT', 1]);
+    });
+
+    it('a task the sweep found overdue but that changed since (back in the pool, no deadline) is left alone', async () => {
+      await publish('changed-since', { with: { taskType: 'resize' } });
+      const runId = await start('changed-since');
+      const task = await until('its task', () =>
+        app.ordo.database.withSystem(async (tx) => {
+          const r = await sql<{ task_id: string }>`select task_id from worker_task
+            where run_id = ${runId} and status = 'pending'`.execute(tx);
+          return r.rows[0];
+        }),
+      );
+      await app.ordo.app.get(TasksService).overdue(as.tenantId, task.task_id, 'default');
+      expect(work(await run(runId)).status).toBe('waiting');
+      const w = await mint('default');
+      const id = await register(w, {});
+      expect((await take(w, id)).runId).toBe(runId);
     });
 
     it('says why a step waits when no worker matches, and fails it past its dispatchTimeout', async () => {

@@ -823,7 +823,12 @@ export class TasksService implements BeforeApplicationShutdown {
     await this.store.withResolve(async (tx, resolve) => {
       const t = await this.repo.lockTask(tx, tenantId, pool, taskId);
       if (!t || !['pending', 'assigned', 'delivered'].includes(t.status)) return;
-      const timedOut = t.deadline !== null && t.deadline.getTime() <= Date.now();
+      // Decided from the locked row: since the sweep read it, the task may have gone back to the
+      // pool (its deadline cleared) or been assigned (out of its dispatch wait).
+      const now = Date.now();
+      const timedOut = t.deadline !== null && t.deadline.getTime() <= now;
+      const unclaimed = t.status === 'pending' && t.dispatch_deadline !== null && t.dispatch_deadline.getTime() <= now;
+      if (!timedOut && !unclaimed) return;
       const error: PluginError = timedOut
         ? { code: 'TIMEOUT', message: 'no result from a worker before the step timeout', retryable: true }
         : {

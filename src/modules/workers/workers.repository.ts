@@ -77,6 +77,8 @@ export interface TaskRow {
   traceparent: string;
   /** Set when a worker is assigned the task (its step's timeout after); null while it waits for one. */
   deadline: Date | null;
+  /** While it waits for a worker: when it fails DISPATCH_TIMEOUT (the step's dispatchTimeout), if it has one. */
+  dispatch_deadline: Date | null;
   status: 'pending' | 'assigned' | 'delivered' | 'succeeded' | 'failed' | 'cancelled' | 'orphaned';
   worker_id: string | null;
   delivered_at: Date | null;
@@ -119,8 +121,8 @@ const INPUTS_DROPPED = sql`inputs = null, inputs_sealed = null, secrets_sealed =
 const UNDELIVERED = sql`status = 'assigned', delivered_at = null`;
 
 const TASK_COLUMNS = sql`t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version,
-  t.pool, t.task_type, t.inputs, t.inputs_sealed, t.secrets_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
-  t.result_digest, (select w.name from worker w where w.tenant_id = t.tenant_id and w.worker_id = t.worker_id) as worker_name`;
+  t.pool, t.task_type, t.inputs, t.inputs_sealed, t.secrets_sealed, t.traceparent, t.deadline, t.dispatch_deadline, t.status,
+  t.worker_id, t.delivered_at, t.result_digest, (select w.name from worker w where w.tenant_id = t.tenant_id and w.worker_id = t.worker_id) as worker_name`;
 
 /**
  * The worker, worker_task, worker_reputation and worker_pool tables. A worker's own reads and its
@@ -443,8 +445,8 @@ export class WorkersRepository {
   ) {
     const r = await sql<TaskRow>`
       select t.tenant_id, t.task_id, t.run_id, t.step_id, t.attempt, t.epoch, t.dag_id, t.dag_version, t.pool,
-        t.task_type, t.inputs, t.inputs_sealed, t.secrets_sealed, t.traceparent, t.deadline, t.status, t.worker_id, t.delivered_at,
-        t.result_digest, null::text as worker_name
+        t.task_type, t.inputs, t.inputs_sealed, t.secrets_sealed, t.traceparent, t.deadline, t.dispatch_deadline, t.status,
+        t.worker_id, t.delivered_at, t.result_digest, null::text as worker_name
       from ordo_task_dispatch(${tenantId}, ${pool}, ${JSON.stringify(takers)}::jsonb, ${landing}::uuid[]) j
       cross join lateral jsonb_populate_record(null::worker_task, j) t
       order by t.delivered_at, t.task_id`.execute(db);
