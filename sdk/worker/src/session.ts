@@ -61,6 +61,8 @@ const MAX_CREDIT = 1_000;
 const ACK_TIMEOUT_MS = 15_000;
 /** Consecutive failures to open the channel before the session pulls by long-poll instead. */
 const CHANNEL_FAILURES_BEFORE_FALLBACK = 3;
+/** The longest a session on long-poll waits before it tries a channel that failed to open again. */
+const MAX_CHANNEL_PROBE_MS = 300_000;
 
 /** Answers that mean the server no longer knows this registration: the worker registers again. */
 const GONE_CODES: ReadonlySet<string> = new Set(['WORKER_NOT_FOUND', 'WORKER_OFFLINE']);
@@ -389,17 +391,17 @@ export class WorkerSession {
   }
 
   /**
-   * Pulls by long-poll; with `channelAgainAt` (a channel that failed to open, not one the server
-   * lacks), goes back to the channel after the first pull that ends past that time.
+   * Pulls by long-poll; with `probe` (a channel that failed to open, not one the server lacks),
+   * tries the channel once more after the first pull that ends past `probe.at`.
    */
-  private async pollLoop(channelAgainAt?: number): Promise<void> {
+  private async pollLoop(probe?: { at: number; n: number }): Promise<void> {
     const signal = this.pulling.signal;
     const waitMs = this.registration.longPollMs;
     let failures = 0;
     while (!signal.aborted) {
-      if (channelAgainAt !== undefined && Date.now() >= channelAgainAt) {
+      if (probe !== undefined && Date.now() >= probe.at) {
         this.transport = 'websocket';
-        return this.channelLoop();
+        return this.channelLoop(probe.n);
       }
       const free = this.host.capacity();
       if (free <= 0) {
@@ -442,7 +444,13 @@ export class WorkerSession {
     if (want > 0 && this.channel.send({ type: 'ready', credit: want })) this.credit += want;
   }
 
-  private async channelLoop(): Promise<void> {
+  /**
+   * Opens the channel and takes tasks over it, opening it again when it closes. Three failures in
+   * a row to open it (one, for the `probe`-th try after a fallback) fall back to long-poll, which
+   * tries the channel again after the longest backoff, doubled at each probe up to 5 minutes: a
+   * worker that cannot open it spends at most one open timeout per probe not pulling.
+   */
+  private async channelLoop(probe = 0): Promise<void> {
     let failures = 0;
     while (!this.ended.signal.aborted) {
       let closed!: () => void;
@@ -484,15 +492,15 @@ export class WorkerSession {
         failures++;
         // A server that answers the upgrade with a client error has no channel for us: long-poll instead.
         const noChannel = refused?.status !== undefined && refused.status < 500;
-        if (noChannel || failures >= CHANNEL_FAILURES_BEFORE_FALLBACK) {
+        if (noChannel || failures >= (probe > 0 ? 1 : CHANNEL_FAILURES_BEFORE_FALLBACK)) {
           this.host.onWarning(
             new Error(`WebSocket channel unavailable (${(e as Error).message}); pulling by long-poll`),
           );
           this.transport = 'long-poll';
           this.host.onTransport('long-poll');
-          // A channel that failed to open (no answer, 5xx) is tried again after the longest backoff.
-          const backoff = this.host.backoff ?? DEFAULT_BACKOFF;
-          return this.pollLoop(noChannel ? undefined : Date.now() + backoff.maxMs);
+          if (noChannel) return this.pollLoop();
+          const wait = Math.min((this.host.backoff ?? DEFAULT_BACKOFF).maxMs * 2 ** probe, MAX_CHANNEL_PROBE_MS);
+          return this.pollLoop({ at: Date.now() + wait, n: probe + 1 });
         }
         this.host.client.failover();
         await sleep(backoffDelay(failures - 1, this.host.backoff ?? DEFAULT_BACKOFF), this.ended.signal);
@@ -503,6 +511,7 @@ export class WorkerSession {
         return;
       }
       failures = 0;
+      probe = 0;
       this.channel = channel;
       this.credit = 0;
       this.channelHeartbeatUnansweredSince = undefined;

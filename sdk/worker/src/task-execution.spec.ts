@@ -106,13 +106,17 @@ describe('TaskExecution', () => {
     });
   });
 
-  it('fails transient HANDLER_ERROR for a thrown value that cannot be made a string', async () => {
-    const body = await run({
-      run: async () => {
-        throw Object.create(null);
-      },
-    });
-    expect(body).toMatchObject({ status: 'failed', error: { class: 'transient', code: 'HANDLER_ERROR' } });
+  it('fails transient HANDLER_ERROR for a thrown value that cannot be made a string, or even inspected', async () => {
+    const revoked = Proxy.revocable({}, {});
+    revoked.revoke();
+    for (const thrown of [Object.create(null), revoked.proxy]) {
+      const body = await run({
+        run: async () => {
+          throw thrown;
+        },
+      });
+      expect(body).toMatchObject({ status: 'failed', error: { class: 'transient', code: 'HANDLER_ERROR' } });
+    }
   });
 
   it('cuts and cleans the text it posts so the server takes it: no half of a surrogate pair, no NUL', async () => {

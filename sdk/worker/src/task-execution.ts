@@ -76,7 +76,20 @@ function asText(e: unknown): string {
   try {
     return e instanceof Error ? String(e.message) : String(e);
   } catch {
-    return Object.prototype.toString.call(e);
+    try {
+      return Object.prototype.toString.call(e);
+    } catch {
+      return 'a thrown value that cannot be read';
+    }
+  }
+}
+
+/** Whether `e` is a TaskError (false for a value that cannot even be asked: a revoked Proxy). */
+function isTaskError(e: unknown): e is TaskError {
+  try {
+    return e instanceof TaskError;
+  } catch {
+    return false;
   }
 }
 
@@ -144,7 +157,7 @@ export class TaskExecution {
       const returned = await this.handler.definition.run(input, this.context(deadlineMs));
       return this.succeeded(returned);
     } catch (e) {
-      if (e instanceof TaskError) return this.failed(e.errorClass, e.code, e.message);
+      if (isTaskError(e)) return this.failed(e.errorClass, e.code, e.message);
       if (this.controller.signal.reason instanceof DeadlineExceeded) {
         return this.failed('transient', 'DEADLINE_EXCEEDED', (this.controller.signal.reason as Error).message);
       }

@@ -267,15 +267,16 @@ describe('OrdoWorker', () => {
     expect(ordo.results.get(task.attemptId)!.via).toBe('http');
   });
 
-  it('after falling back to long-poll for a channel that failed to open, opens the channel again', async () => {
-    ordo.channelUnavailable = 3;
+  it('after falling back to long-poll for a channel that failed to open, tries it again, once a try, until it opens', async () => {
+    // Three failures fall back; the first try after it fails too; the second opens.
+    ordo.channelUnavailable = 4;
     const w = worker({ transport: 'websocket' });
     w.handle('t', { run: () => ({}) });
     const kinds: TransportKind[] = [];
     w.on('transport', (k: TransportKind) => kinds.push(k));
     await w.start();
     await until(() => kinds.includes('long-poll') && w.transport === 'websocket' && ordo.channels === 1);
-    expect(kinds).toEqual(['long-poll', 'websocket']);
+    expect(kinds).toEqual(['long-poll', 'long-poll', 'websocket']);
     const task = ordo.enqueue('t');
     await ordo.waitForResult(task.attemptId);
     expect(ordo.results.get(task.attemptId)!.via).toBe('websocket');
@@ -471,6 +472,17 @@ describe('OrdoWorker', () => {
       await expect(w.wait()).resolves.toBeUndefined();
     },
   );
+
+  it('leaves no signal handler behind when drained before it started', async () => {
+    const before = [process.listenerCount('SIGTERM'), process.listenerCount('SIGINT')];
+    const w = worker({ handleSignals: true });
+    w.handle('t', { run: () => ({}) });
+    const started = w.start();
+    await w.drain();
+    await expect(started).resolves.toBeUndefined();
+    expect([process.listenerCount('SIGTERM'), process.listenerCount('SIGINT')]).toEqual(before);
+    expect(ordo.workers.size).toBe(0);
+  });
 
   it('rejects start when the token is refused', async () => {
     const w = worker({ token: 'wrong' });

@@ -124,20 +124,22 @@ export class OrdoWorker extends EventEmitter<WorkerEvents> {
     if (this.state !== 'new') throw new Error('start() is called once');
     if (this.definitions.size === 0) throw new Error('no task type: call handle() before start()');
     this.state = 'starting';
-    const fromJsonSchema = await loadJsonSchemaCompiler();
-    for (const [name, definition] of this.definitions) {
-      this.handlers.set(name, {
-        definition,
-        input: definition.input !== undefined ? compileSchema(definition.input, 'input', fromJsonSchema) : undefined,
-        output:
-          definition.output !== undefined ? compileSchema(definition.output, 'output', fromJsonSchema) : undefined,
-      });
-    }
+    // Installed before the first wait, so that finish() (a drain or stop meanwhile) removes them.
     if (this.options.handleSignals) {
       process.on('SIGTERM', this.signalHandler);
       process.on('SIGINT', this.signalHandler);
     }
     try {
+      const fromJsonSchema = await loadJsonSchemaCompiler();
+      if (this.state !== 'starting') return undefined;
+      for (const [name, definition] of this.definitions) {
+        this.handlers.set(name, {
+          definition,
+          input: definition.input !== undefined ? compileSchema(definition.input, 'input', fromJsonSchema) : undefined,
+          output:
+            definition.output !== undefined ? compileSchema(definition.output, 'output', fromJsonSchema) : undefined,
+        });
+      }
       const session = await this.register();
       if (this.state !== 'starting') {
         // Drained or stopped while the registration was on its way: it leaves at once.
