@@ -88,24 +88,51 @@ describe('WebSocket stream gateway', () => {
     });
   });
 
-  it('answers a handshake the WebSocket protocol refuses in the error envelope', async () => {
-    // Sent by hand: a client library does not send a handshake without Sec-WebSocket-Key.
-    const answer = await new Promise<string>((resolve, reject) => {
-      const socket = connect(Number(new URL(app.url).port), '127.0.0.1', () =>
-        socket.write(
-          'GET /api/v1/stream HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n' +
-            'Sec-WebSocket-Version: 13\r\n\r\n',
-        ),
-      );
-      let text = '';
-      socket.on('data', (d) => (text += d.toString('utf8')));
-      socket.on('close', () => resolve(text));
-      socket.on('error', reject);
-    });
-    const [head, body] = answer.split('\r\n\r\n');
-    expect(head).toMatch(/^HTTP\/1\.1 400 /);
-    expect(head).toMatch(/content-type: application\/json/i);
-    expect(errorEnvelopeSchema.parse(JSON.parse(body)).error.code).toBe('BAD_HANDSHAKE');
+  it('answers a handshake the WebSocket protocol refuses in the error envelope, with the headers it calls for', async () => {
+    // Sent by hand: a client library does not send such handshakes.
+    const raw = (request: string) =>
+      new Promise<{ head: string; body: string }>((resolve, reject) => {
+        const socket = connect(Number(new URL(app.url).port), '127.0.0.1', () => socket.write(request));
+        let text = '';
+        socket.on('data', (d) => (text += d.toString('utf8')));
+        socket.on('close', () => {
+          const [head, body] = text.split('\r\n\r\n');
+          resolve({ head, body });
+        });
+        socket.on('error', reject);
+      });
+    const upgrade = (method: string, target: string, extra: string) =>
+      `${method} ${target} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n${extra}\r\n`;
+    const key = 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
+    const cases: [string, number, string, RegExp | null][] = [
+      [upgrade('GET', '/api/v1/stream', 'Sec-WebSocket-Version: 13\r\n'), 400, 'BAD_HANDSHAKE', null],
+      [
+        upgrade('GET', '/api/v1/stream', `${key}Sec-WebSocket-Version: 99\r\n`),
+        400,
+        'BAD_HANDSHAKE',
+        /^sec-websocket-version: 13, 8$/im,
+      ],
+      [
+        upgrade('POST', '/api/v1/stream', `${key}Sec-WebSocket-Version: 13\r\n`),
+        405,
+        'METHOD_NOT_ALLOWED',
+        /^allow: GET$/im,
+      ],
+      // A target that names the stream once normalized reaches it (and its credentials are asked for).
+      [
+        upgrade('GET', '/api/v1/./stream', `${key}Sec-WebSocket-Version: 13\r\nAuthorization: Bearer not-a-jwt\r\n`),
+        401,
+        'INVALID_TOKEN',
+        null,
+      ],
+    ];
+    for (const [request, status, code, header] of cases) {
+      const { head, body } = await raw(request);
+      expect(head).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+      expect(head).toMatch(/content-type: application\/json/i);
+      if (header) expect(head).toMatch(header);
+      expect(errorEnvelopeSchema.parse(JSON.parse(body)).error.code).toBe(code);
+    }
   });
 
   it('handles a subscribe sent before ready after the ready message, in order', async () => {

@@ -74,9 +74,16 @@ export class StreamWsAdapter extends WsAdapter {
     // answered in the error envelope too: `ws` hands it here instead of its plain-text answer.
     server.on('wsClientError', (err: Error, socket: Duplex, req: IncomingMessage) =>
       req.method === 'GET'
-        ? refuseUpgrade(socket, req, 400, 'BAD_HANDSHAKE', err.message)
-        : refuseUpgrade(socket, req, 405, 'METHOD_NOT_ALLOWED', 'a WebSocket upgrade is a GET'),
+        ? refuseUpgrade(socket, req, 400, 'BAD_HANDSHAKE', err.message, {
+            // (RFC 6455 4.4: a version refused is answered with the versions served.)
+            ...(/Sec-WebSocket-Version/i.test(err.message) ? { 'Sec-WebSocket-Version': '13, 8' } : {}),
+          })
+        : refuseUpgrade(socket, req, 405, 'METHOD_NOT_ALLOWED', 'a WebSocket upgrade is a GET', { Allow: 'GET' }),
     );
+    // `route` hands each upgrade to the one server that serves its path (compared once normalized,
+    // a gateway path's `:name` segments matching any segment): the server takes what it is given
+    // rather than comparing the raw request target again (ws answers a mismatch in plain text).
+    (server as unknown as { shouldHandle(req: IncomingMessage): boolean }).shouldHandle = () => true;
     server.on('connection', (ws: WebSocket) =>
       ws.on('error', (err) => this.log.debug({ err }, 'WebSocket client error')),
     );
@@ -101,17 +108,26 @@ export function upgradeRefusalBody(req: IncomingMessage, code: string, message: 
   return JSON.stringify(envelope);
 }
 
-/** Answers an upgrade request with an HTTP error in the API's error envelope and closes the socket. */
+/**
+ * Answers an upgrade request with an HTTP error in the API's error envelope (and `headers`), then
+ * closes the socket once the answer is written: an upgrade's socket has no server timeout, so a
+ * client that never closes its end does not hold it.
+ */
 export function refuseUpgrade(
   socket: Duplex,
   req: IncomingMessage,
   status: number,
   code: string,
   message: string,
+  headers: Record<string, string> = {},
 ): void {
   if (socket.destroyed) return;
   const body = upgradeRefusalBody(req, code, message);
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
+  socket.once('finish', () => socket.destroy());
   socket.end(
-    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\nConnection: close\r\nContent-Type: application/json\r\n${extra}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
 }

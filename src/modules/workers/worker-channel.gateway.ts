@@ -95,9 +95,6 @@ export class WorkerChannelGateway
 
   afterInit(server: WebSocketServer): void {
     this.server = server;
-    // `ws` compares the path exactly; this one carries the worker id, read (and refused in the
-    // error envelope when it is not one) by `authenticate`.
-    (server as unknown as { shouldHandle(req: IncomingMessage): boolean }).shouldHandle = () => true;
     const verifyClient: VerifyClientCallbackAsync = ({ req }, done) => {
       this.authenticate(req).then(
         (who) => {
