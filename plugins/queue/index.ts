@@ -16,7 +16,7 @@ const TEMPLATE = /^\$\{\{.*\}\}$/s;
 const size = z
   .string()
   .refine((s) => SIZE.test(s.trim()) || TEMPLATE.test(s), 'a size such as "16GiB" or ">=512MiB"')
-  .refine((s) => !SIZE.test(s.trim()) || sizeWithinBound(s), SIZE_BOUND_MESSAGE);
+  .refine(sizeWithinBound, SIZE_BOUND_MESSAGE);
 const SECRET_REF = /\$\{\{[^}]*\bsecrets\./;
 
 const config = z

@@ -8,12 +8,12 @@ import {
 import type { IncomingMessage } from 'node:http';
 import type { RawData, VerifyClientCallbackAsync, WebSocket, WebSocketServer } from 'ws';
 import { Database } from '../../core/database/database';
+import { refuseVerification } from '../../core/http/upgrade-refusal';
 import { rootLogger } from '../../core/logging/logger';
 import { StreamAuthenticator, toAuthError, type StreamIdentity, type StreamUpgrade } from './stream-auth';
 import { START, formatCursor, parseCursor, type Cursor } from './stream-cursor';
 import { CLOSE, clientMessage, type ClientMessage } from './stream.dto';
 import { StreamHub, type StreamClient } from './stream-hub';
-import { upgradeRefusalBody } from './stream-ws.adapter';
 import { RunsRepository } from '../runs/runs.repository';
 import { StreamRepository } from './stream.repository';
 
@@ -66,10 +66,7 @@ export class StreamGateway
           done(true);
         },
         (e: unknown) => {
-          const err = toAuthError(e);
-          done(false, err.status, upgradeRefusalBody(req, err.code, err.message), {
-            'Content-Type': 'application/json',
-          });
+          refuseVerification(done, req, toAuthError(e));
         },
       );
     };

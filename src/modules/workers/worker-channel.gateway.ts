@@ -7,8 +7,8 @@ import type { z } from 'zod';
 import { DomainError } from '../../core/errors/domain-error';
 import type { WorkerPrincipalT } from '../../core/http/request-context';
 import { assertStorable, parseInput } from '../../core/http/validation.guard';
+import { refuseVerification } from '../../core/http/upgrade-refusal';
 import { rootLogger } from '../../core/logging/logger';
-import { upgradeRefusalBody } from '../stream/stream-ws.adapter';
 import { TokenService } from '../auth/token.service';
 import { TokenStatusCache } from '../auth/token-status-cache';
 import { TasksService } from './tasks.service';
@@ -104,9 +104,7 @@ export class WorkerChannelGateway
         (e: unknown) => {
           const err =
             e instanceof DomainError ? e : new DomainError('UNAUTHENTICATED', 'missing or invalid credentials', 401);
-          done(false, err.status, upgradeRefusalBody(req, err.code, err.message), {
-            'Content-Type': 'application/json',
-          });
+          refuseVerification(done, req, err);
         },
       );
     };

@@ -37,12 +37,12 @@ export function parseSize(s: string): number {
 }
 
 /**
- * Whether a size (a SIZE) is at most 8 PiB, Number.MAX_SAFE_INTEGER bytes: what a JSON number and
- * PostgreSQL's bigint both hold exactly. A worker's resources and a step's requirements are
- * bounded by it (SIZE_BOUND_MESSAGE when they are not).
+ * False for a size (a SIZE) over 8 PiB, Number.MAX_SAFE_INTEGER bytes: what a JSON number and
+ * PostgreSQL's bigint both hold exactly (true for anything else, which the SIZE check judges). A
+ * worker's resources and a step's requirements are bounded by it (SIZE_BOUND_MESSAGE).
  */
 export function sizeWithinBound(s: string): boolean {
-  return parseSize(s) <= Number.MAX_SAFE_INTEGER;
+  return !SIZE.test(s.trim()) || parseSize(s) <= Number.MAX_SAFE_INTEGER;
 }
 export const SIZE_BOUND_MESSAGE = 'a size of at most 8PiB';
 

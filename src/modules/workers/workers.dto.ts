@@ -11,10 +11,7 @@ import {
   WORKER_NAME,
 } from './worker-names';
 
-const size = z
-  .string()
-  .regex(SIZE, 'a size such as "16GiB" or "512MiB"')
-  .refine((s) => !SIZE.test(s.trim()) || sizeWithinBound(s), SIZE_BOUND_MESSAGE);
+const size = z.string().regex(SIZE, 'a size such as "16GiB" or "512MiB"').refine(sizeWithinBound, SIZE_BOUND_MESSAGE);
 const jsonSchema = z
   .record(z.string(), z.unknown())
   .describe('a JSON Schema (draft 2020-12 or 7) object; 64 KiB at most as JSON');
